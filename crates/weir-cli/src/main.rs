@@ -1,0 +1,68 @@
+//! The `weir` command: an interactive SQL shell, `weir run FILE.sql`, `weir test PATH…`.
+
+mod outcome;
+mod print;
+mod repl;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "Weir: continuous SQL over streams, exactly once.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// History file of the interactive shell (default: ~/.weir_history).
+    #[arg(long, global = true)]
+    history: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every statement of a SQL file; jobs run until their sources end (or Ctrl-C).
+    Run {
+        /// The SQL file.
+        file: PathBuf,
+    },
+    /// Run sqllogictest files (.slt), or every .slt file under a directory.
+    Test {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::new().filter_or("WEIR_LOG", "warn")).init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            None => repl::run(cli.history).await,
+            Some(Command::Run { file }) => run::run_file(&file).await,
+            Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
+                Ok(summary) => {
+                    println!("{} passed, {} failed", summary.passed, summary.failed);
+                    if summary.failed == 0 && summary.passed > 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+        }
+    })
+}

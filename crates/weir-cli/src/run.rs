@@ -1,0 +1,87 @@
+//! `weir run FILE.sql`.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use weir::{Engine, WeirError};
+
+use crate::outcome::{job_summary, show, Shown};
+
+fn report(file: &Path, e: &WeirError) {
+    match e.location {
+        Some(at) => eprintln!("{}:{}:{}: error: {}", file.display(), at.line, at.column, e.message),
+        None => eprintln!("{}: error: {}", file.display(), e.message),
+    }
+}
+
+pub async fn run_file(file: &Path) -> ExitCode {
+    let sql = match std::fs::read_to_string(file) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot read '{}': {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    // Relative paths in the file are relative to the file, wherever weir is started from.
+    let base = file.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    let engine = match base {
+        Some(dir) => Engine::new().with_base_dir(dir),
+        None => Engine::new(),
+    };
+    let statements = match engine.parse(&sql) {
+        Ok(s) => s,
+        Err(e) => {
+            report(file, &e);
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut jobs = Vec::new();
+    let mut failed = false;
+    for statement in &statements {
+        let started = Instant::now();
+        let shown = match engine.execute(statement).await {
+            Ok(outcome) => show(outcome, started).await,
+            Err(e) => Err(e),
+        };
+        match shown {
+            Ok(Shown::Job(job)) => jobs.push(job),
+            Ok(Shown::Done) => {}
+            Ok(Shown::Interrupted) => {
+                jobs.iter().for_each(|j| j.cancel());
+                return ExitCode::from(130);
+            }
+            Err(e) => {
+                report(file, &e);
+                failed = true;
+                break;
+            }
+        }
+    }
+    // Jobs run until their sources end; Ctrl-C cancels them.
+    for job in &jobs {
+        if failed {
+            job.cancel();
+        }
+        let result = tokio::select! {
+            r = job.wait() => r,
+            _ = tokio::signal::ctrl_c() => {
+                jobs.iter().for_each(|j| j.cancel());
+                eprintln!("Cancelled.");
+                return ExitCode::from(130);
+            }
+        };
+        match result {
+            Ok(()) => eprintln!("{}", job_summary(job)),
+            Err(e) => {
+                eprintln!("error: job '{}' failed: {e}", job.name());
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

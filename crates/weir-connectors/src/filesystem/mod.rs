@@ -1,0 +1,16 @@
+//! `'connector' = 'filesystem'`: `'path'` is a file or a directory. As a source, every visible
+//! file of the directory (names starting with `.` or `_` are skipped, as Spark and Flink do) is
+//! read in name order. As a sink, `'path'` is a directory; rows go to a hidden in-progress
+//! file that is renamed into place only when the job finishes, so readers never see a
+//! half-written file.
+
+mod sink;
+mod source;
+
+pub use sink::FileSink;
+pub use source::FileSource;
+
+/// Files that readers of a table directory ignore.
+pub fn is_hidden(name: &str) -> bool {
+    name.starts_with('.') || name.starts_with('_')
+}

@@ -1,0 +1,72 @@
+//! Which connector a table names, the options each accepts, and building its source or sink.
+
+use datafusion::arrow::datatypes::SchemaRef;
+use weir_core::{ConnectorFactory, Result, Sink, Source, TableDef, WeirError};
+
+use crate::filesystem::{FileSink, FileSource};
+use crate::format::Format;
+use crate::{blackhole::BlackholeSink, print::PrintSink};
+
+const CONNECTORS: &[&str] = &["filesystem", "print", "blackhole"];
+
+/// The connectors built into Weir.
+#[derive(Debug, Default, Clone)]
+pub struct Connectors;
+
+impl Connectors {
+    fn connector<'a>(&self, table: &'a TableDef) -> Result<&'a str> {
+        let name = table.connector()?;
+        if CONNECTORS.contains(&name) {
+            Ok(name)
+        } else {
+            Err(WeirError::user(format!(
+                "table '{}': unknown connector '{name}'; connectors are: {}",
+                table.name,
+                CONNECTORS.join(", ")
+            ))
+            .at(table.options.location("connector")))
+        }
+    }
+}
+
+impl ConnectorFactory for Connectors {
+    fn validate(&self, table: &TableDef) -> Result<()> {
+        match self.connector(table)? {
+            "filesystem" => {
+                table.options.required(&table.name, "path")?;
+                let format = Format::from_options(table)?;
+                let mut known = vec!["connector", "path", "format"];
+                known.extend_from_slice(format.option_keys());
+                table.options.check_known(&table.name, &known)
+            }
+            "print" => table
+                .options
+                .check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
+            _ => table.options.check_known(&table.name, &["connector"]),
+        }
+    }
+
+    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>) -> Result<Box<dyn Source>> {
+        match self.connector(table)? {
+            "filesystem" => Ok(Box::new(FileSource::new(table, projection)?)),
+            other => Err(WeirError::user(format!(
+                "table '{}' uses connector '{other}', which can only be written to, not read",
+                table.name
+            ))),
+        }
+    }
+
+    fn sink(&self, table: &TableDef, schema: SchemaRef) -> Result<Box<dyn Sink>> {
+        if !table.partition_keys.is_empty() {
+            return Err(WeirError::not_supported(format!(
+                "writing to the partitioned table '{}'",
+                table.name
+            )));
+        }
+        match self.connector(table)? {
+            "filesystem" => Ok(Box::new(FileSink::new(table, schema)?)),
+            "print" => Ok(Box::new(PrintSink::new(table)?)),
+            _ => Ok(Box::new(BlackholeSink)),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! A table as declared by `CREATE TABLE`: its columns, its watermark and its `WITH` options.
+
+use std::collections::BTreeMap;
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+use crate::{Location, Result, WeirError};
+
+/// `WITH ('key' = 'value', …)` options, with the position of each key for error messages.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    values: BTreeMap<String, (String, Option<Location>)>,
+}
+
+impl Options {
+    pub fn insert(&mut self, key: String, value: String, at: Option<Location>) -> Option<String> {
+        self.values.insert(key, (value, at)).map(|(v, _)| v)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(|(v, _)| v.as_str())
+    }
+
+    pub fn location(&self, key: &str) -> Option<Location> {
+        self.values.get(key).and_then(|(_, l)| *l)
+    }
+
+    /// A required option; the error names the table and the key.
+    pub fn required(&self, table: &str, key: &str) -> Result<&str> {
+        self.get(key)
+            .ok_or_else(|| WeirError::user(format!("table '{table}' needs the option '{key}'")))
+    }
+
+    /// A boolean option, `default` when absent.
+    pub fn bool(&self, table: &str, key: &str, default: bool) -> Result<bool> {
+        match self.get(key).map(|v| v.to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if v == "true" => Ok(true),
+            Some(v) if v == "false" => Ok(false),
+            Some(v) => Err(WeirError::user(format!(
+                "table '{table}': option '{key}' must be 'true' or 'false', not '{v}'"
+            ))
+            .at(self.location(key))),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, (v, _))| (k.as_str(), v.as_str()))
+    }
+
+    /// Refuse keys that no part of the connector reads: a typo must not pass silently.
+    pub fn check_known(&self, table: &str, known: &[&str]) -> Result<()> {
+        for (key, (_, at)) in &self.values {
+            if !known.contains(&key.as_str()) {
+                return Err(WeirError::user(format!(
+                    "table '{table}': unknown option '{key}'; options here are: {}",
+                    known.join(", ")
+                ))
+                .at(*at));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `WATERMARK FOR column AS expression`.
+#[derive(Debug, Clone)]
+pub struct WatermarkDef {
+    pub column: String,
+    /// The expression as written, planned against the table's columns when a job starts.
+    pub sql: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub watermark: Option<WatermarkDef>,
+    pub partition_keys: Vec<String>,
+    pub options: Options,
+    /// The statement text, shown by `SHOW CREATE TABLE`.
+    pub definition: String,
+}
+
+impl TableDef {
+    pub fn connector(&self) -> Result<&str> {
+        self.options.required(&self.name, "connector")
+    }
+}

@@ -1,0 +1,372 @@
+//! Running a plan: building its tasks, supervising them, and the handle a caller holds.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use weir_core::metrics::MetricsSnapshot;
+use weir_core::{
+    Chunk, ConnectorFactory, Message, Operator, OperatorMetrics, Result, Sink, Source, Watermark,
+    WeirError,
+};
+
+use crate::merge::InputMerger;
+use crate::plan::{Node, OperatorSpec};
+use crate::values::ValuesSource;
+use crate::CHANNEL_CAPACITY;
+
+#[derive(Debug, Clone)]
+pub enum JobState {
+    Running,
+    Finished,
+    Failed(WeirError),
+    Cancelled,
+}
+
+impl JobState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobState::Running => "RUNNING",
+            JobState::Finished => "FINISHED",
+            JobState::Failed(_) => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A job at one moment: its state and every operator task's counters.
+#[derive(Debug, Clone)]
+pub struct JobStatus {
+    pub id: u64,
+    pub name: String,
+    pub state: JobState,
+    pub elapsed: Duration,
+    pub operators: Vec<MetricsSnapshot>,
+}
+
+impl JobStatus {
+    /// Malformed records skipped by all sources of the job.
+    pub fn records_skipped(&self) -> u64 {
+        self.operators.iter().map(|o| o.records_skipped).sum()
+    }
+}
+
+struct JobInner {
+    id: u64,
+    name: String,
+    metrics: Vec<Arc<OperatorMetrics>>,
+    state: watch::Receiver<JobState>,
+    cancel: watch::Sender<bool>,
+    started: Instant,
+    finished: Mutex<Option<Duration>>,
+}
+
+/// A running (or finished) job. Cloning gives another handle to the same job.
+#[derive(Clone)]
+pub struct JobHandle {
+    inner: Arc<JobInner>,
+}
+
+impl JobHandle {
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn state(&self) -> JobState {
+        self.inner.state.borrow().clone()
+    }
+
+    /// Ask the job to stop. Returns at once; `wait` returns when it has stopped.
+    pub fn cancel(&self) {
+        let _ = self.inner.cancel.send(true);
+    }
+
+    /// Wait until the job stops: `Ok` if it finished or was cancelled, its error if it failed.
+    pub async fn wait(&self) -> Result<()> {
+        let mut state = self.inner.state.clone();
+        let state = state
+            .wait_for(|s| !matches!(s, JobState::Running))
+            .await
+            .map_err(|_| WeirError::internal("job supervisor vanished"))?
+            .clone();
+        match state {
+            JobState::Failed(e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn status(&self) -> JobStatus {
+        let elapsed = self
+            .inner
+            .finished
+            .lock()
+            .ok()
+            .and_then(|f| *f)
+            .unwrap_or_else(|| self.inner.started.elapsed());
+        JobStatus {
+            id: self.inner.id,
+            name: self.inner.name.clone(),
+            state: self.state(),
+            elapsed,
+            operators: self.inner.metrics.iter().map(|m| m.snapshot()).collect(),
+        }
+    }
+}
+
+type Task = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
+/// Builds the tasks of a plan.
+struct Builder<'a> {
+    connectors: &'a dyn ConnectorFactory,
+    tasks: Vec<(String, Task)>,
+    metrics: Vec<Arc<OperatorMetrics>>,
+}
+
+impl Builder<'_> {
+    fn metrics(&mut self, name: String) -> Arc<OperatorMetrics> {
+        let m = Arc::new(OperatorMetrics::new(name));
+        self.metrics.push(m.clone());
+        m
+    }
+
+    /// Tasks computing `node`; returns the channel its output arrives on.
+    fn build(&mut self, node: &Node) -> Result<mpsc::Receiver<Message>> {
+        // The operators above the node that starts the task, bottom up.
+        let mut specs: Vec<&OperatorSpec> = Vec::new();
+        let mut start = node;
+        while let Node::Operator { spec, input } = start {
+            specs.push(spec);
+            start = input;
+        }
+        specs.reverse();
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let chain = Chain {
+            ops: specs.iter().map(|s| (s.instantiate(), self.metrics(s.describe()))).collect(),
+            tx,
+        };
+        match start {
+            Node::Source { table, projection, .. } => {
+                let source = self.connectors.source(table, projection.clone())?;
+                let metrics = self.metrics(format!("Source: {}", table.name));
+                self.tasks.push((format!("source {}", table.name), Box::pin(run_source(source, metrics, chain))));
+            }
+            Node::Values { batches, schema } => {
+                let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
+                let metrics = self.metrics("Values".to_string());
+                self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain))));
+            }
+            Node::Union { inputs, .. } => {
+                let receivers = inputs.iter().map(|i| self.build(i)).collect::<Result<Vec<_>>>()?;
+                self.tasks.push(("union".to_string(), Box::pin(run_union(receivers, chain))));
+            }
+            Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
+        }
+        Ok(rx)
+    }
+}
+
+/// Fused operators of one task, and the channel after them.
+struct Chain {
+    ops: Vec<(Box<dyn Operator>, Arc<OperatorMetrics>)>,
+    tx: mpsc::Sender<Message>,
+}
+
+impl Chain {
+    /// Push `msg` through every operator and send what comes out. `false`: stop this task,
+    /// because downstream is gone or an operator (a `LIMIT`) has ended the stream.
+    async fn push(&mut self, msg: Message) -> Result<bool> {
+        let mut messages = vec![msg];
+        let mut done = false;
+        for (op, metrics) in &mut self.ops {
+            let mut next = Vec::with_capacity(messages.len());
+            for msg in messages {
+                match msg {
+                    Message::Chunk(c) => {
+                        metrics.record_in(c.num_rows());
+                        op.process_chunk(c, &mut next)?;
+                    }
+                    Message::Watermark(w) => {
+                        metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
+                        op.process_watermark(w, &mut next)?;
+                    }
+                    Message::Barrier(b) => op.process_barrier(b, &mut next)?,
+                    Message::End => {
+                        op.finish(&mut next)?;
+                        next.push(Message::End);
+                    }
+                }
+            }
+            for msg in &next {
+                if let Message::Chunk(c) = msg {
+                    metrics.record_out(c.num_rows());
+                }
+            }
+            messages = next;
+            if op.is_done() {
+                done = true;
+                messages.retain(|m| !matches!(m, Message::End));
+                messages.push(Message::End);
+                break;
+            }
+        }
+        for msg in messages {
+            if self.tx.send(msg).await.is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(!done)
+    }
+}
+
+async fn run_source(mut source: Box<dyn Source>, metrics: Arc<OperatorMetrics>, mut chain: Chain) -> Result<()> {
+    loop {
+        let next = source.next_batch().await;
+        metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
+        match next? {
+            Some(batch) => {
+                metrics.record_out(batch.num_rows());
+                if !chain.push(Message::Chunk(Chunk::inserts(batch))).await? {
+                    return Ok(());
+                }
+            }
+            None => {
+                // A bounded input ended: every pending window may fire.
+                if chain.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
+                    chain.push(Message::End).await?;
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn run_union(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain) -> Result<()> {
+    let mut merger = InputMerger::new(inputs.len());
+    let mut next_first = 0;
+    loop {
+        // Poll the readable inputs, starting after the last one served so none starves.
+        let (i, msg) = std::future::poll_fn(|cx| {
+            let n = inputs.len();
+            for k in 0..n {
+                let i = (next_first + k) % n;
+                if !merger.readable(i) {
+                    continue;
+                }
+                if let Poll::Ready(msg) = inputs[i].poll_recv(cx) {
+                    return Poll::Ready((i, msg));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        next_first = (i + 1) % inputs.len();
+        // A closed channel without `End` means that input's task stopped; the supervisor
+        // reports its error, if it had one.
+        let msg = msg.unwrap_or(Message::End);
+        let mut out = Vec::new();
+        merger.on_message(i, msg, &mut out);
+        for msg in out {
+            let is_end = matches!(msg, Message::End);
+            if !chain.push(msg).await? || is_end {
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn run_sink(
+    mut input: mpsc::Receiver<Message>,
+    mut sink: Box<dyn Sink>,
+    metrics: Arc<OperatorMetrics>,
+) -> Result<()> {
+    while let Some(msg) = input.recv().await {
+        match msg {
+            Message::Chunk(chunk) => {
+                metrics.record_in(chunk.num_rows());
+                sink.write_chunk(chunk).await?;
+            }
+            Message::Watermark(w) => {
+                metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
+                sink.on_watermark(w).await?;
+            }
+            Message::Barrier(b) => sink.on_barrier(b).await?,
+            Message::End => return sink.finish().await,
+        }
+    }
+    Err(WeirError::internal("the sink's input closed before the end of the stream"))
+}
+
+/// Start running `root` into `sink`. Sources are opened here, so a missing file fails now,
+/// before the job exists. Must be called inside a Tokio runtime.
+pub fn spawn_job(
+    id: u64,
+    name: String,
+    root: &Node,
+    sink: Box<dyn Sink>,
+    sink_name: String,
+    connectors: &dyn ConnectorFactory,
+) -> Result<JobHandle> {
+    let mut builder = Builder { connectors, tasks: Vec::new(), metrics: Vec::new() };
+    let input = builder.build(root)?;
+    let sink_metrics = builder.metrics(format!("Sink: {sink_name}"));
+    builder.tasks.push(("sink".to_string(), Box::pin(run_sink(input, sink, sink_metrics))));
+
+    let (state_tx, state_rx) = watch::channel(JobState::Running);
+    let (cancel_tx, mut cancel_rx) = watch::channel(false);
+    let inner = Arc::new(JobInner {
+        id,
+        name,
+        metrics: builder.metrics,
+        state: state_rx,
+        cancel: cancel_tx,
+        started: Instant::now(),
+        finished: Mutex::new(None),
+    });
+    let handle = JobHandle { inner: inner.clone() };
+
+    let mut set = JoinSet::new();
+    for (task_name, task) in builder.tasks {
+        set.spawn(async move { task.await.map_err(|e| (task_name, e)) });
+    }
+    tokio::spawn(async move {
+        let outcome = loop {
+            tokio::select! {
+                changed = cancel_rx.changed() => {
+                    if changed.is_err() || *cancel_rx.borrow() {
+                        set.abort_all();
+                        break JobState::Cancelled;
+                    }
+                }
+                joined = set.join_next() => match joined {
+                    None => break JobState::Finished,
+                    Some(Ok(Ok(()))) => {}
+                    Some(Ok(Err((task, e)))) => {
+                        log::debug!("job {} failed in task {task}: {e}", inner.name);
+                        set.abort_all();
+                        break JobState::Failed(e);
+                    }
+                    Some(Err(join)) => {
+                        set.abort_all();
+                        let what = if join.is_panic() { "panicked" } else { "was aborted" };
+                        break JobState::Failed(WeirError::internal(format!("a task of job '{}' {what}", inner.name)));
+                    }
+                }
+            }
+        };
+        // Wait for aborted tasks to be dropped so that files and channels are released.
+        while set.join_next().await.is_some() {}
+        if let Ok(mut f) = inner.finished.lock() {
+            *f = Some(inner.started.elapsed());
+        }
+        let _ = state_tx.send(outcome);
+    });
+    Ok(handle)
+}

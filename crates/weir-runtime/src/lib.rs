@@ -1,0 +1,22 @@
+//! Weir's streaming runtime.
+//!
+//! A [`StreamPlan`] (built by the planner) is a tree of nodes ending in a sink. The runtime
+//! turns it into tasks: each source with the chain of single-input operators above it runs as
+//! one task (operators are fused, no channel hop between them); a union merges its inputs'
+//! channels in its own task; the sink runs in the last task. Bounded channels between tasks
+//! give backpressure. Every edge carries [`weir_core::Message`]s in order.
+
+mod job;
+mod merge;
+pub mod operators;
+mod plan;
+mod values;
+
+pub use job::{spawn_job, JobHandle, JobState, JobStatus};
+pub use merge::InputMerger;
+pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
+pub use values::ValuesSource;
+
+/// Messages buffered on each edge between tasks. Small, so memory stays bounded and a slow
+/// sink slows its sources down.
+pub const CHANNEL_CAPACITY: usize = 16;

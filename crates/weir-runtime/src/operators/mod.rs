@@ -1,0 +1,12 @@
+//! Stateless operators. Each works on whole batches with DataFusion physical expressions and
+//! Arrow kernels; nothing here touches a single row.
+
+mod filter;
+mod limit;
+mod project;
+mod watermark;
+
+pub use filter::Filter;
+pub use limit::Limit;
+pub use project::{Project, Select};
+pub use watermark::WatermarkGenerator;

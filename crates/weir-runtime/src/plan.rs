@@ -1,0 +1,153 @@
+//! The streaming operator graph the planner builds and the runtime runs.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::PhysicalExpr;
+use weir_core::{Operator, TableDef};
+
+use crate::operators::{Filter, Limit, Project, Select, WatermarkGenerator};
+
+/// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
+#[derive(Debug, Clone)]
+pub enum OperatorSpec {
+    /// Compute the output columns. `display` holds the SQL text of each, for `EXPLAIN`.
+    Project { exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef, display: Vec<String> },
+    /// Keep rows where the predicate is true.
+    Filter { predicate: Arc<dyn PhysicalExpr>, display: String },
+    /// Keep some columns, by index.
+    Select { indices: Vec<usize>, schema: SchemaRef },
+    /// End the stream after `fetch` rows (after skipping `skip`).
+    Limit { skip: usize, fetch: Option<usize> },
+    /// Derive watermarks from `expr`, the table's `WATERMARK FOR … AS expr`.
+    Watermark { expr: Arc<dyn PhysicalExpr>, display: String },
+}
+
+impl OperatorSpec {
+    pub fn instantiate(&self) -> Box<dyn Operator> {
+        match self.clone() {
+            OperatorSpec::Project { exprs, schema, .. } => Box::new(Project::new(exprs, schema)),
+            OperatorSpec::Filter { predicate, .. } => Box::new(Filter::new(predicate)),
+            OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
+            OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
+            OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            OperatorSpec::Project { display, .. } => format!("Project: {}", display.join(", ")),
+            OperatorSpec::Filter { display, .. } => format!("Filter: {display}"),
+            OperatorSpec::Select { schema, .. } => {
+                let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                format!("Select: {}", names.join(", "))
+            }
+            OperatorSpec::Limit { skip, fetch } => match fetch {
+                Some(n) => format!("Limit: skip {skip}, fetch {n}"),
+                None => format!("Limit: skip {skip}"),
+            },
+            OperatorSpec::Watermark { display, .. } => format!("Watermark: {display}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// Read a table through its connector, only the `projection` columns.
+    Source { table: Arc<TableDef>, projection: Option<Vec<usize>>, schema: SchemaRef },
+    /// Literal rows (`VALUES`, or `SELECT` without `FROM`).
+    Values { batches: Vec<RecordBatch>, schema: SchemaRef },
+    Operator { spec: OperatorSpec, input: Box<Node> },
+    /// `UNION ALL` of inputs with the same schema.
+    Union { inputs: Vec<Node>, schema: SchemaRef },
+}
+
+impl Node {
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => {
+                schema.clone()
+            }
+            Node::Operator { spec, input } => match spec {
+                OperatorSpec::Project { schema, .. } | OperatorSpec::Select { schema, .. } => {
+                    schema.clone()
+                }
+                _ => input.schema(),
+            },
+        }
+    }
+
+    pub fn with_operator(self, spec: OperatorSpec) -> Node {
+        Node::Operator { spec, input: Box::new(self) }
+    }
+
+    fn describe(&self, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        match self {
+            Node::Source { table, schema, .. } => {
+                let cols: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let connector = table.options.get("connector").unwrap_or("?");
+                let format = table.options.get("format").map(|f| format!(" {f}")).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{pad}Source: {} ({connector}{format}) columns [{}]",
+                    table.name,
+                    cols.join(", ")
+                );
+            }
+            Node::Values { batches, .. } => {
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let _ = writeln!(out, "{pad}Values: {rows} row(s)");
+            }
+            Node::Operator { spec, input } => {
+                let _ = writeln!(out, "{pad}{}", spec.describe());
+                input.describe(depth + 1, out);
+            }
+            Node::Union { inputs, .. } => {
+                let _ = writeln!(out, "{pad}Union All ({} inputs, watermark = min of inputs)", inputs.len());
+                for input in inputs {
+                    input.describe(depth + 1, out);
+                }
+            }
+        }
+    }
+}
+
+/// Where a plan's rows go.
+#[derive(Debug, Clone)]
+pub enum SinkTarget {
+    Table(Arc<TableDef>),
+    /// Back to the caller of a bare `SELECT`.
+    Caller,
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamPlan {
+    pub root: Node,
+    pub sink: SinkTarget,
+}
+
+impl StreamPlan {
+    /// The operator graph as `EXPLAIN` shows it, sink first.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        match &self.sink {
+            SinkTarget::Table(t) => {
+                let connector = t.options.get("connector").unwrap_or("?");
+                let _ = writeln!(out, "Sink: {} ({connector})", t.name);
+            }
+            SinkTarget::Caller => {
+                let _ = writeln!(out, "Sink: results to the caller");
+            }
+        }
+        self.root.describe(1, &mut out);
+        out.push_str(
+            "Tasks: each source and the operators above it up to a union run fused in one task; \
+             unions and the sink run in their own tasks.\n",
+        );
+        out
+    }
+}
+

@@ -1,0 +1,12 @@
+//! Weir's SQL front end: Flink-dialect statements ([`parser`]), the [`Catalog`] of tables and
+//! views, and the [`Planner`] that turns a query into a streaming operator graph
+//! ([`weir_runtime::StreamPlan`]) through DataFusion's logical planner.
+
+pub mod catalog;
+pub mod parser;
+pub mod planner;
+pub mod types;
+
+pub use catalog::Catalog;
+pub use parser::{parse_script, ObjectKind, ParsedStatement, Statement};
+pub use planner::Planner;

@@ -1,0 +1,455 @@
+//! Statements in Flink's SQL dialect.
+//!
+//! A script is tokenized once, so that every position, in any statement, is a line and column
+//! of the whole script. It is split into statements at top-level `;`. Statements that Flink
+//! has and sqlparser does not (`CREATE TABLE … WITH (…)` with `WATERMARK FOR`, `SET 'k' = 'v'`,
+//! `SHOW JOBS`, …) are parsed here with sqlparser's parser primitives; queries and `INSERT`
+//! are parsed by sqlparser itself.
+
+use datafusion::sql::sqlparser::ast::{DataType, Expr, Ident, ObjectName, Query, Statement as SqlStatement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Location as SqlLocation, Token, TokenWithSpan, Tokenizer};
+use weir_core::{Location, Result, WeirError};
+
+/// One statement of a script.
+#[derive(Debug, Clone)]
+pub struct ParsedStatement {
+    pub statement: Statement,
+    /// The statement's own text, without the `;`.
+    pub text: String,
+    /// Where it starts in the script.
+    pub location: Location,
+    /// Its tokens, with script positions: used to place errors found while planning.
+    pub tokens: Vec<TokenWithSpan>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateTable(CreateTable),
+    CreateView { name: Ident, query: Box<Query>, or_replace: bool, if_not_exists: bool, query_text: String },
+    Drop { kind: ObjectKind, name: Ident, if_exists: bool },
+    ShowTables,
+    ShowViews,
+    ShowJobs,
+    ShowCreate { kind: ObjectKind, name: Ident },
+    Describe { name: Ident },
+    /// `SET` alone lists the settings.
+    Set { key: Option<(String, Location)>, value: Option<String> },
+    Reset { key: Option<String> },
+    Explain(Box<ParsedStatement>),
+    /// A bare `SELECT` (or `VALUES`, `WITH …`): rows go back to the caller.
+    Query(Box<SqlStatement>),
+    /// `INSERT INTO t SELECT …`: starts a job.
+    Insert(Box<SqlStatement>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Table,
+    View,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    pub name: Ident,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDef>,
+    pub watermark: Option<(Ident, Expr)>,
+    pub primary_key: Vec<Ident>,
+    pub partitioned_by: Vec<Ident>,
+    pub options: Vec<(String, String, Location)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnDef {
+    pub name: Ident,
+    pub data_type: DataType,
+    pub not_null: bool,
+    pub location: Location,
+}
+
+pub fn location(l: SqlLocation) -> Location {
+    Location { line: l.line, column: l.column }
+}
+
+/// A sqlparser error with its position taken out of the message text.
+pub fn parser_error(e: ParserError) -> WeirError {
+    let text = match e {
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+        ParserError::RecursionLimitExceeded => "statement nested too deeply".to_string(),
+    };
+    // sqlparser appends " at Line: L, Column: C".
+    if let Some(at) = text.rfind(" at Line: ") {
+        let pos = &text[at + " at Line: ".len()..];
+        if let Some((line, col)) = pos.split_once(", Column: ") {
+            if let (Ok(line), Ok(column)) = (line.trim().parse(), col.trim().parse()) {
+                return WeirError::user(format!("SQL syntax error: {}", &text[..at]))
+                    .at(Some(Location { line, column }));
+            }
+        }
+    }
+    WeirError::user(format!("SQL syntax error: {text}"))
+}
+
+/// Byte offsets of each line start, to cut statement texts out of the script.
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Lines(starts)
+    }
+
+    fn offset(&self, text: &str, at: SqlLocation) -> usize {
+        let Some(&start) = self.0.get((at.line as usize).saturating_sub(1)) else { return text.len() };
+        text[start..]
+            .char_indices()
+            .nth((at.column as usize).saturating_sub(1))
+            .map_or(text.len(), |(i, _)| start + i)
+    }
+}
+
+/// Split a script into statements and parse each.
+pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, text)
+        .tokenize_with_location()
+        .map_err(|e| {
+            WeirError::user(format!("SQL syntax error: {}", e.message))
+                .at(Some(location(e.location)))
+        })?;
+    let lines = Lines::new(text);
+    let mut statements = Vec::new();
+    let mut current: Vec<TokenWithSpan> = Vec::new();
+    for token in tokens.into_iter().chain(std::iter::once(TokenWithSpan::wrap(Token::SemiColon))) {
+        if token.token == Token::SemiColon {
+            // Keep inner whitespace (the parser skips it; texts are rebuilt from it).
+            let mut meaningful: Vec<_> = current.drain(..).collect();
+            while meaningful.last().is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
+                meaningful.pop();
+            }
+            let lead = meaningful.iter().take_while(|t| matches!(t.token, Token::Whitespace(_))).count();
+            meaningful.drain(..lead);
+            if let (Some(first), Some(last)) = (meaningful.first(), meaningful.last()) {
+                let start = lines.offset(text, first.span.start);
+                let end = lines.offset(text, last.span.end).max(start);
+                let statement_text = text[start..end].to_string();
+                statements.push(parse_statement(meaningful, statement_text)?);
+            }
+        } else {
+            current.push(token);
+        }
+    }
+    Ok(statements)
+}
+
+/// Parse one statement from its tokens (no `;`).
+pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
+    let dialect = GenericDialect {};
+    let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
+    let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
+    let statement = StatementParser { p: &mut p, tokens: &tokens, text: &text }.parse().map_err(|e| e.at(Some(start)))?;
+    Ok(ParsedStatement { statement, text, location: start, tokens })
+}
+
+struct StatementParser<'a, 'p> {
+    p: &'a mut Parser<'p>,
+    tokens: &'a [TokenWithSpan],
+    text: &'a str,
+}
+
+impl StatementParser<'_, '_> {
+    /// The next token is the unquoted word `word` (keywords sqlparser lacks, like WATERMARK).
+    fn word(&mut self, word: &str) -> bool {
+        match &self.p.peek_token().token {
+            Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word) => {
+                self.p.next_token();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn expect_word(&mut self, word: &str) -> Result<()> {
+        if self.word(word) {
+            Ok(())
+        } else {
+            let found = self.p.peek_token();
+            Err(parser_error(self.p.expected::<()>(word, found).unwrap_err()))
+        }
+    }
+
+    fn here(&self) -> Location {
+        location(self.p.peek_token().span.start)
+    }
+
+    fn end(&mut self) -> Result<()> {
+        let t = self.p.peek_token();
+        if t.token == Token::EOF {
+            Ok(())
+        } else {
+            Err(parser_error(self.p.expected::<()>("end of statement", t).unwrap_err()))
+        }
+    }
+
+    fn ident(&mut self) -> Result<Ident> {
+        self.p.parse_identifier().map_err(parser_error)
+    }
+
+    /// A single-part name (Weir has one catalog and one database).
+    fn name(&mut self) -> Result<Ident> {
+        let at = self.here();
+        let name: ObjectName = self.p.parse_object_name(false).map_err(parser_error)?;
+        let mut parts: Vec<Ident> = name.0.into_iter().filter_map(|p| p.as_ident().cloned()).collect();
+        if parts.len() != 1 {
+            return Err(WeirError::not_supported("qualified names (catalog.database.table)").at(Some(at)));
+        }
+        Ok(parts.remove(0))
+    }
+
+    fn string(&mut self) -> Result<(String, Location)> {
+        let at = self.here();
+        Ok((self.p.parse_literal_string().map_err(parser_error)?, at))
+    }
+
+    fn parse(mut self) -> Result<Statement> {
+        let p = &mut *self.p;
+        if p.parse_keyword(Keyword::CREATE) {
+            let or_replace = p.parse_keywords(&[Keyword::OR, Keyword::REPLACE]);
+            let _temporary = p.parse_keyword(Keyword::TEMPORARY);
+            if p.parse_keyword(Keyword::TABLE) {
+                if or_replace {
+                    return Err(WeirError::not_supported("CREATE OR REPLACE TABLE").at(Some(self.here())));
+                }
+                return self.create_table().map(Statement::CreateTable);
+            }
+            if p.parse_keyword(Keyword::VIEW) {
+                return self.create_view(or_replace);
+            }
+            return Err(WeirError::not_supported(format!(
+                "CREATE {}: Weir creates TABLE and VIEW",
+                p.peek_token().token
+            ))
+            .at(Some(self.here())));
+        }
+        if p.parse_keyword(Keyword::DROP) {
+            let _temporary = p.parse_keyword(Keyword::TEMPORARY);
+            let kind = self.object_kind()?;
+            let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let name = self.name()?;
+            self.end()?;
+            return Ok(Statement::Drop { kind, name, if_exists });
+        }
+        if p.parse_keyword(Keyword::SHOW) {
+            let statement = if self.p.parse_keyword(Keyword::TABLES) {
+                Statement::ShowTables
+            } else if self.p.parse_keyword(Keyword::VIEWS) {
+                Statement::ShowViews
+            } else if self.word("JOBS") {
+                Statement::ShowJobs
+            } else if self.p.parse_keyword(Keyword::CREATE) {
+                let kind = self.object_kind()?;
+                Statement::ShowCreate { kind, name: self.name()? }
+            } else {
+                let t = self.p.peek_token();
+                return Err(parser_error(
+                    self.p.expected::<()>("TABLES, VIEWS, JOBS or CREATE after SHOW", t).unwrap_err(),
+                ));
+            };
+            self.end()?;
+            return Ok(statement);
+        }
+        if p.parse_keyword(Keyword::DESCRIBE) || p.parse_keyword(Keyword::DESC) {
+            let name = self.name()?;
+            self.end()?;
+            return Ok(Statement::Describe { name });
+        }
+        if p.parse_keyword(Keyword::SET) {
+            if self.p.peek_token().token == Token::EOF {
+                return Ok(Statement::Set { key: None, value: None });
+            }
+            let key = self.string()?;
+            self.p.expect_token(&Token::Eq).map_err(parser_error)?;
+            let (value, _) = self.string()?;
+            self.end()?;
+            return Ok(Statement::Set { key: Some(key), value: Some(value) });
+        }
+        if p.parse_keyword(Keyword::RESET) {
+            let key = if self.p.peek_token().token == Token::EOF { None } else { Some(self.string()?.0) };
+            self.end()?;
+            return Ok(Statement::Reset { key });
+        }
+        if p.parse_keyword(Keyword::EXPLAIN) {
+            let rest: Vec<TokenWithSpan> = self.tokens[self.p.index()..]
+                .iter()
+                .skip_while(|t| matches!(t.token, Token::Whitespace(_)))
+                .filter(|t| t.token != Token::EOF)
+                .cloned()
+                .collect();
+            let inner_text = self.text.trim_start()["EXPLAIN".len()..].trim().to_string();
+            if rest.is_empty() {
+                return Err(WeirError::user("EXPLAIN needs a statement to explain").at(Some(self.here())));
+            }
+            let inner = parse_statement(rest, inner_text)?;
+            return Ok(Statement::Explain(Box::new(inner)));
+        }
+        let statement = self.p.parse_statement().map_err(parser_error)?;
+        self.end()?;
+        match statement {
+            SqlStatement::Query(_) => Ok(Statement::Query(Box::new(statement))),
+            SqlStatement::Insert(_) => Ok(Statement::Insert(Box::new(statement))),
+            other => {
+                let keyword = other.to_string().split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                Err(WeirError::not_supported(format!("the statement {keyword} …")))
+            }
+        }
+    }
+
+    fn object_kind(&mut self) -> Result<ObjectKind> {
+        if self.p.parse_keyword(Keyword::TABLE) {
+            Ok(ObjectKind::Table)
+        } else if self.p.parse_keyword(Keyword::VIEW) {
+            Ok(ObjectKind::View)
+        } else {
+            let t = self.p.peek_token();
+            Err(parser_error(self.p.expected::<()>("TABLE or VIEW", t).unwrap_err()))
+        }
+    }
+
+    fn create_view(&mut self, or_replace: bool) -> Result<Statement> {
+        let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let name = self.name()?;
+        self.p.expect_keyword_is(Keyword::AS).map_err(parser_error)?;
+        let query_start = self.p.index();
+        let query = self.p.parse_query().map_err(parser_error)?;
+        self.end()?;
+        let query_text = tokens_text(&self.tokens[query_start..]);
+        Ok(Statement::CreateView { name, query, or_replace, if_not_exists, query_text })
+    }
+
+    fn create_table(&mut self) -> Result<CreateTable> {
+        let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let name = self.name()?;
+        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
+        let mut table = CreateTable {
+            name,
+            if_not_exists,
+            columns: Vec::new(),
+            watermark: None,
+            primary_key: Vec::new(),
+            partitioned_by: Vec::new(),
+            options: Vec::new(),
+        };
+        loop {
+            let at = self.here();
+            if self.word("WATERMARK") {
+                if table.watermark.is_some() {
+                    return Err(WeirError::user("a table can have only one WATERMARK").at(Some(at)));
+                }
+                self.p.expect_keyword_is(Keyword::FOR).map_err(parser_error)?;
+                let column = self.ident()?;
+                self.p.expect_keyword_is(Keyword::AS).map_err(parser_error)?;
+                let expr = self.p.parse_expr().map_err(parser_error)?;
+                table.watermark = Some((column, expr));
+            } else if self.p.parse_keyword(Keyword::CONSTRAINT) {
+                self.ident()?;
+                self.p.expect_keywords(&[Keyword::PRIMARY, Keyword::KEY]).map_err(parser_error)?;
+                table.primary_key = self.primary_key()?;
+            } else if self.p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+                table.primary_key = self.primary_key()?;
+            } else {
+                let name = self.ident()?;
+                if self.p.parse_keyword(Keyword::AS) {
+                    return Err(WeirError::not_supported(format!("computed column '{}'", name.value)).at(Some(at)));
+                }
+                let data_type = self.p.parse_data_type().map_err(parser_error)?;
+                let mut not_null = false;
+                loop {
+                    if self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+                        not_null = true;
+                    } else if self.p.parse_keyword(Keyword::NULL) {
+                        not_null = false;
+                    } else if self.p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+                        self.p.expect_keyword_is(Keyword::NOT).map_err(parser_error)?;
+                        self.expect_word("ENFORCED")?;
+                        table.primary_key = vec![name.clone()];
+                    } else if self.p.parse_keyword(Keyword::METADATA) {
+                        return Err(WeirError::not_supported(format!("metadata column '{}'", name.value)).at(Some(at)));
+                    } else if self.p.parse_keyword(Keyword::COMMENT) {
+                        self.string()?;
+                    } else {
+                        break;
+                    }
+                }
+                table.columns.push(ColumnDef { name, data_type, not_null, location: at });
+            }
+            if !self.p.consume_token(&Token::Comma) {
+                self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+                break;
+            }
+        }
+        if self.p.parse_keyword(Keyword::COMMENT) {
+            self.string()?;
+        }
+        if self.p.parse_keyword(Keyword::PARTITIONED) {
+            self.p.expect_keyword_is(Keyword::BY).map_err(parser_error)?;
+            table.partitioned_by = self.ident_list()?;
+        }
+        self.p.expect_keyword_is(Keyword::WITH).map_err(parser_error)?;
+        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
+        loop {
+            let (key, at) = self.string()?;
+            self.p.expect_token(&Token::Eq).map_err(parser_error)?;
+            let (value, _) = self.string()?;
+            table.options.push((key, value, at));
+            if !self.p.consume_token(&Token::Comma) {
+                self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+                break;
+            }
+        }
+        self.end()?;
+        Ok(table)
+    }
+
+    /// `(columns) NOT ENFORCED`, after `PRIMARY KEY`.
+    fn primary_key(&mut self) -> Result<Vec<Ident>> {
+        let columns = self.ident_list()?;
+        self.p.expect_keyword_is(Keyword::NOT).map_err(parser_error)?;
+        self.expect_word("ENFORCED")?;
+        Ok(columns)
+    }
+
+    fn ident_list(&mut self) -> Result<Vec<Ident>> {
+        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
+        let idents = self.p.parse_comma_separated(|p| p.parse_identifier()).map_err(parser_error)?;
+        self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+        Ok(idents)
+    }
+}
+
+/// The text of some tokens, as they were written.
+fn tokens_text(tokens: &[TokenWithSpan]) -> String {
+    tokens.iter().filter(|t| t.token != Token::EOF).map(|t| t.token.to_string()).collect::<String>().trim().to_string()
+}
+
+/// Where identifier `name` first occurs among `tokens`: places errors that DataFusion reports
+/// without a position.
+pub fn find_identifier(tokens: &[TokenWithSpan], name: &str) -> Option<Location> {
+    tokens.iter().find_map(|t| match &t.token {
+        Token::Word(w) if w.value.eq_ignore_ascii_case(name) => Some(location(t.span.start)),
+        _ => None,
+    })
+}
+
+/// Whether `text` ends with a complete statement (a top-level `;` as its last token): the
+/// REPL reads more lines until it does. Unterminated strings or comments are incomplete.
+pub fn ends_statement(text: &str) -> bool {
+    let dialect = GenericDialect {};
+    match Tokenizer::new(&dialect, text).tokenize() {
+        Ok(tokens) => tokens.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))) == Some(&Token::SemiColon),
+        Err(_) => false,
+    }
+}

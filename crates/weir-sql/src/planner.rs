@@ -1,0 +1,427 @@
+//! From SQL to a streaming operator graph.
+//!
+//! DataFusion does the SQL work: name resolution, type coercion, the scalar function library,
+//! views, and logical optimization. Every table is registered with DataFusion as a schema
+//! only; DataFusion never executes anything. The optimized logical plan is then translated
+//! node by node into Weir's [`Node`]s, each expression becoming a DataFusion physical
+//! expression evaluated on whole batches by Weir's operators. Plan nodes a stream cannot run
+//! yet are refused here with "not supported: …", never at run time.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::compute::{cast, concat};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, TableReference};
+use datafusion::datasource::{TableType, ViewTable};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, FetchType, LogicalPlan, SkipType, WriteOp};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
+use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
+use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError};
+use weir_runtime::{Node, OperatorSpec, SinkTarget, StreamPlan};
+
+use crate::catalog::{normalize, Catalog, ViewDef};
+use crate::parser::{find_identifier, location, CreateTable, ObjectKind};
+use crate::types::arrow_type;
+
+/// A table as DataFusion sees it: a schema, nothing to scan.
+#[derive(Debug)]
+struct StreamTable {
+    schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for StreamTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::Internal("Weir tables are not scanned by DataFusion".into()))
+    }
+}
+
+fn ident_location(ident: &Ident) -> Option<Location> {
+    (ident.span.start.line > 0).then(|| location(ident.span.start))
+}
+
+/// Give an error from DataFusion the position of the name it is about, when it has none.
+fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
+    if e.location.is_some() {
+        return e;
+    }
+    let name = e
+        .message
+        .split_once("No field named ")
+        .map(|(_, rest)| rest.split(['.', ' ', ',']).filter(|s| !s.is_empty()).collect::<Vec<_>>())
+        .and_then(|parts| {
+            // "No field named t.x." → x; "No field named x." → x
+            let parts: Vec<_> = parts.into_iter().take(2).collect();
+            let name = if parts.len() == 2 && !parts[1].starts_with("Valid") { parts[1] } else { parts[0] };
+            Some(name.trim_matches(['"', '\'']).to_string())
+        });
+    let at = name.and_then(|n| find_identifier(tokens, &n)).unwrap_or(start);
+    e.at(Some(at))
+}
+
+pub struct Planner {
+    ctx: SessionContext,
+    pub catalog: Catalog,
+    connectors: Arc<dyn ConnectorFactory>,
+}
+
+impl Planner {
+    pub fn new(connectors: Arc<dyn ConnectorFactory>) -> Self {
+        let mut config = SessionConfig::new().with_information_schema(false);
+        config.options_mut().sql_parser.collect_spans = true;
+        Self { ctx: SessionContext::new_with_config(config), catalog: Catalog::default(), connectors }
+    }
+
+    pub fn connectors(&self) -> &Arc<dyn ConnectorFactory> {
+        &self.connectors
+    }
+
+    fn already_exists(&self, name: &str, ident: &Ident) -> WeirError {
+        let what = if self.catalog.views.contains_key(name) { "view" } else { "table" };
+        WeirError::user(format!("{what} '{name}' already exists")).at(ident_location(ident))
+    }
+
+    /// `CREATE TABLE`. Returns false if it existed and `IF NOT EXISTS` was given.
+    pub fn create_table(&mut self, ct: &CreateTable, text: &str) -> Result<bool> {
+        let name = normalize(&ct.name);
+        if self.catalog.exists(&name) {
+            return if ct.if_not_exists { Ok(false) } else { Err(self.already_exists(&name, &ct.name)) };
+        }
+        let mut fields: Vec<Field> = Vec::with_capacity(ct.columns.len());
+        for column in &ct.columns {
+            let column_name = normalize(&column.name);
+            if fields.iter().any(|f| f.name() == &column_name) {
+                return Err(WeirError::user(format!("table '{name}': column '{column_name}' is declared twice"))
+                    .at(Some(column.location)));
+            }
+            let data_type = arrow_type(&column.data_type)
+                .map_err(|e| e.context(format!("table '{name}', column '{column_name}'")).at(Some(column.location)))?;
+            fields.push(Field::new(column_name, data_type, !column.not_null));
+        }
+        if fields.is_empty() {
+            return Err(WeirError::user(format!("table '{name}' has no columns")).at(ident_location(&ct.name)));
+        }
+        let schema = Arc::new(Schema::new(fields));
+        let column_of = |ident: &Ident, role: &str| -> Result<String> {
+            let column = normalize(ident);
+            if schema.field_with_name(&column).is_err() {
+                return Err(WeirError::user(format!("table '{name}' has no column '{column}' ({role})"))
+                    .at(ident_location(ident)));
+            }
+            Ok(column)
+        };
+        let watermark = match &ct.watermark {
+            None => None,
+            Some((ident, expr)) => {
+                let column = column_of(ident, "named in WATERMARK FOR")?;
+                if !matches!(schema.field_with_name(&column).map(|f| f.data_type()), Ok(DataType::Timestamp(..))) {
+                    return Err(WeirError::user(format!(
+                        "table '{name}': the WATERMARK column '{column}' must be a TIMESTAMP or TIMESTAMP_LTZ"
+                    ))
+                    .at(ident_location(ident)));
+                }
+                Some(WatermarkDef { column, sql: expr.to_string() })
+            }
+        };
+        for ident in &ct.primary_key {
+            column_of(ident, "in PRIMARY KEY")?;
+        }
+        let partition_keys =
+            ct.partitioned_by.iter().map(|i| column_of(i, "in PARTITIONED BY")).collect::<Result<Vec<_>>>()?;
+        let mut options = Options::default();
+        for (key, value, at) in &ct.options {
+            if options.insert(key.clone(), value.clone(), Some(*at)).is_some() {
+                return Err(WeirError::user(format!("table '{name}': option '{key}' is given twice")).at(Some(*at)));
+            }
+        }
+        let table = TableDef { name: name.clone(), schema, watermark, partition_keys, options, definition: text.to_string() };
+        self.connectors.validate(&table)?;
+        if let Some(wm) = &table.watermark {
+            let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {
+                e.context(format!("table '{name}': WATERMARK expression '{}'", wm.sql)).at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i)))
+            })?;
+            let df_schema = DFSchema::try_from(table.schema.as_ref().clone())?;
+            let data_type = expr.data_type(df_schema.as_arrow())?;
+            if !matches!(data_type, DataType::Timestamp(..)) {
+                return Err(WeirError::user(format!(
+                    "table '{name}': the WATERMARK expression '{}' must be a timestamp, not {data_type}",
+                    wm.sql
+                ))
+                .at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i))));
+            }
+        }
+        self.ctx.register_table(name.as_str(), Arc::new(StreamTable { schema: table.schema.clone() }))?;
+        self.catalog.tables.insert(name, Arc::new(table));
+        Ok(true)
+    }
+
+    /// The physical watermark expression of `table` against `schema` (some of its columns),
+    /// and the names of the columns it reads.
+    fn watermark_expr(&self, table: &TableDef, schema: &SchemaRef) -> Result<(Arc<dyn PhysicalExpr>, Vec<String>)> {
+        let wm = table.watermark.as_ref().ok_or_else(|| WeirError::internal("table has no watermark"))?;
+        let state = self.ctx.state();
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        let expr = state.create_logical_expr(&wm.sql, &df_schema)?;
+        let columns = expr.column_refs().into_iter().map(|c| c.name.clone()).collect();
+        Ok((state.create_physical_expr(expr, &df_schema)?, columns))
+    }
+
+    /// `CREATE VIEW`. The query is planned now, so a view that cannot stream is refused here.
+    pub async fn create_view(
+        &mut self,
+        ident: &Ident,
+        query: &Query,
+        query_text: &str,
+        or_replace: bool,
+        if_not_exists: bool,
+        tokens: &[TokenWithSpan],
+        start: Location,
+    ) -> Result<bool> {
+        let name = normalize(ident);
+        if self.catalog.tables.contains_key(&name) || (self.catalog.views.contains_key(&name) && !or_replace) {
+            return if if_not_exists { Ok(false) } else { Err(self.already_exists(&name, ident)) };
+        }
+        let statement = SqlStatement::Query(Box::new(query.clone()));
+        let plan = self.logical_plan(&statement, tokens, start).await?;
+        self.to_node(&self.ctx.state().optimize(&plan)?).map_err(|e| place(e, tokens, start))?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        self.ctx.deregister_table(name.as_str())?;
+        self.ctx.register_table(name.as_str(), Arc::new(ViewTable::new(plan, Some(query_text.to_string()))))?;
+        self.catalog.views.insert(
+            name.clone(),
+            ViewDef { name: name.clone(), schema, definition: format!("CREATE VIEW {name} AS {query_text}") },
+        );
+        Ok(true)
+    }
+
+    /// `DROP TABLE` / `DROP VIEW`. Returns false if it did not exist and `IF EXISTS` was given.
+    pub fn drop(&mut self, kind: ObjectKind, ident: &Ident, if_exists: bool) -> Result<bool> {
+        let name = normalize(ident);
+        let removed = match kind {
+            ObjectKind::Table => self.catalog.tables.remove(&name).is_some(),
+            ObjectKind::View => self.catalog.views.remove(&name).is_some(),
+        };
+        if !removed {
+            if if_exists {
+                return Ok(false);
+            }
+            let what = if kind == ObjectKind::Table { "table" } else { "view" };
+            let hint = match kind {
+                ObjectKind::Table if self.catalog.views.contains_key(&name) => " (it is a view: DROP VIEW)",
+                ObjectKind::View if self.catalog.tables.contains_key(&name) => " (it is a table: DROP TABLE)",
+                _ => "",
+            };
+            return Err(WeirError::user(format!("{what} '{name}' does not exist{hint}")).at(ident_location(ident)));
+        }
+        self.ctx.deregister_table(name.as_str())?;
+        Ok(true)
+    }
+
+    async fn logical_plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        state
+            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .await
+            .map_err(|e| place(WeirError::from(e), tokens, start))
+    }
+
+    /// Plan a bare query (rows to the caller) or an `INSERT INTO` (rows to a table).
+    pub async fn plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<StreamPlan> {
+        let plan = self.logical_plan(statement, tokens, start).await?;
+        let (input, sink) = match &plan {
+            LogicalPlan::Dml(dml) => {
+                if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
+                    return Err(WeirError::not_supported(format!("{} (only INSERT INTO)", dml.op)).at(Some(start)));
+                }
+                let name = dml.table_name.table().to_string();
+                let table = self.catalog.tables.get(&name).ok_or_else(|| {
+                    WeirError::user(format!("cannot insert into '{name}': it is not a table")).at(Some(start))
+                })?;
+                (dml.input.as_ref().clone(), SinkTarget::Table(table.clone()))
+            }
+            other => (other.clone(), SinkTarget::Caller),
+        };
+        let optimized = self.ctx.state().optimize(&input)?;
+        let root = self.to_node(&optimized).map_err(|e| place(e, tokens, start))?;
+        Ok(StreamPlan { root, sink })
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(self.ctx.state().create_physical_expr(expr.clone(), schema)?)
+    }
+
+    /// Translate an optimized logical plan into Weir's operator graph.
+    fn to_node(&self, plan: &LogicalPlan) -> Result<Node> {
+        Ok(match plan {
+            LogicalPlan::Projection(p) => {
+                let input = self.to_node(&p.input)?;
+                let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
+                let display = p.expr.iter().map(|e| e.human_display().to_string()).collect();
+                let schema = Arc::new(p.schema.as_arrow().clone());
+                input.with_operator(OperatorSpec::Project { exprs, schema, display })
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.to_node(&f.input)?;
+                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                input.with_operator(OperatorSpec::Filter { predicate, display: f.predicate.human_display().to_string() })
+            }
+            LogicalPlan::SubqueryAlias(a) => self.to_node(&a.input)?,
+            LogicalPlan::TableScan(scan) => self.scan_node(scan)?,
+            LogicalPlan::Union(u) => {
+                let schema = Arc::new(u.schema.as_arrow().clone());
+                let indices: Vec<usize> = (0..schema.fields().len()).collect();
+                let inputs = u
+                    .inputs
+                    .iter()
+                    // Each input takes the union's column names and nullability.
+                    .map(|i| Ok(self.to_node(i)?.with_operator(OperatorSpec::Select { indices: indices.clone(), schema: schema.clone() })))
+                    .collect::<Result<Vec<_>>>()?;
+                Node::Union { inputs, schema }
+            }
+            LogicalPlan::Limit(l) => {
+                let skip = match l.get_skip_type()? {
+                    SkipType::Literal(n) => n,
+                    SkipType::UnsupportedExpr => return Err(WeirError::not_supported("an OFFSET that is not a constant")),
+                };
+                let fetch = match l.get_fetch_type()? {
+                    FetchType::Literal(n) => n,
+                    FetchType::UnsupportedExpr => return Err(WeirError::not_supported("a LIMIT that is not a constant")),
+                };
+                self.to_node(&l.input)?.with_operator(OperatorSpec::Limit { skip, fetch })
+            }
+            LogicalPlan::EmptyRelation(e) => {
+                let schema = Arc::new(e.schema.as_arrow().clone());
+                let batches = if e.produce_one_row {
+                    vec![RecordBatch::try_new_with_options(schema.clone(), vec![], &RecordBatchOptions::new().with_row_count(Some(1)))?]
+                } else {
+                    vec![]
+                };
+                Node::Values { batches, schema }
+            }
+            LogicalPlan::Values(v) => self.values_node(v)?,
+            LogicalPlan::Sort(_) => {
+                return Err(WeirError::not_supported("ORDER BY on a stream (a stream has no last row to sort up to)"))
+            }
+            LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) => {
+                return Err(WeirError::not_supported("aggregation (GROUP BY, DISTINCT, UNION without ALL, aggregate functions) yet"))
+            }
+            LogicalPlan::Join(_) => return Err(WeirError::not_supported("joins yet")),
+            LogicalPlan::Window(_) => return Err(WeirError::not_supported("OVER windows yet")),
+            LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
+            other => {
+                let name = other.display().to_string();
+                let name = name.split(':').next().unwrap_or("this plan").trim().to_string();
+                return Err(WeirError::not_supported(format!("{name} in a streaming query")));
+            }
+        })
+    }
+
+    fn scan_node(&self, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
+        let name = scan.table_name.table();
+        let table = self
+            .catalog
+            .tables
+            .get(name)
+            .ok_or_else(|| WeirError::internal(format!("scanned table '{name}' is not in the catalog")))?;
+        if !scan.filters.is_empty() {
+            return Err(WeirError::internal("a filter was pushed into a table scan"));
+        }
+        let all: Vec<usize> = (0..table.schema.fields().len()).collect();
+        let wanted = scan.projection.clone().unwrap_or_else(|| all.clone());
+        let wanted_schema = Arc::new(table.schema.project(&wanted)?);
+        let mut node = match &table.watermark {
+            None => Node::Source { table: table.clone(), projection: Some(wanted.clone()), schema: wanted_schema.clone() },
+            Some(wm) => {
+                // Read the columns the watermark needs too, then drop them again.
+                let (_, needed) = self.watermark_expr(table, &table.schema)?;
+                let mut read = wanted.clone();
+                for column in needed {
+                    let index = table.schema.index_of(&column)?;
+                    if !read.contains(&index) {
+                        read.push(index);
+                    }
+                }
+                let read_schema = Arc::new(table.schema.project(&read)?);
+                let (expr, _) = self.watermark_expr(table, &read_schema)?;
+                let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema };
+                let node = source.with_operator(OperatorSpec::Watermark { expr, display: format!("{} AS {}", wm.column, wm.sql) });
+                if read.len() == wanted.len() {
+                    node
+                } else {
+                    let indices = (0..wanted.len()).collect();
+                    node.with_operator(OperatorSpec::Select { indices, schema: wanted_schema })
+                }
+            }
+        };
+        if let Some(fetch) = scan.fetch {
+            node = node.with_operator(OperatorSpec::Limit { skip: 0, fetch: Some(fetch) });
+        }
+        Ok(node)
+    }
+
+    /// `VALUES (…), (…)`: each expression evaluated once, column by column.
+    fn values_node(&self, values: &datafusion::logical_expr::Values) -> Result<Node> {
+        let schema = Arc::new(values.schema.as_arrow().clone());
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let empty = DFSchema::empty();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (j, field) in schema.fields().iter().enumerate() {
+            let mut parts = Vec::with_capacity(values.values.len());
+            for row in &values.values {
+                let value = self.physical(&row[j], &empty)?.evaluate(&one_row)?.into_array(1)?;
+                parts.push(cast(&value, field.data_type())?);
+            }
+            let refs: Vec<_> = parts.iter().map(|a| a.as_ref()).collect();
+            columns.push(concat(&refs)?);
+        }
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
+        Ok(Node::Values { batches: vec![batch], schema })
+    }
+
+    /// The schema of a table or view, for `DESCRIBE`.
+    pub fn schema_of(&self, ident: &Ident) -> Result<(SchemaRef, Option<Arc<TableDef>>)> {
+        let name = normalize(ident);
+        if let Some(t) = self.catalog.tables.get(&name) {
+            return Ok((t.schema.clone(), Some(t.clone())));
+        }
+        if let Some(v) = self.catalog.views.get(&name) {
+            return Ok((v.schema.clone(), None));
+        }
+        Err(WeirError::user(format!("table or view '{name}' does not exist")).at(ident_location(ident)))
+    }
+
+    pub fn table_reference(name: &str) -> TableReference {
+        TableReference::bare(name)
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_cow(_: Cow<'_, LogicalPlan>) {}

@@ -1,0 +1,98 @@
+//! Flink SQL types to Arrow types, and back for `DESCRIBE`.
+
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::sql::sqlparser::ast::{DataType as SqlType, ExactNumberInfo, TimezoneInfo};
+use weir_core::{Result, WeirError};
+
+fn unit_for_precision(precision: Option<u64>, default: TimeUnit) -> Result<TimeUnit> {
+    Ok(match precision {
+        None => default,
+        Some(0) => TimeUnit::Second,
+        Some(1..=3) => TimeUnit::Millisecond,
+        Some(4..=6) => TimeUnit::Microsecond,
+        Some(7..=9) => TimeUnit::Nanosecond,
+        Some(p) => return Err(WeirError::user(format!("timestamp precision {p} is out of range 0..=9"))),
+    })
+}
+
+fn decimal(info: &ExactNumberInfo) -> Result<DataType> {
+    let (precision, scale) = match *info {
+        ExactNumberInfo::None => (10, 0),
+        ExactNumberInfo::Precision(p) => (p, 0),
+        ExactNumberInfo::PrecisionAndScale(p, s) => (p, s),
+    };
+    if !(1..=38).contains(&precision) || scale < 0 || scale as u64 > precision {
+        return Err(WeirError::user(format!("DECIMAL({precision}, {scale}) is out of range")));
+    }
+    Ok(DataType::Decimal128(precision as u8, scale as i8))
+}
+
+/// The Arrow type of a column declared with SQL type `t` (Flink's types and common aliases).
+pub fn arrow_type(t: &SqlType) -> Result<DataType> {
+    use SqlType as S;
+    Ok(match t {
+        S::Boolean | S::Bool => DataType::Boolean,
+        S::TinyInt(_) => DataType::Int8,
+        S::SmallInt(_) | S::Int2(_) => DataType::Int16,
+        S::Int(_) | S::Integer(_) | S::Int4(_) => DataType::Int32,
+        S::BigInt(_) | S::Int8(_) => DataType::Int64,
+        S::Float(ExactNumberInfo::None) | S::Real | S::Float4 => DataType::Float32,
+        S::Double(_) | S::DoublePrecision | S::Float8 | S::Float64 => DataType::Float64,
+        S::Float(ExactNumberInfo::Precision(p)) if *p <= 24 => DataType::Float32,
+        S::Float(_) => DataType::Float64,
+        S::Decimal(info) | S::Numeric(info) | S::Dec(info) => decimal(info)?,
+        S::String(_) | S::Varchar(_) | S::Char(_) | S::Character(_) | S::CharVarying(_)
+        | S::CharacterVarying(_) | S::Text | S::Nvarchar(_) => DataType::Utf8,
+        S::Bytes(_) | S::Binary(_) | S::Varbinary(_) | S::Bytea | S::Blob(_) => DataType::Binary,
+        S::Date => DataType::Date32,
+        S::Time(p, TimezoneInfo::None) => match unit_for_precision(*p, TimeUnit::Second)? {
+            TimeUnit::Second => DataType::Time32(TimeUnit::Second),
+            TimeUnit::Millisecond => DataType::Time32(TimeUnit::Millisecond),
+            u => DataType::Time64(u),
+        },
+        // Flink's default TIMESTAMP precision is 6.
+        S::Timestamp(p, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => {
+            DataType::Timestamp(unit_for_precision(*p, TimeUnit::Microsecond)?, None)
+        }
+        S::Timestamp(p, TimezoneInfo::WithTimeZone | TimezoneInfo::Tz) => {
+            DataType::Timestamp(unit_for_precision(*p, TimeUnit::Microsecond)?, Some("UTC".into()))
+        }
+        S::Custom(name, args) if name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ") => {
+            let p = match args.first() {
+                None => None,
+                Some(a) => Some(a.parse::<u64>().map_err(|_| {
+                    WeirError::user(format!("TIMESTAMP_LTZ precision '{a}' is not a number"))
+                })?),
+            };
+            DataType::Timestamp(unit_for_precision(p, TimeUnit::Microsecond)?, Some("UTC".into()))
+        }
+        other => return Err(WeirError::not_supported(format!("the column type {other}"))),
+    })
+}
+
+/// The Flink SQL name of an Arrow type, as `DESCRIBE` shows it.
+pub fn sql_type_name(t: &DataType) -> String {
+    let precision = |u: &TimeUnit| match u {
+        TimeUnit::Second => 0,
+        TimeUnit::Millisecond => 3,
+        TimeUnit::Microsecond => 6,
+        TimeUnit::Nanosecond => 9,
+    };
+    match t {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BYTES".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Time32(u) | DataType::Time64(u) => format!("TIME({})", precision(u)),
+        DataType::Timestamp(u, None) => format!("TIMESTAMP({})", precision(u)),
+        DataType::Timestamp(u, Some(_)) => format!("TIMESTAMP_LTZ({})", precision(u)),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,340 @@
+//! The embedded engine: a catalog, session settings and the jobs started from it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use tokio::sync::Mutex;
+use weir_connectors::Connectors;
+use weir_core::{ConnectorFactory, Result, WeirError};
+use weir_runtime::{spawn_job, JobHandle, OperatorSpec, SinkTarget, StreamPlan};
+use weir_sql::parser::{CreateTable, ParsedStatement, Statement};
+use weir_sql::types::sql_type_name;
+use weir_sql::{parse_script, ObjectKind, Planner};
+
+use crate::query::{caller_channel, QueryStream};
+use crate::settings::Settings;
+
+/// What running one statement gave.
+pub enum Outcome {
+    /// A statement that changed the catalog or the settings: a message for the user.
+    Done(String),
+    /// A complete, small result (`SHOW`, `DESCRIBE`, `EXPLAIN`, `SET`).
+    Table(Vec<RecordBatch>),
+    /// A bare `SELECT`: its rows as they come.
+    Query(QueryStream),
+    /// `INSERT INTO`: the job it started.
+    Job(JobHandle),
+}
+
+struct State {
+    planner: Planner,
+    settings: Settings,
+    jobs: Vec<JobHandle>,
+    queries: u64,
+}
+
+/// A Weir engine: run statements, start jobs, read query results.
+///
+/// Must be used inside a Tokio runtime (jobs run as Tokio tasks).
+pub struct Engine {
+    state: Mutex<State>,
+    connectors: Arc<dyn ConnectorFactory>,
+    base_dir: Option<PathBuf>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn text_batch(columns: &[&str], rows: Vec<Vec<String>>) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(
+        columns.iter().map(|c| Field::new(*c, DataType::Utf8, false)).collect::<Vec<_>>(),
+    ));
+    let arrays = (0..columns.len())
+        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r[i].as_str()))) as ArrayRef)
+        .collect();
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+impl Engine {
+    /// An engine with Weir's built-in connectors.
+    pub fn new() -> Self {
+        Self::with_connectors(Arc::new(Connectors))
+    }
+
+    pub fn with_connectors(connectors: Arc<dyn ConnectorFactory>) -> Self {
+        Self {
+            state: Mutex::new(State {
+                planner: Planner::new(connectors.clone()),
+                settings: Settings::default(),
+                jobs: Vec::new(),
+                queries: 0,
+            }),
+            connectors,
+            base_dir: None,
+        }
+    }
+
+    /// Resolve relative `'path'` options against `dir` instead of the working directory
+    /// (test files use their own directory).
+    pub fn with_base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = Some(dir.into());
+        self
+    }
+
+    /// Split a script into statements, with their positions.
+    pub fn parse(&self, sql: &str) -> Result<Vec<ParsedStatement>> {
+        parse_script(sql)
+    }
+
+    /// Run every statement of `sql` in order, stopping at the first error.
+    pub async fn execute_all(&self, sql: &str) -> Result<Vec<Outcome>> {
+        let mut outcomes = Vec::new();
+        for statement in self.parse(sql)? {
+            outcomes.push(self.execute(&statement).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// Run one `SELECT` and stream its rows.
+    pub async fn query(&self, sql: &str) -> Result<QueryStream> {
+        match self.single(sql).await? {
+            Outcome::Query(q) => Ok(q),
+            _ => Err(WeirError::user("query() takes a SELECT; use execute_all for other statements")),
+        }
+    }
+
+    /// Run one `INSERT INTO` and return its job.
+    pub async fn submit(&self, sql: &str) -> Result<JobHandle> {
+        match self.single(sql).await? {
+            Outcome::Job(job) => Ok(job),
+            _ => Err(WeirError::user("submit() takes an INSERT INTO; use execute_all for other statements")),
+        }
+    }
+
+    async fn single(&self, sql: &str) -> Result<Outcome> {
+        let mut statements = self.parse(sql)?;
+        if statements.len() != 1 {
+            return Err(WeirError::user(format!("expected one statement, found {}", statements.len())));
+        }
+        self.execute(&statements.remove(0)).await
+    }
+
+    /// Every job started by this engine, oldest first.
+    pub async fn jobs(&self) -> Vec<JobHandle> {
+        self.state.lock().await.jobs.clone()
+    }
+
+    /// Run one parsed statement.
+    pub async fn execute(&self, statement: &ParsedStatement) -> Result<Outcome> {
+        let start = statement.location;
+        self.execute_inner(statement).await.map_err(|e| e.at(Some(start)))
+    }
+
+    async fn execute_inner(&self, statement: &ParsedStatement) -> Result<Outcome> {
+        let mut state = self.state.lock().await;
+        let tokens = &statement.tokens;
+        let start = statement.location;
+        match &statement.statement {
+            Statement::CreateTable(ct) => {
+                let ct = self.resolve_paths(ct);
+                let name = weir_sql::catalog::normalize(&ct.name);
+                Ok(Outcome::Done(if state.planner.create_table(&ct, &statement.text)? {
+                    format!("Table '{name}' created.")
+                } else {
+                    format!("Table '{name}' already exists; nothing done.")
+                }))
+            }
+            Statement::CreateView { name, query, or_replace, if_not_exists, query_text } => {
+                let created = state
+                    .planner
+                    .create_view(name, query, query_text, *or_replace, *if_not_exists, tokens, start)
+                    .await?;
+                let name = weir_sql::catalog::normalize(name);
+                Ok(Outcome::Done(if created {
+                    format!("View '{name}' created.")
+                } else {
+                    format!("View '{name}' already exists; nothing done.")
+                }))
+            }
+            Statement::Drop { kind, name, if_exists } => {
+                let dropped = state.planner.drop(*kind, name, *if_exists)?;
+                let what = if *kind == ObjectKind::Table { "Table" } else { "View" };
+                let name = weir_sql::catalog::normalize(name);
+                Ok(Outcome::Done(if dropped {
+                    format!("{what} '{name}' dropped.")
+                } else {
+                    format!("{what} '{name}' does not exist; nothing done.")
+                }))
+            }
+            Statement::ShowTables | Statement::ShowViews => {
+                let catalog = &state.planner.catalog;
+                let names: Vec<Vec<String>> = if matches!(statement.statement, Statement::ShowTables) {
+                    let mut all: Vec<_> = catalog.tables.keys().chain(catalog.views.keys()).cloned().collect();
+                    all.sort();
+                    all.into_iter().map(|n| vec![n]).collect()
+                } else {
+                    catalog.views.keys().map(|n| vec![n.clone()]).collect()
+                };
+                let column = if matches!(statement.statement, Statement::ShowTables) { "table name" } else { "view name" };
+                Ok(Outcome::Table(vec![text_batch(&[column], names)?]))
+            }
+            Statement::ShowCreate { kind, name } => {
+                let (_, table) = state.planner.schema_of(name)?;
+                let key = weir_sql::catalog::normalize(name);
+                let text = match (kind, table) {
+                    (ObjectKind::Table, Some(t)) => t.definition.clone(),
+                    (ObjectKind::View, None) => state
+                        .planner
+                        .catalog
+                        .views
+                        .get(&key)
+                        .map(|v| v.definition.clone())
+                        .unwrap_or_default(),
+                    (ObjectKind::Table, None) => return Err(WeirError::user(format!("'{key}' is a view: SHOW CREATE VIEW"))),
+                    (ObjectKind::View, Some(_)) => return Err(WeirError::user(format!("'{key}' is a table: SHOW CREATE TABLE"))),
+                };
+                Ok(Outcome::Table(vec![text_batch(&["statement"], vec![vec![text]])?]))
+            }
+            Statement::Describe { name } => {
+                let (schema, table) = state.planner.schema_of(name)?;
+                let rows = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let watermark = table
+                            .as_ref()
+                            .and_then(|t| t.watermark.as_ref())
+                            .filter(|w| &w.column == f.name())
+                            .map(|w| w.sql.clone())
+                            .unwrap_or_default();
+                        vec![
+                            f.name().clone(),
+                            sql_type_name(f.data_type()),
+                            if f.is_nullable() { "true" } else { "false" }.to_string(),
+                            watermark,
+                        ]
+                    })
+                    .collect();
+                Ok(Outcome::Table(vec![text_batch(&["name", "type", "null", "watermark"], rows)?]))
+            }
+            Statement::Set { key: None, .. } => {
+                let rows = state.settings.all().into_iter().map(|(k, v)| vec![k, v]).collect();
+                Ok(Outcome::Table(vec![text_batch(&["key", "value"], rows)?]))
+            }
+            Statement::Set { key: Some((key, at)), value } => {
+                state.settings.set(key, value.as_deref().unwrap_or_default(), Some(*at))?;
+                Ok(Outcome::Done(format!("Set '{key}'.")))
+            }
+            Statement::Reset { key } => {
+                state.settings.reset(key.as_deref());
+                Ok(Outcome::Done("Reset.".to_string()))
+            }
+            Statement::ShowJobs => {
+                let jobs: Vec<_> = state.jobs.iter().map(|j| j.status()).collect();
+                Ok(Outcome::Table(vec![jobs_batch(&jobs)?]))
+            }
+            Statement::Explain(inner) => {
+                let plan = match &inner.statement {
+                    Statement::Query(q) | Statement::Insert(q) => {
+                        state.planner.plan(q, &inner.tokens, inner.location).await?
+                    }
+                    _ => return Err(WeirError::not_supported("EXPLAIN of anything but SELECT and INSERT")),
+                };
+                let lines = plan.explain().lines().map(|l| vec![l.to_string()]).collect();
+                Ok(Outcome::Table(vec![text_batch(&["plan"], lines)?]))
+            }
+            Statement::Query(q) => {
+                let plan = state.planner.plan(q, tokens, start).await?;
+                state.queries += 1;
+                let name = format!("select-{}", state.queries);
+                let schema = plan.root.schema();
+                let (sink, tx, rx) = caller_channel();
+                let id = state.jobs.len() as u64 + 1;
+                let job = spawn_job(id, name, &plan.root, Box::new(sink), "caller".into(), self.connectors.as_ref())?;
+                state.jobs.push(job.clone());
+                Ok(Outcome::Query(QueryStream::new(schema, tx, rx, job)))
+            }
+            Statement::Insert(q) => {
+                let plan = state.planner.plan(q, tokens, start).await?;
+                let job = self.start_insert(&mut state, plan)?;
+                if state.settings.dml_sync() {
+                    drop(state);
+                    job.wait().await?;
+                    let status = job.status();
+                    return Ok(Outcome::Done(format!(
+                        "Job '{}' finished: {} row(s) written.",
+                        status.name,
+                        status.operators.last().map_or(0, |o| o.rows_in)
+                    )));
+                }
+                Ok(Outcome::Job(job))
+            }
+        }
+    }
+
+    fn start_insert(&self, state: &mut State, plan: StreamPlan) -> Result<JobHandle> {
+        let SinkTarget::Table(table) = &plan.sink else {
+            return Err(WeirError::internal("INSERT without a target table"));
+        };
+        // Batches reach the sink with exactly the table's schema (names and nullability).
+        let indices = (0..table.schema.fields().len()).collect();
+        let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
+        let sink = self.connectors.sink(table, table.schema.clone())?;
+        let name = match state.settings.get("pipeline.name") {
+            Some(n) => n.to_string(),
+            None => format!("insert-into-{}", table.name),
+        };
+        let id = state.jobs.len() as u64 + 1;
+        let job = spawn_job(id, name, &root, sink, table.name.clone(), self.connectors.as_ref())?;
+        state.jobs.push(job.clone());
+        Ok(job)
+    }
+
+    /// Relative `'path'` options are taken relative to the base directory, if one is set.
+    fn resolve_paths(&self, ct: &CreateTable) -> CreateTable {
+        let mut ct = ct.clone();
+        if let Some(base) = &self.base_dir {
+            for (key, value, _) in &mut ct.options {
+                if key == "path" && Path::new(value.as_str()).is_relative() {
+                    *value = base.join(&*value).to_string_lossy().into_owned();
+                }
+            }
+        }
+        ct
+    }
+}
+
+fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("rows_read", DataType::Int64, false),
+        Field::new("rows_written", DataType::Int64, false),
+        Field::new("records_skipped", DataType::Int64, false),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let read = |s: &weir_runtime::JobStatus| {
+        s.operators.iter().filter(|o| o.name.starts_with("Source: ") || o.name == "Values").map(|o| o.rows_out).sum::<u64>() as i64
+    };
+    let written = |s: &weir_runtime::JobStatus| s.operators.last().map_or(0, |o| o.rows_in) as i64;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(jobs.iter().map(|j| j.id as i64))),
+        Arc::new(StringArray::from_iter_values(jobs.iter().map(|j| j.name.as_str()))),
+        Arc::new(StringArray::from_iter_values(jobs.iter().map(|j| j.state.name()))),
+        Arc::new(Int64Array::from_iter_values(jobs.iter().map(read))),
+        Arc::new(Int64Array::from_iter_values(jobs.iter().map(written))),
+        Arc::new(Int64Array::from_iter_values(jobs.iter().map(|j| j.records_skipped() as i64))),
+        Arc::new(StringArray::from_iter(jobs.iter().map(|j| match &j.state {
+            weir_runtime::JobState::Failed(e) => Some(e.to_string()),
+            _ => None,
+        }))),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}

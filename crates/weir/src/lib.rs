@@ -1,0 +1,30 @@
+//! Weir embedded: run continuous SQL over streams from a Rust program.
+//!
+//! ```no_run
+//! # async fn demo() -> weir::Result<()> {
+//! use futures::StreamExt;
+//!
+//! let engine = weir::Engine::new();
+//! engine.execute_all("CREATE TABLE bids (auction BIGINT, price BIGINT) \
+//!     WITH ('connector' = 'filesystem', 'path' = 'bids.csv', 'format' = 'csv')").await?;
+//! let mut rows = engine.query("SELECT auction, price * 2 AS doubled FROM bids WHERE price > 10").await?;
+//! while let Some(batch) = rows.next().await {
+//!     println!("{} rows", batch?.num_rows());
+//! }
+//! # Ok(()) }
+//! ```
+
+mod engine;
+mod query;
+mod settings;
+pub mod slt;
+
+pub use engine::{Engine, Outcome};
+pub use query::QueryStream;
+pub use weir_core::{display_options, ErrorKind, Location, Result, WeirError};
+pub use weir_runtime::{JobHandle, JobState, JobStatus};
+pub use weir_sql::parser::ends_statement;
+pub use weir_sql::ParsedStatement;
+
+/// The arrow crate Weir's batches come from.
+pub use datafusion::arrow;
