@@ -81,13 +81,24 @@ impl std::error::Error for WeirError {}
 
 impl From<DataFusionError> for WeirError {
     fn from(e: DataFusionError) -> Self {
+        let mut error = Self::from_datafusion(e);
+        // Weir has one catalog and one schema; DataFusion's default names for them are noise.
+        error.message = error.message.replace("datafusion.public.", "");
+        // One line: DataFusion puts hints ("Did you mean …?") on lines of their own.
+        error.message = error.message.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        error
+    }
+}
+
+impl WeirError {
+    fn from_datafusion(e: DataFusionError) -> Self {
         match e {
             DataFusionError::Plan(m) | DataFusionError::Configuration(m) => Self::user(m),
             DataFusionError::Diagnostic(d, inner) => {
                 let loc = d.span.map(|s| Location { line: s.start.line, column: s.start.column });
-                WeirError::from(*inner).at(loc)
+                WeirError::from_datafusion(*inner).at(loc)
             }
-            DataFusionError::Context(c, inner) => WeirError::from(*inner).context(c),
+            DataFusionError::Context(c, inner) => WeirError::from_datafusion(*inner).context(c),
             DataFusionError::SchemaError(..) | DataFusionError::SQL(..) => Self::user(e.strip_backtrace()),
             DataFusionError::NotImplemented(m) => Self::not_supported(m),
             DataFusionError::Shared(inner) => Self::internal(inner.strip_backtrace()),

@@ -64,22 +64,19 @@ fn ident_location(ident: &Ident) -> Option<Location> {
     (ident.span.start.line > 0).then(|| location(ident.span.start))
 }
 
-/// Give an error from DataFusion the position of the name it is about, when it has none.
+/// Give an error from DataFusion the position of the name it is about, when it has none:
+/// the first name quoted in the message (or after "No field named") found among the tokens.
 fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
     if e.location.is_some() {
         return e;
     }
-    let name = e
-        .message
-        .split_once("No field named ")
-        .map(|(_, rest)| rest.split(['.', ' ', ',']).filter(|s| !s.is_empty()).collect::<Vec<_>>())
-        .and_then(|parts| {
-            // "No field named t.x." → x; "No field named x." → x
-            let parts: Vec<_> = parts.into_iter().take(2).collect();
-            let name = if parts.len() == 2 && !parts[1].starts_with("Valid") { parts[1] } else { parts[0] };
-            Some(name.trim_matches(['"', '\'']).to_string())
-        });
-    let at = name.and_then(|n| find_identifier(tokens, &n)).unwrap_or(start);
+    let mut names: Vec<String> = Vec::new();
+    if let Some((_, rest)) = e.message.split_once("No field named ") {
+        let word = rest.split([' ', ',']).next().unwrap_or("").trim_end_matches('.');
+        names.push(word.rsplit('.').next().unwrap_or(word).trim_matches(['"', '\'']).to_string());
+    }
+    names.extend(e.message.split('\'').skip(1).step_by(2).map(|n| n.rsplit('.').next().unwrap_or(n).to_string()));
+    let at = names.iter().find_map(|n| find_identifier(tokens, n)).unwrap_or(start);
     e.at(Some(at))
 }
 
@@ -251,7 +248,12 @@ impl Planner {
 
     /// Plan a bare query (rows to the caller) or an `INSERT INTO` (rows to a table).
     pub async fn plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<StreamPlan> {
-        let plan = self.logical_plan(statement, tokens, start).await?;
+        let plan = self.logical_plan(statement, tokens, start).await.map_err(|e| match statement {
+            SqlStatement::Insert(insert) if !e.message.contains(" not found") => {
+                e.context(format!("INSERT INTO {}", insert.table))
+            }
+            _ => e,
+        })?;
         let (input, sink) = match &plan {
             LogicalPlan::Dml(dml) => {
                 if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {

@@ -32,6 +32,9 @@ pub struct CsvReader {
     record: csv::StringRecord,
     skipped: u64,
     done: bool,
+    /// Under `ParsePolicy::Fail`: a structural error found while splitting, reported once the
+    /// records before it have been typed (one of them may hold an earlier error).
+    pending_error: Option<WeirError>,
 }
 
 impl CsvReader {
@@ -62,21 +65,30 @@ impl CsvReader {
             record: csv::StringRecord::new(),
             skipped: 0,
             done: false,
+            pending_error: None,
         }
     }
 
-    /// Apply the parse policy to one malformed record.
-    fn malformed(&mut self, line: u64, reason: impl std::fmt::Display) -> Result<()> {
+    fn error(&self, line: u64, reason: impl std::fmt::Display) -> WeirError {
+        WeirError::user(format!(
+            "malformed CSV record in '{}' at line {line}: {reason} \
+             (set 'format.ignore-parse-errors' = 'true' to skip such records)",
+            self.path.display()
+        ))
+    }
+
+    /// A record that cannot be split into the table's fields: skipped and counted, or, under
+    /// `Fail`, kept as the pending error and the batch ends here. Returns whether to go on.
+    fn malformed(&mut self, line: u64, reason: impl std::fmt::Display) -> bool {
         match self.policy {
             ParsePolicy::Skip => {
                 self.skipped += 1;
-                Ok(())
+                true
             }
-            ParsePolicy::Fail => Err(WeirError::user(format!(
-                "malformed CSV record in '{}' at line {line}: {reason} \
-                 (set 'format.ignore-parse-errors' = 'true' to skip such records)",
-                self.path.display()
-            ))),
+            ParsePolicy::Fail => {
+                self.pending_error = Some(self.error(line, reason));
+                false
+            }
         }
     }
 
@@ -96,11 +108,11 @@ impl CsvReader {
                     let line = self.record.position().map_or(line, |p| p.line());
                     if self.record.len() != self.file_columns {
                         let found = self.record.len();
-                        self.malformed(
-                            line,
-                            format!("expected {} fields, found {found}", self.file_columns),
-                        )?;
-                        continue;
+                        let reason = format!("expected {} fields, found {found}", self.file_columns);
+                        if self.malformed(line, reason) {
+                            continue;
+                        }
+                        break;
                     }
                     for (builder, &i) in builders.iter_mut().zip(&self.projection) {
                         builder.append_value(&self.record[i]);
@@ -111,7 +123,9 @@ impl CsvReader {
                     csv::ErrorKind::Io(_) => return Err(io_error(&self.path, e)),
                     _ => {
                         let line = e.position().map_or(line, |p| p.line());
-                        self.malformed(line, e)?
+                        if !self.malformed(line, e) {
+                            break;
+                        }
                     }
                 },
             }
@@ -122,7 +136,13 @@ impl CsvReader {
 
 impl BatchReader for CsvReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
-        while !self.done {
+        loop {
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            if self.done {
+                return Ok(None);
+            }
             let (strings, lines) = self.read_strings()?;
             if lines.is_empty() {
                 continue;
@@ -130,20 +150,18 @@ impl BatchReader for CsvReader {
             let (columns, bad_rows, first_bad) = to_typed_columns(strings, &self.schema)?;
             let options = RecordBatchOptions::new().with_row_count(Some(lines.len()));
             let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
-            let Some(bad_rows) = bad_rows else { return Ok(Some(batch)) };
             if let (ParsePolicy::Fail, Some(bad)) = (self.policy, first_bad) {
-                self.malformed(
-                    lines[bad.row],
-                    format!("cannot parse '{}' as {} for column '{}'", bad.text, bad.data_type, bad.column),
-                )?;
+                let reason = format!("cannot parse '{}' as {} for column '{}'", bad.text, bad.data_type, bad.column);
+                return Err(self.error(lines[bad.row], reason));
             }
+            // The records before a structural error are good; the error comes next time.
+            let Some(bad_rows) = bad_rows else { return Ok(Some(batch)) };
             self.skipped += bad_rows.true_count() as u64;
             let kept = filter_record_batch(&batch, &not(&bad_rows)?)?;
             if kept.num_rows() > 0 {
                 return Ok(Some(kept));
             }
         }
-        Ok(None)
     }
 
     fn records_skipped(&self) -> u64 {

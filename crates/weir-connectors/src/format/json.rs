@@ -66,8 +66,14 @@ impl JsonReader {
         let mut good = String::new();
         let mut rows = 0;
         for (line_no, line) in lines {
-            match self.decode(line.as_bytes(), 1) {
-                Ok(_) => {
+            // A line must decode to exactly one row on its own: an unfinished object is an
+            // error here, not a prefix of the next line.
+            let one = self.decode(line.as_bytes(), 1).and_then(|b| match b.map_or(0, |b| b.num_rows()) {
+                1 => Ok(()),
+                _ => Err(WeirError::user("not a complete JSON object")),
+            });
+            match one {
+                Ok(()) => {
                     good.push_str(&line);
                     good.push('\n');
                     rows += 1;
@@ -81,7 +87,7 @@ impl JsonReader {
                         "malformed JSON record in '{}' at line {line_no}: {} \
                          (set 'format.ignore-parse-errors' = 'true' to skip such records)",
                         self.path.display(),
-                        e.message
+                        e.message.trim_start_matches("Json error: ")
                     )))
                 }
             }

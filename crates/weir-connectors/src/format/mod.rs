@@ -71,15 +71,21 @@ impl Format {
             }),
             "json" => Ok(Format::Json { policy: policy()? }),
             "parquet" => {
-                let compression = match opts.get("parquet.compression") {
-                    None => ::parquet::basic::Compression::SNAPPY,
-                    Some(c) => c.to_ascii_uppercase().parse().map_err(|_| {
-                        WeirError::user(format!(
+                use ::parquet::basic::{BrotliLevel, Compression as C, GzipLevel, ZstdLevel};
+                let compression = match opts.get("parquet.compression").map(|c| c.to_ascii_lowercase()).as_deref() {
+                    None | Some("snappy") => C::SNAPPY,
+                    Some("uncompressed") | Some("none") => C::UNCOMPRESSED,
+                    Some("zstd") => C::ZSTD(ZstdLevel::default()),
+                    Some("gzip") => C::GZIP(GzipLevel::default()),
+                    Some("brotli") => C::BROTLI(BrotliLevel::default()),
+                    Some("lz4_raw") | Some("lz4") => C::LZ4_RAW,
+                    Some(c) => {
+                        return Err(WeirError::user(format!(
                             "table '{name}': unknown parquet.compression '{c}' \
-                             (uncompressed, snappy, zstd, lz4_raw, gzip, brotli)"
+                             (uncompressed, snappy, zstd, gzip, brotli, lz4_raw)"
                         ))
-                        .at(opts.location("parquet.compression"))
-                    })?,
+                        .at(opts.location("parquet.compression")))
+                    }
                 };
                 Ok(Format::Parquet { compression })
             }

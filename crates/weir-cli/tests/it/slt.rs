@@ -1,0 +1,56 @@
+//! The sql-tests suites, through the same runner as `weir test`.
+
+use crate::repo;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_tests_pass() {
+    let dir = repo().join("sql-tests");
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    let mut errors = 0;
+    for file in weir::slt::slt_files(&dir).expect("list sql-tests") {
+        let summary = weir::slt::run_file(&file).await.expect("run slt file");
+        passed += summary.passed;
+        if summary.failed > 0 {
+            failed.push(format!("{}: {} failed", file.display(), summary.failed));
+        }
+        let text = std::fs::read_to_string(&file).expect("read slt file");
+        errors += text.lines().filter(|l| l.starts_with("statement error")).count();
+    }
+    assert!(failed.is_empty(), "failing records:\n{}", failed.join("\n"));
+    assert!(passed >= 40, "only {passed} records ran");
+    assert!(errors * 5 >= passed, "{errors} error cases of {passed} records: fewer than a fifth");
+}
+
+#[test]
+fn weir_test_command_runs_the_suites() {
+    let out = std::process::Command::new(crate::weir_bin())
+        .args(["test", "sql-tests"])
+        .current_dir(repo())
+        .output()
+        .expect("run weir test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "weir test failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.ends_with(" passed, 0 failed"), "unexpected summary: {last}");
+}
+
+#[test]
+fn weir_test_fails_on_a_wrong_expectation() {
+    let dir = tempdir();
+    let file = dir.join("wrong.slt");
+    std::fs::write(&file, "query I\nSELECT 1 + 1\n----\n3\n").expect("write slt");
+    let out = std::process::Command::new(crate::weir_bin()).arg("test").arg(&file).output().expect("run weir test");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 passed, 1 failed"));
+}
+
+pub fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "weir-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
