@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs to build Weir. Idempotent; installs only what
+# is missing. Sourced by the other scripts; exports CARGO_TARGET_DIR so that every build
+# (yours, the tests', CI's) reuses one persistent target directory.
+set -euo pipefail
+
+# System packages the build needs. (RocksDB's bindings will add libclang-dev here.)
+APT_PACKAGES=(gcc g++ make pkg-config)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install a Rust toolchain (1.85 or newer, e.g. with rustup) and retry" >&2
+  exit 1
+fi
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+mkdir -p "$CARGO_TARGET_DIR"
