@@ -80,3 +80,13 @@ impl Sink for FileSink {
         })
     }
 }
+
+impl Drop for FileSink {
+    /// A job that stops without finishing (failure, cancellation) publishes nothing and leaves
+    /// no in-progress file behind.
+    fn drop(&mut self) {
+        if let Some((_, hidden)) = self.open.take() {
+            let _ = std::fs::remove_file(hidden);
+        }
+    }
+}
