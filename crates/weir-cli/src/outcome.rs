@@ -15,6 +15,13 @@ pub enum Shown {
     Interrupted,
 }
 
+/// Run one statement and show what it gave.
+pub async fn execute(engine: &weir::Engine, statement: &weir::ParsedStatement) -> Result<Shown> {
+    let started = Instant::now();
+    let outcome = engine.execute(statement).await?;
+    show(outcome, started).await
+}
+
 /// Print an outcome: messages, tables, streaming query rows (Ctrl-C cancels the query).
 pub async fn show(outcome: Outcome, started: Instant) -> Result<Shown> {
     let mut out = std::io::stdout();

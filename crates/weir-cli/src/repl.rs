@@ -2,13 +2,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
 use weir::Engine;
 
-use crate::outcome::{show, Shown};
+use crate::outcome::{execute, Shown};
 
 const HELP: &str = "\
 Statements end with ';' and may span lines. Ctrl-C cancels a running query or clears the input;
@@ -81,7 +80,7 @@ pub async fn run(history: Option<PathBuf>) -> ExitCode {
             let _ = editor.save_history(h);
         }
         let text = std::mem::take(&mut buffer);
-        execute(&engine, &text).await;
+        run_text(&engine, &text).await;
     }
     // Jobs started here stop with the shell.
     for job in engine.jobs().await {
@@ -90,7 +89,7 @@ pub async fn run(history: Option<PathBuf>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn execute(engine: &Engine, text: &str) {
+async fn run_text(engine: &Engine, text: &str) {
     let statements = match engine.parse(text) {
         Ok(s) => s,
         Err(e) => {
@@ -99,12 +98,7 @@ async fn execute(engine: &Engine, text: &str) {
         }
     };
     for statement in &statements {
-        let started = Instant::now();
-        let shown = match engine.execute(statement).await {
-            Ok(outcome) => show(outcome, started).await,
-            Err(e) => Err(e),
-        };
-        match shown {
+        match execute(engine, statement).await {
             Ok(Shown::Done) | Ok(Shown::Job(_)) => {}
             Ok(Shown::Interrupted) => return,
             Err(e) => {

@@ -2,11 +2,10 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use weir::{Engine, WeirError};
 
-use crate::outcome::{job_summary, show, Shown};
+use crate::outcome::{execute, job_summary, Shown};
 
 fn report(file: &Path, e: &WeirError) {
     match e.location {
@@ -39,12 +38,7 @@ pub async fn run_file(file: &Path) -> ExitCode {
     let mut jobs = Vec::new();
     let mut failed = false;
     for statement in &statements {
-        let started = Instant::now();
-        let shown = match engine.execute(statement).await {
-            Ok(outcome) => show(outcome, started).await,
-            Err(e) => Err(e),
-        };
-        match shown {
+        match execute(&engine, statement).await {
             Ok(Shown::Job(job)) => jobs.push(job),
             Ok(Shown::Done) => {}
             Ok(Shown::Interrupted) => {

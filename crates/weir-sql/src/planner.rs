@@ -7,7 +7,6 @@
 //! expression evaluated on whole batches by Weir's operators. Plan nodes a stream cannot run
 //! yet are refused here with "not supported: …", never at run time.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -15,7 +14,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::{cast, concat};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{DFSchema, TableReference};
+use datafusion::common::DFSchema;
 use datafusion::datasource::{TableType, ViewTable};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::dml::InsertOp;
@@ -419,11 +418,4 @@ impl Planner {
         }
         Err(WeirError::user(format!("table or view '{name}' does not exist")).at(ident_location(ident)))
     }
-
-    pub fn table_reference(name: &str) -> TableReference {
-        TableReference::bare(name)
-    }
 }
-
-#[allow(dead_code)]
-fn _assert_cow(_: Cow<'_, LogicalPlan>) {}
