@@ -83,7 +83,7 @@ pub async fn show(outcome: Outcome, started: Instant) -> Result<Shown> {
 /// One line about a finished job: rows and skipped records.
 pub fn job_summary(job: &JobHandle) -> String {
     let status = job.status();
-    let written = status.operators.last().map_or(0, |o| o.rows_in);
+    let written = status.rows_written();
     let mut line = format!(
         "Job '{}' {}: {} written in {:.3}s",
         status.name,

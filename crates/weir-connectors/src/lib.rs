@@ -5,14 +5,16 @@
 //! | `filesystem` (`format` = `csv`, `json`, `parquet`) | yes | yes |
 //! | `print` | | yes |
 //! | `blackhole` | | yes |
+//! | `nexmark` (`table` = `bid`, `auction`, `person`) | yes | |
 
 mod blackhole;
 mod filesystem;
 mod format;
+mod nexmark;
 mod print;
 mod registry;
 
-pub use format::{Format, ParsePolicy};
+pub use format::{Format, ParsePolicy, Portion};
 pub use registry::Connectors;
 
 /// Rows per batch a source produces.

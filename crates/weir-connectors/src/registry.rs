@@ -1,13 +1,13 @@
 //! Which connector a table names, the options each accepts, and building its source or sink.
 
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{ConnectorFactory, Result, Sink, Source, TableDef, WeirError};
+use weir_core::{ConnectorFactory, Result, Sink, Source, Split, TableDef, WeirError};
 
 use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
 
-const CONNECTORS: &[&str] = &["filesystem", "print", "blackhole"];
+const CONNECTORS: &[&str] = &["filesystem", "nexmark", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -39,6 +39,7 @@ impl ConnectorFactory for Connectors {
                 known.extend_from_slice(format.option_keys());
                 table.options.check_known(&table.name, &known)
             }
+            "nexmark" => crate::nexmark::validate(table),
             "print" => table
                 .options
                 .check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
@@ -46,9 +47,10 @@ impl ConnectorFactory for Connectors {
         }
     }
 
-    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>) -> Result<Box<dyn Source>> {
+    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Box<dyn Source>> {
         match self.connector(table)? {
-            "filesystem" => Ok(Box::new(FileSource::new(table, projection)?)),
+            "filesystem" => Ok(Box::new(FileSource::new(table, projection, split)?)),
+            "nexmark" => Ok(Box::new(crate::nexmark::NexmarkSource::new(table, projection, split)?)),
             other => Err(WeirError::user(format!(
                 "table '{}' uses connector '{other}', which can only be written to, not read",
                 table.name
@@ -56,7 +58,12 @@ impl ConnectorFactory for Connectors {
         }
     }
 
-    fn sink(&self, table: &TableDef, schema: SchemaRef) -> Result<Box<dyn Sink>> {
+    fn parallel_sink(&self, table: &TableDef) -> bool {
+        // One stream of lines on the console, in the order they arrive.
+        table.options.get("connector") != Some("print")
+    }
+
+    fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
         if !table.partition_keys.is_empty() {
             return Err(WeirError::not_supported(format!(
                 "writing to the partitioned table '{}'",
@@ -64,7 +71,8 @@ impl ConnectorFactory for Connectors {
             )));
         }
         match self.connector(table)? {
-            "filesystem" => Ok(Box::new(FileSink::new(table, schema)?)),
+            "nexmark" => Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name))),
+            "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

@@ -17,8 +17,8 @@ pub use chunk::{Chunk, Op};
 pub use error::{ErrorKind, Location, Result, WeirError};
 pub use message::{Barrier, BarrierKind, Message, Watermark};
 pub use metrics::OperatorMetrics;
-pub use table::{Options, TableDef, WatermarkDef};
-pub use traits::{ConnectorFactory, Operator, Sink, Source};
+pub use table::{parse_duration, Options, TableDef, WatermarkDef};
+pub use traits::{ConnectorFactory, Operator, Sink, Source, Split};
 
 /// Re-exported so that every Weir crate names the one arrow that DataFusion uses.
 pub use datafusion::arrow;

@@ -34,6 +34,9 @@ pub enum Message {
     Chunk(Chunk),
     Watermark(Watermark),
     Barrier(Barrier),
+    /// This input has had no data for its idle timeout: until its next chunk or watermark it
+    /// does not hold back the watermark of operators that merge it with other inputs.
+    Idle,
     /// The input has ended; nothing follows on this edge.
     End,
 }

@@ -13,6 +13,9 @@ pub struct OperatorMetrics {
     pub records_skipped: AtomicU64,
     /// Latest watermark seen, `i64::MIN` if none yet.
     pub watermark: AtomicI64,
+    /// Nanoseconds spent waiting for room in the output channel: how much downstream slowed
+    /// this task down.
+    pub backpressure_nanos: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -25,6 +28,7 @@ impl OperatorMetrics {
             batches_out: AtomicU64::new(0),
             records_skipped: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
+            backpressure_nanos: AtomicU64::new(0),
         }
     }
 
@@ -47,6 +51,7 @@ impl OperatorMetrics {
             batches_out: self.batches_out.load(Relaxed),
             records_skipped: self.records_skipped.load(Relaxed),
             watermark: Some(self.watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
+            backpressure_ms: self.backpressure_nanos.load(Relaxed) / 1_000_000,
         }
     }
 }
@@ -61,4 +66,5 @@ pub struct MetricsSnapshot {
     pub batches_out: u64,
     pub records_skipped: u64,
     pub watermark: Option<i64>,
+    pub backpressure_ms: u64,
 }

@@ -87,3 +87,23 @@ impl TableDef {
         self.options.required(&self.name, "connector")
     }
 }
+
+/// A duration as Flink writes them: `10s`, `500 ms`, `1min`, `2 h`, `1d`; a bare number is
+/// milliseconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| WeirError::user(format!("'{text}' is not a duration (like '10s', '500ms', '1min')")))?;
+    let millis = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        other => return Err(WeirError::user(format!("'{text}': unknown time unit '{other}' (ms, s, min, h, d)"))),
+    };
+    Ok(std::time::Duration::from_millis(n.saturating_mul(millis)))
+}

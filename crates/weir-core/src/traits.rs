@@ -80,16 +80,34 @@ pub trait Sink: Send {
     async fn finish(&mut self) -> Result<()>;
 }
 
+/// Which part of a source one task reads: task `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Split {
+    pub const WHOLE: Split = Split { index: 0, count: 1 };
+}
+
 /// Builds the sources and sinks that a table's `'connector'` option names.
 pub trait ConnectorFactory: Send + Sync {
     /// Check a table's options at `CREATE TABLE` time, before any job uses it.
     fn validate(&self, table: &TableDef) -> Result<()>;
 
-    /// A source reading `table`, returning only the columns in `projection` (all if `None`).
-    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>) -> Result<Box<dyn Source>>;
+    /// Source task `split.index` of `split.count` reading `table`, returning only the columns
+    /// in `projection` (all if `None`). The splits of a table together read it exactly once.
+    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Box<dyn Source>>;
 
-    /// A sink writing batches with `schema` into `table`.
-    fn sink(&self, table: &TableDef, schema: SchemaRef) -> Result<Box<dyn Sink>>;
+    /// Sink task `split.index` of `split.count` writing batches with `schema` into `table`.
+    fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>>;
+
+    /// Whether sink tasks can run in parallel; if not, all rows go to one sink task (a console
+    /// shows one stream of lines).
+    fn parallel_sink(&self, _table: &TableDef) -> bool {
+        true
+    }
 }
 
 pub type SharedConnectorFactory = Arc<dyn ConnectorFactory>;

@@ -10,8 +10,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use weir_core::metrics::MetricsSnapshot;
 use weir_core::{
-    Chunk, ConnectorFactory, Message, Operator, OperatorMetrics, Result, Sink, Source, Watermark,
-    WeirError,
+    Chunk, ConnectorFactory, Message, Operator, OperatorMetrics, Result, Sink, Source, Split,
+    Watermark, WeirError,
 };
 
 use crate::merge::InputMerger;
@@ -49,6 +49,16 @@ pub struct JobStatus {
 }
 
 impl JobStatus {
+    /// Rows produced by the job's sources.
+    pub fn rows_read(&self) -> u64 {
+        self.operators.iter().filter(|o| o.name.starts_with("Source: ") || o.name == "Values").map(|o| o.rows_out).sum()
+    }
+
+    /// Rows that reached the job's sinks.
+    pub fn rows_written(&self) -> u64 {
+        self.operators.iter().filter(|o| o.name.starts_with("Sink: ")).map(|o| o.rows_in).sum()
+    }
+
     /// Malformed records skipped by all sources of the job.
     pub fn records_skipped(&self) -> u64 {
         self.operators.iter().map(|o| o.records_skipped).sum()
@@ -123,9 +133,33 @@ impl JobHandle {
 
 type Task = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
+/// How a job runs.
+#[derive(Debug, Clone)]
+pub struct JobOptions {
+    /// Tasks per operator.
+    pub parallelism: usize,
+    /// A source task with no data for this long stops holding back the watermark.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        Self { parallelism: 1, idle_timeout: None }
+    }
+}
+
+/// Where a job's rows go: a name for metrics, whether sink tasks may run in parallel, and how
+/// to make the sink of task `split`.
+pub struct SinkSpec<'a> {
+    pub name: String,
+    pub parallel: bool,
+    pub make: Box<dyn FnMut(Split) -> Result<Box<dyn Sink>> + 'a>,
+}
+
 /// Builds the tasks of a plan.
 struct Builder<'a> {
     connectors: &'a dyn ConnectorFactory,
+    options: JobOptions,
     tasks: Vec<(String, Task)>,
     metrics: Vec<Arc<OperatorMetrics>>,
 }
@@ -137,8 +171,9 @@ impl Builder<'_> {
         m
     }
 
-    /// Tasks computing `node`; returns the channel its output arrives on.
-    fn build(&mut self, node: &Node) -> Result<mpsc::Receiver<Message>> {
+    /// Tasks computing `node`, `parallelism` of each; returns the channel each task's output
+    /// arrives on, by task index.
+    fn build(&mut self, node: &Node) -> Result<Vec<mpsc::Receiver<Message>>> {
         // The operators above the node that starts the task, bottom up.
         let mut specs: Vec<&OperatorSpec> = Vec::new();
         let mut start = node;
@@ -147,29 +182,57 @@ impl Builder<'_> {
             start = input;
         }
         specs.reverse();
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let chain = Chain {
-            ops: specs.iter().map(|s| (s.instantiate(), self.metrics(s.describe()))).collect(),
-            tx,
+        let parallelism = match start {
+            // Literal rows are few: one task.
+            Node::Values { .. } => 1,
+            _ => self.options.parallelism,
         };
-        match start {
-            Node::Source { table, projection, .. } => {
-                let source = self.connectors.source(table, projection.clone())?;
-                let metrics = self.metrics(format!("Source: {}", table.name));
-                self.tasks.push((format!("source {}", table.name), Box::pin(run_source(source, metrics, chain))));
-            }
-            Node::Values { batches, schema } => {
-                let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
-                let metrics = self.metrics("Values".to_string());
-                self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain))));
-            }
+        let mut union_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match start {
             Node::Union { inputs, .. } => {
-                let receivers = inputs.iter().map(|i| self.build(i)).collect::<Result<Vec<_>>>()?;
-                self.tasks.push(("union".to_string(), Box::pin(run_union(receivers, chain))));
+                // Input j's task i feeds union task i (a forward edge); an input with fewer
+                // tasks feeds them all to union task 0.
+                let mut per_task: Vec<Vec<mpsc::Receiver<Message>>> = (0..parallelism).map(|_| Vec::new()).collect();
+                for input in inputs {
+                    for (i, rx) in self.build(input)?.into_iter().enumerate() {
+                        per_task[i % parallelism].push(rx);
+                    }
+                }
+                per_task
             }
-            Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
+            _ => Vec::new(),
+        };
+        let mut outputs = Vec::with_capacity(parallelism);
+        for index in 0..parallelism {
+            let split = Split { index, count: parallelism };
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            outputs.push(rx);
+            let chain = Chain {
+                ops: specs.iter().map(|s| (s.instantiate(), self.metrics(format!("{} [{index}]", s.describe())))).collect(),
+                tx,
+                metrics: None,
+            };
+            match start {
+                Node::Source { table, projection, .. } => {
+                    let source = self.connectors.source(table, projection.clone(), split)?;
+                    let metrics = self.metrics(format!("Source: {} [{index}]", table.name));
+                    let idle = self.options.idle_timeout;
+                    let chain = chain.with_metrics(metrics.clone());
+                    self.tasks.push((format!("source {} [{index}]", table.name), Box::pin(run_source(source, metrics, chain, idle))));
+                }
+                Node::Values { batches, schema } => {
+                    let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
+                    let metrics = self.metrics("Values".to_string());
+                    let chain = chain.with_metrics(metrics.clone());
+                    self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None))));
+                }
+                Node::Union { .. } => {
+                    let receivers = std::mem::take(&mut union_inputs[index]);
+                    self.tasks.push((format!("union [{index}]"), Box::pin(run_merge(receivers, chain))));
+                }
+                Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
+            }
         }
-        Ok(rx)
+        Ok(outputs)
     }
 }
 
@@ -177,9 +240,32 @@ impl Builder<'_> {
 struct Chain {
     ops: Vec<(Box<dyn Operator>, Arc<OperatorMetrics>)>,
     tx: mpsc::Sender<Message>,
+    /// Where waiting for room in `tx` is counted (the task's first metrics).
+    metrics: Option<Arc<OperatorMetrics>>,
 }
 
 impl Chain {
+    fn with_metrics(mut self, metrics: Arc<OperatorMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Send downstream, counting the time spent waiting for room as backpressure.
+    async fn send(&mut self, msg: Message) -> bool {
+        match self.tx.try_send(msg) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(msg)) => {
+                let waited = Instant::now();
+                let sent = self.tx.send(msg).await.is_ok();
+                if let Some(m) = &self.metrics {
+                    m.backpressure_nanos.fetch_add(waited.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                sent
+            }
+        }
+    }
+
     /// Push `msg` through every operator and send what comes out. `false`: stop this task,
     /// because downstream is gone or an operator (a `LIMIT`) has ended the stream.
     async fn push(&mut self, msg: Message) -> Result<bool> {
@@ -198,6 +284,7 @@ impl Chain {
                         op.process_watermark(w, &mut next)?;
                     }
                     Message::Barrier(b) => op.process_barrier(b, &mut next)?,
+                    Message::Idle => next.push(Message::Idle),
                     Message::End => {
                         op.finish(&mut next)?;
                         next.push(Message::End);
@@ -218,7 +305,7 @@ impl Chain {
             }
         }
         for msg in messages {
-            if self.tx.send(msg).await.is_err() {
+            if !self.send(msg).await {
                 return Ok(false);
             }
         }
@@ -226,9 +313,31 @@ impl Chain {
     }
 }
 
-async fn run_source(mut source: Box<dyn Source>, metrics: Arc<OperatorMetrics>, mut chain: Chain) -> Result<()> {
+async fn run_source(
+    mut source: Box<dyn Source>,
+    metrics: Arc<OperatorMetrics>,
+    mut chain: Chain,
+    idle_timeout: Option<Duration>,
+) -> Result<()> {
     loop {
-        let next = source.next_batch().await;
+        let next = {
+            // Keep the same read going while reporting idleness: dropping it could lose data.
+            let read = source.next_batch();
+            tokio::pin!(read);
+            match idle_timeout {
+                None => read.await,
+                Some(timeout) => tokio::select! {
+                    r = &mut read => r,
+                    _ = tokio::time::sleep(timeout) => {
+                        if !chain.push(Message::Idle).await? {
+                            return Ok(());
+                        }
+                        // Idle until data comes; the next chunk makes it active again.
+                        read.await
+                    }
+                },
+            }
+        };
         metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
         match next? {
             Some(batch) => {
@@ -248,7 +357,8 @@ async fn run_source(mut source: Box<dyn Source>, metrics: Arc<OperatorMetrics>, 
     }
 }
 
-async fn run_union(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain) -> Result<()> {
+/// Merge several inputs (a union, or parallel tasks feeding one sink) into one chain.
+async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain) -> Result<()> {
     let mut merger = InputMerger::new(inputs.len());
     let mut next_first = 0;
     loop {
@@ -298,26 +408,39 @@ async fn run_sink(
                 sink.on_watermark(w).await?;
             }
             Message::Barrier(b) => sink.on_barrier(b).await?,
+            Message::Idle => {}
             Message::End => return sink.finish().await,
         }
     }
     Err(WeirError::internal("the sink's input closed before the end of the stream"))
 }
 
-/// Start running `root` into `sink`. Sources are opened here, so a missing file fails now,
+/// Start running `root` into the sink. Sources are opened here, so a missing file fails now,
 /// before the job exists. Must be called inside a Tokio runtime.
 pub fn spawn_job(
     id: u64,
     name: String,
     root: &Node,
-    sink: Box<dyn Sink>,
-    sink_name: String,
+    mut sink: SinkSpec<'_>,
     connectors: &dyn ConnectorFactory,
+    options: JobOptions,
 ) -> Result<JobHandle> {
-    let mut builder = Builder { connectors, tasks: Vec::new(), metrics: Vec::new() };
-    let input = builder.build(root)?;
-    let sink_metrics = builder.metrics(format!("Sink: {sink_name}"));
-    builder.tasks.push(("sink".to_string(), Box::pin(run_sink(input, sink, sink_metrics))));
+    let mut builder = Builder { connectors, options, tasks: Vec::new(), metrics: Vec::new() };
+    let mut inputs = builder.build(root)?;
+    if !sink.parallel && inputs.len() > 1 {
+        // Every task feeds one sink task through a merge (watermarks, barriers aligned).
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let chain = Chain { ops: Vec::new(), tx, metrics: None };
+        let all = std::mem::take(&mut inputs);
+        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain))));
+        inputs = vec![rx];
+    }
+    let count = inputs.len();
+    for (index, input) in inputs.into_iter().enumerate() {
+        let task_sink = (sink.make)(Split { index, count })?;
+        let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
+        builder.tasks.push((format!("sink [{index}]"), Box::pin(run_sink(input, task_sink, metrics))));
+    }
 
     let (state_tx, state_rx) = watch::channel(JobState::Running);
     let (cancel_tx, mut cancel_rx) = watch::channel(false);

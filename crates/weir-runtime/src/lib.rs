@@ -12,7 +12,7 @@ pub mod operators;
 mod plan;
 mod values;
 
-pub use job::{spawn_job, JobHandle, JobState, JobStatus};
+pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
 pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use values::ValuesSource;

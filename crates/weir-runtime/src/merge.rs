@@ -7,6 +7,8 @@
 //!   blocked (the caller stops reading it) until barrier `n` has arrived on every open input;
 //!   then one barrier `n` goes out and all inputs are unblocked.
 //! - `End` goes out once every input has ended.
+//! - An input that reported `Idle` does not hold the watermark back until it sends a chunk or
+//!   a watermark again; when every open input is idle, the output is idle too.
 
 use weir_core::{Barrier, Message, Watermark};
 
@@ -14,6 +16,8 @@ use weir_core::{Barrier, Message, Watermark};
 pub struct InputMerger {
     watermarks: Vec<Watermark>,
     ended: Vec<bool>,
+    idle: Vec<bool>,
+    output_idle: bool,
     blocked: Vec<bool>,
     pending_barrier: Option<Barrier>,
     emitted: Watermark,
@@ -24,6 +28,8 @@ impl InputMerger {
         Self {
             watermarks: vec![Watermark::MIN; inputs],
             ended: vec![false; inputs],
+            idle: vec![false; inputs],
+            output_idle: false,
             blocked: vec![false; inputs],
             pending_barrier: None,
             emitted: Watermark::MIN,
@@ -42,12 +48,21 @@ impl InputMerger {
     /// Take message `msg` from input `i`; push what goes downstream into `out`.
     pub fn on_message(&mut self, i: usize, msg: Message, out: &mut Vec<Message>) {
         match msg {
-            Message::Chunk(_) => out.push(msg),
+            Message::Chunk(_) => {
+                self.activate(i);
+                out.push(msg)
+            }
             Message::Watermark(w) => {
+                self.activate(i);
                 if w > self.watermarks[i] {
                     self.watermarks[i] = w;
                 }
                 self.emit_watermark(out);
+            }
+            Message::Idle => {
+                self.idle[i] = true;
+                self.emit_watermark(out);
+                self.emit_idle(out);
             }
             Message::Barrier(b) => {
                 self.blocked[i] = true;
@@ -66,8 +81,23 @@ impl InputMerger {
         }
     }
 
+    fn activate(&mut self, i: usize) {
+        self.idle[i] = false;
+        self.output_idle = false;
+    }
+
+    fn emit_idle(&mut self, out: &mut Vec<Message>) {
+        let open_idle = (0..self.idle.len()).filter(|&i| !self.ended[i]).all(|i| self.idle[i]);
+        if open_idle && !self.output_idle && !self.all_ended() {
+            self.output_idle = true;
+            out.push(Message::Idle);
+        }
+    }
+
     fn emit_watermark(&mut self, out: &mut Vec<Message>) {
-        let open = self.watermarks.iter().zip(&self.ended).filter(|(_, e)| !**e).map(|(w, _)| *w);
+        let open = (0..self.watermarks.len())
+            .filter(|&i| !self.ended[i] && !self.idle[i])
+            .map(|i| self.watermarks[i]);
         let Some(min) = open.min() else { return };
         if min > self.emitted {
             self.emitted = min;
@@ -98,6 +128,7 @@ mod tests {
                 Message::Chunk(_) => "chunk".to_string(),
                 Message::Watermark(w) => format!("wm {}", w.0),
                 Message::Barrier(b) => format!("barrier {}", b.epoch),
+                Message::Idle => "idle".to_string(),
                 Message::End => "end".to_string(),
             })
             .collect()
@@ -130,6 +161,27 @@ mod tests {
         m.on_message(1, Message::Barrier(b), &mut out);
         assert_eq!(kinds(&out), ["barrier 7"]);
         assert!(m.readable(0) && m.readable(1) && !m.readable(2));
+    }
+
+    #[test]
+    fn idle_input_stops_holding_the_watermark_back() {
+        let mut m = InputMerger::new(2);
+        let mut out = vec![];
+        m.on_message(0, Message::Watermark(Watermark(10)), &mut out);
+        m.on_message(1, Message::Watermark(Watermark(3)), &mut out);
+        m.on_message(0, Message::Watermark(Watermark(20)), &mut out);
+        assert_eq!(kinds(&out), ["wm 3"], "input 1 holds the watermark at 3");
+        m.on_message(1, Message::Idle, &mut out);
+        assert_eq!(kinds(&out), ["wm 3", "wm 20"]);
+        // Back from idle behind the output watermark: no regression, held until it catches up.
+        m.on_message(1, Message::Watermark(Watermark(5)), &mut out);
+        m.on_message(0, Message::Watermark(Watermark(30)), &mut out);
+        assert_eq!(kinds(&out), ["wm 3", "wm 20"]);
+        m.on_message(1, Message::Watermark(Watermark(25)), &mut out);
+        assert_eq!(kinds(&out), ["wm 3", "wm 20", "wm 25"]);
+        m.on_message(0, Message::Idle, &mut out);
+        m.on_message(1, Message::Idle, &mut out);
+        assert_eq!(kinds(&out), ["wm 3", "wm 20", "wm 25", "idle"]);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::Mutex;
 use weir_connectors::Connectors;
 use weir_core::{ConnectorFactory, Result, WeirError};
-use weir_runtime::{spawn_job, JobHandle, OperatorSpec, SinkTarget, StreamPlan};
+use weir_runtime::{spawn_job, JobHandle, OperatorSpec, SinkSpec, SinkTarget, StreamPlan};
 use weir_sql::parser::{CreateTable, ParsedStatement, Statement};
 use weir_sql::types::sql_type_name;
 use weir_sql::{parse_script, ObjectKind, Planner};
@@ -255,8 +255,18 @@ impl Engine {
                 let name = format!("select-{}", state.queries);
                 let schema = plan.root.schema();
                 let (sink, tx, rx) = caller_channel();
+                let mut sink = Some(sink);
+                let spec = SinkSpec {
+                    name: "caller".into(),
+                    parallel: false,
+                    make: Box::new(move |_| {
+                        sink.take()
+                            .map(|s| Box::new(s) as Box<dyn weir_core::Sink>)
+                            .ok_or_else(|| WeirError::internal("the caller's sink was asked for twice"))
+                    }),
+                };
                 let id = state.jobs.len() as u64 + 1;
-                let job = spawn_job(id, name, &plan.root, Box::new(sink), "caller".into(), self.connectors.as_ref())?;
+                let job = spawn_job(id, name, &plan.root, spec, self.connectors.as_ref(), state.settings.job_options())?;
                 state.jobs.push(job.clone());
                 Ok(Outcome::Query(QueryStream::new(schema, tx, rx, job)))
             }
@@ -270,7 +280,7 @@ impl Engine {
                     return Ok(Outcome::Done(format!(
                         "Job '{}' finished: {} row(s) written.",
                         status.name,
-                        status.operators.last().map_or(0, |o| o.rows_in)
+                        status.rows_written()
                     )));
                 }
                 Ok(Outcome::Job(job))
@@ -285,13 +295,19 @@ impl Engine {
         // Batches reach the sink with exactly the table's schema (names and nullability).
         let indices = (0..table.schema.fields().len()).collect();
         let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
-        let sink = self.connectors.sink(table, table.schema.clone())?;
+        let connectors = self.connectors.clone();
+        let target = table.clone();
+        let spec = SinkSpec {
+            name: table.name.clone(),
+            parallel: self.connectors.parallel_sink(table),
+            make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
+        };
         let name = match state.settings.get("pipeline.name") {
             Some(n) => n.to_string(),
             None => format!("insert-into-{}", table.name),
         };
         let id = state.jobs.len() as u64 + 1;
-        let job = spawn_job(id, name, &root, sink, table.name.clone(), self.connectors.as_ref())?;
+        let job = spawn_job(id, name, &root, spec, self.connectors.as_ref(), state.settings.job_options())?;
         state.jobs.push(job.clone());
         Ok(job)
     }
@@ -320,10 +336,8 @@ fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
         Field::new("records_skipped", DataType::Int64, false),
         Field::new("error", DataType::Utf8, true),
     ]));
-    let read = |s: &weir_runtime::JobStatus| {
-        s.operators.iter().filter(|o| o.name.starts_with("Source: ") || o.name == "Values").map(|o| o.rows_out).sum::<u64>() as i64
-    };
-    let written = |s: &weir_runtime::JobStatus| s.operators.last().map_or(0, |o| o.rows_in) as i64;
+    let read = |s: &weir_runtime::JobStatus| s.rows_read() as i64;
+    let written = |s: &weir_runtime::JobStatus| s.rows_written() as i64;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(jobs.iter().map(|j| j.id as i64))),
         Arc::new(StringArray::from_iter_values(jobs.iter().map(|j| j.name.as_str()))),

@@ -85,7 +85,7 @@ impl sqllogictest::AsyncDB for WeirDb {
                 }
                 Outcome::Job(job) => {
                     job.wait().await?;
-                    let written = job.status().operators.last().map_or(0, |o| o.rows_in);
+                    let written = job.status().rows_written();
                     DBOutput::StatementComplete(written)
                 }
             };

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{Chunk, Result, Sink, TableDef, WeirError};
+use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
 use crate::format::{BatchWriter, Format};
 
@@ -22,7 +22,7 @@ pub struct FileSink {
 static SINK_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl FileSink {
-    pub fn new(table: &TableDef, schema: SchemaRef) -> Result<Self> {
+    pub fn new(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Self> {
         let format = Format::from_options(table)?;
         let dir = PathBuf::from(table.options.required(&table.name, "path")?);
         let millis = std::time::SystemTime::now()
@@ -30,7 +30,8 @@ impl FileSink {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let n = SINK_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let file_name = format!("part-{millis}-{}-{n}.{}", std::process::id(), format.extension());
+        let file_name =
+            format!("part-{millis}-{}-{n}-{}.{}", std::process::id(), split.index, format.extension());
         Ok(Self { table: table.name.clone(), dir, format, schema, open: None, file_name })
     }
 

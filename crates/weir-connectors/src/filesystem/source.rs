@@ -3,10 +3,10 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_core::{Result, Source, TableDef, WeirError};
+use weir_core::{Result, Source, Split, TableDef, WeirError};
 
 use super::is_hidden;
-use crate::format::{BatchReader, Format};
+use crate::format::{BatchReader, Format, Portion};
 use crate::DEFAULT_BATCH_SIZE;
 
 pub struct FileSource {
@@ -14,8 +14,8 @@ pub struct FileSource {
     table_schema: SchemaRef,
     projection: Vec<usize>,
     schema: SchemaRef,
-    /// Files still to read, in reverse order so that `pop` takes the next one.
-    pending: Vec<PathBuf>,
+    /// This task's parts of the files still to read, in reverse order (`pop` takes the next).
+    pending: Vec<(PathBuf, Portion)>,
     /// The reader of the current file; moved into the blocking task while it reads.
     current: Option<Box<dyn BatchReader>>,
     skipped_in_done_files: u64,
@@ -50,11 +50,43 @@ fn list_files(table: &str, path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Text files at least this large are split by byte range between the source tasks; smaller
+/// ones are read whole, by one task each.
+const MIN_SPLIT_BYTES: u64 = 1 << 20;
+
+/// What task `split` reads of each file: every task reads a byte range of a large text file,
+/// or some row groups of each Parquet file; a small text file is read by one task.
+fn assign(format: &Format, files: Vec<PathBuf>, split: Split) -> Result<Vec<(PathBuf, Portion)>> {
+    if split.count == 1 {
+        return Ok(files.into_iter().map(|f| (f, Portion::Whole)).collect());
+    }
+    let mut parts = Vec::new();
+    for (f, path) in files.into_iter().enumerate() {
+        if matches!(format, Format::Parquet { .. }) {
+            // Rotating by the file's index spreads files with few row groups over the tasks.
+            let index = (split.index + split.count - f % split.count) % split.count;
+            parts.push((path, Portion::RowGroups { index, count: split.count }));
+            continue;
+        }
+        let size = std::fs::metadata(&path)
+            .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?
+            .len();
+        if size >= MIN_SPLIT_BYTES {
+            let (i, n) = (split.index as u64, split.count as u64);
+            parts.push((path, Portion::Bytes { start: size * i / n, end: size * (i + 1) / n }));
+        } else if f % split.count == split.index {
+            parts.push((path, Portion::Whole));
+        }
+    }
+    Ok(parts)
+}
+
 impl FileSource {
-    pub fn new(table: &TableDef, projection: Option<Vec<usize>>) -> Result<Self> {
+    pub fn new(table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Self> {
         let format = Format::from_options(table)?;
         let path = table.options.required(&table.name, "path")?;
-        let mut pending = list_files(&table.name, Path::new(path))?;
+        let files = list_files(&table.name, Path::new(path))?;
+        let mut pending = assign(&format, files, split)?;
         pending.reverse();
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         Ok(Self {
@@ -81,10 +113,10 @@ impl Source for FileSource {
             let mut reader = match self.current.take() {
                 Some(r) => r,
                 None => {
-                    let Some(path) = self.pending.pop() else { return Ok(None) };
+                    let Some((path, portion)) = self.pending.pop() else { return Ok(None) };
                     self.skipped_in_done_files += self.skipped_current;
                     self.skipped_current = 0;
-                    self.format.reader(&path, &self.table_schema, &self.projection, DEFAULT_BATCH_SIZE)?
+                    self.format.reader(&path, portion, &self.table_schema, &self.projection, DEFAULT_BATCH_SIZE)?
                 }
             };
             // File reads block; keep them off the async worker threads.

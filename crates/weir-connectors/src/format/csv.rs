@@ -13,7 +13,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_core::{Result, WeirError};
 
 use super::text::to_typed_columns;
-use super::{io_error, BatchReader, BatchWriter, ParsePolicy};
+use super::{io_error, line_of, BatchReader, BatchWriter, ParsePolicy, TextRange};
 
 pub struct CsvOptions {
     pub delimiter: u8,
@@ -32,6 +32,8 @@ pub struct CsvReader {
     record: csv::StringRecord,
     skipped: u64,
     done: bool,
+    /// The part of the file this reader reads (`None`: all of it).
+    range: Option<TextRange>,
     /// Under `ParsePolicy::Fail`: a structural error found while splitting, reported once the
     /// records before it have been typed (one of them may hold an earlier error).
     pending_error: Option<WeirError>,
@@ -41,6 +43,7 @@ impl CsvReader {
     pub fn new(
         file: File,
         path: &Path,
+        range: Option<TextRange>,
         options: CsvOptions,
         policy: ParsePolicy,
         table_schema: &SchemaRef,
@@ -50,7 +53,8 @@ impl CsvReader {
         let reader = csv::ReaderBuilder::new()
             .delimiter(options.delimiter)
             .quote(options.quote)
-            .has_headers(options.header)
+            // Only the range at the start of the file has the header.
+            .has_headers(options.header && range.is_none_or(|r| r.start == 0))
             .flexible(true)
             .buffer_capacity(256 * 1024)
             .from_reader(file);
@@ -65,11 +69,17 @@ impl CsvReader {
             record: csv::StringRecord::new(),
             skipped: 0,
             done: false,
+            range,
             pending_error: None,
         }
     }
 
     fn error(&self, line: u64, reason: impl std::fmt::Display) -> WeirError {
+        // Lines count from the start of this reader's range; make them lines of the file.
+        let line = match self.range {
+            Some(r) if r.start > 0 => line + line_of(&self.path, r.start) - 1,
+            _ => line,
+        };
         WeirError::user(format!(
             "malformed CSV record in '{}' at line {line}: {reason} \
              (set 'format.ignore-parse-errors' = 'true' to skip such records)",
@@ -99,6 +109,12 @@ impl CsvReader {
         let mut lines = Vec::new();
         while lines.len() < self.batch_size {
             let line = self.reader.position().line();
+            if let Some(r) = self.range {
+                if r.start + self.reader.position().byte() >= r.end {
+                    self.done = true;
+                    break;
+                }
+            }
             match self.reader.read_record(&mut self.record) {
                 Ok(false) => {
                     self.done = true;

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,11 +13,18 @@ use datafusion::arrow::json::LineDelimitedWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_core::{Result, WeirError};
 
-use super::{io_error, BatchReader, BatchWriter, ParsePolicy};
+use super::{io_error, line_of, BatchReader, BatchWriter, ParsePolicy, TextRange};
 
 pub struct JsonReader {
-    lines: std::io::Lines<BufReader<File>>,
+    reader: BufReader<File>,
+    /// Line number of the last line read, within the file.
     line_no: u64,
+    /// Offset of the next line in the file, and where this reader's range ends.
+    offset: u64,
+    end: Option<u64>,
+    /// Where the first line of the range is in the file, counted only if an error needs it.
+    range_start: u64,
+    line_base: Option<u64>,
     path: PathBuf,
     policy: ParsePolicy,
     schema: SchemaRef,
@@ -29,14 +37,19 @@ impl JsonReader {
     pub fn new(
         file: File,
         path: &Path,
+        range: Option<TextRange>,
         policy: ParsePolicy,
         table_schema: &SchemaRef,
         projection: &[usize],
         batch_size: usize,
     ) -> Result<Self> {
         Ok(Self {
-            lines: BufReader::with_capacity(256 * 1024, file).lines(),
+            reader: BufReader::with_capacity(256 * 1024, file),
             line_no: 0,
+            offset: range.map_or(0, |r| r.start),
+            end: range.map(|r| r.end),
+            range_start: range.map_or(0, |r| r.start),
+            line_base: None,
             path: path.to_path_buf(),
             policy,
             schema: Arc::new(table_schema.project(projection)?),
@@ -44,6 +57,33 @@ impl JsonReader {
             skipped: 0,
             done: false,
         })
+    }
+
+    /// The line number in the file of line `n` of this reader's range.
+    fn file_line(&mut self, n: u64) -> u64 {
+        if self.range_start == 0 {
+            return n;
+        }
+        let base = *self.line_base.get_or_insert_with(|| line_of(&self.path, self.range_start) - 1);
+        base + n
+    }
+
+    /// The next line, without its terminator, or `None` at the end of the range.
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<Option<()>> {
+        if self.end.is_some_and(|end| self.offset >= end) {
+            return Ok(None);
+        }
+        buf.clear();
+        let n = self.reader.read_until(b'\n', buf).map_err(|e| io_error(&self.path, e))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.offset += n as u64;
+        self.line_no += 1;
+        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            buf.pop();
+        }
+        Ok(Some(()))
     }
 
     fn decode(&self, text: &[u8], rows: usize) -> Result<Option<RecordBatch>> {
@@ -83,6 +123,7 @@ impl JsonReader {
                     self.skipped += 1;
                 }
                 Err(e) => {
+                    let line_no = self.file_line(line_no);
                     return Err(WeirError::user(format!(
                         "malformed JSON record in '{}' at line {line_no}: {} \
                          (set 'format.ignore-parse-errors' = 'true' to skip such records)",
@@ -101,19 +142,20 @@ impl JsonReader {
 
 impl BatchReader for JsonReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let mut buf = Vec::new();
         while !self.done {
             let mut text = String::new();
             let mut lines = Vec::new();
             while lines.len() < self.batch_size {
-                match self.lines.next() {
-                    None => {
-                        self.done = true;
-                        break;
-                    }
-                    Some(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        self.line_no += 1;
-                        let line = self.line_no;
+                if self.next_line(&mut buf)?.is_none() {
+                    self.done = true;
+                    break;
+                }
+                let line_no = self.line_no;
+                match std::str::from_utf8(&buf) {
+                    Err(_) => {
                         if self.policy == ParsePolicy::Fail {
+                            let line = self.file_line(line_no);
                             return Err(WeirError::user(format!(
                                 "malformed JSON record in '{}' at line {line}: not valid UTF-8",
                                 self.path.display()
@@ -121,15 +163,11 @@ impl BatchReader for JsonReader {
                         }
                         self.skipped += 1;
                     }
-                    Some(Err(e)) => return Err(io_error(&self.path, e)),
-                    Some(Ok(line)) => {
-                        self.line_no += 1;
-                        if line.trim().is_empty() {
-                            continue;
-                        }
-                        text.push_str(&line);
+                    Ok(line) if line.trim().is_empty() => {}
+                    Ok(line) => {
+                        text.push_str(line);
                         text.push('\n');
-                        lines.push((self.line_no, line));
+                        lines.push((line_no, line.to_string()));
                     }
                 }
             }

@@ -16,6 +16,17 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_core::{Result, TableDef, WeirError};
 
+/// Which part of a file one source task reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Portion {
+    Whole,
+    /// The records that start in `[start, end)` (text formats; a record belongs to the range
+    /// where it starts, so adjacent ranges read every record exactly once).
+    Bytes { start: u64, end: u64 },
+    /// Row groups `g` with `g % count == index` (Parquet).
+    RowGroups { index: usize, count: usize },
+}
+
 /// What to do with a record that does not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParsePolicy {
@@ -27,7 +38,7 @@ pub enum ParsePolicy {
 pub enum Format {
     Csv { delimiter: u8, quote: u8, header: bool, policy: ParsePolicy },
     Json { policy: ParsePolicy },
-    Parquet { compression: ::parquet::basic::Compression },
+    Parquet { compression: ::parquet::basic::Compression, row_group_rows: usize },
 }
 
 const CSV_KEYS: &[&str] = &[
@@ -38,7 +49,7 @@ const CSV_KEYS: &[&str] = &[
     "csv.ignore-parse-errors",
 ];
 const JSON_KEYS: &[&str] = &["format.ignore-parse-errors", "json.ignore-parse-errors"];
-const PARQUET_KEYS: &[&str] = &["parquet.compression"];
+const PARQUET_KEYS: &[&str] = &["parquet.compression", "parquet.row-group-size"];
 
 impl Format {
     pub fn from_options(table: &TableDef) -> Result<Format> {
@@ -87,7 +98,14 @@ impl Format {
                         .at(opts.location("parquet.compression")))
                     }
                 };
-                Ok(Format::Parquet { compression })
+                let row_group_rows = match opts.get("parquet.row-group-size") {
+                    None => 1 << 20,
+                    Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        WeirError::user(format!("table '{name}': parquet.row-group-size must be a positive number of rows, not '{v}'"))
+                            .at(opts.location("parquet.row-group-size"))
+                    })?,
+                };
+                Ok(Format::Parquet { compression, row_group_rows })
             }
             other => Err(WeirError::user(format!(
                 "table '{name}': unknown format '{other}'; formats are: csv, json, parquet"
@@ -117,17 +135,23 @@ impl Format {
     pub fn reader(
         &self,
         path: &Path,
+        portion: Portion,
         table_schema: &SchemaRef,
         projection: &[usize],
         batch_size: usize,
     ) -> Result<Box<dyn BatchReader>> {
-        let file = File::open(path).map_err(|e| {
+        let mut file = File::open(path).map_err(|e| {
             WeirError::external(format!("cannot open '{}': {e}", path.display()))
         })?;
+        let range = match portion {
+            Portion::Bytes { start, end } => Some(text_range(&mut file, path, start, end)?),
+            _ => None,
+        };
         Ok(match self {
             Format::Csv { delimiter, quote, header, policy } => Box::new(csv::CsvReader::new(
                 file,
                 path,
+                range,
                 csv::CsvOptions { delimiter: *delimiter, quote: *quote, header: *header },
                 *policy,
                 table_schema,
@@ -137,13 +161,14 @@ impl Format {
             Format::Json { policy } => Box::new(json::JsonReader::new(
                 file,
                 path,
+                range,
                 *policy,
                 table_schema,
                 projection,
                 batch_size,
             )?),
             Format::Parquet { .. } => {
-                Box::new(parquet::ParquetReader::new(file, path, table_schema, projection, batch_size)?)
+                Box::new(parquet::ParquetReader::new(file, path, portion, table_schema, projection, batch_size)?)
             }
         })
     }
@@ -154,8 +179,8 @@ impl Format {
                 Box::new(csv::csv_writer(file, *delimiter, *header))
             }
             Format::Json { .. } => Box::new(json::json_writer(file)),
-            Format::Parquet { compression } => {
-                Box::new(parquet::ParquetFileWriter::new(file, schema, *compression)?)
+            Format::Parquet { compression, row_group_rows } => {
+                Box::new(parquet::ParquetFileWriter::new(file, schema, *compression, *row_group_rows)?)
             }
         })
     }
@@ -175,4 +200,51 @@ pub trait BatchWriter: Send {
 
 pub(crate) fn io_error(path: &Path, e: impl std::fmt::Display) -> WeirError {
     WeirError::external(format!("'{}': {e}", path.display()))
+}
+
+/// A byte range of a text file, adjusted to record boundaries: reading starts at the first
+/// record that starts at or after `start` (the file is positioned there) and stops before
+/// the first record that starts at or after `end`.
+#[derive(Debug, Clone, Copy)]
+pub struct TextRange {
+    /// File offset where reading starts.
+    pub start: u64,
+    /// Records starting at or after this offset belong to the next range.
+    pub end: u64,
+}
+
+fn text_range(file: &mut File, path: &Path, start: u64, end: u64) -> Result<TextRange> {
+    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    if start == 0 {
+        return Ok(TextRange { start, end });
+    }
+    // The record containing byte `start - 1` belongs to the previous range: skip through the
+    // end of its line. (Records are lines: quoted fields spanning lines cannot be split.)
+    file.seek(SeekFrom::Start(start - 1)).map_err(|e| io_error(path, e))?;
+    let mut reader = BufReader::new(&mut *file);
+    let mut skipped = Vec::new();
+    let n = reader.read_until(b'\n', &mut skipped).map_err(|e| io_error(path, e))?;
+    let begin = start - 1 + n as u64;
+    file.seek(SeekFrom::Start(begin)).map_err(|e| io_error(path, e))?;
+    Ok(TextRange { start: begin, end })
+}
+
+/// The line number of byte `offset` of a file: counted only when an error needs it.
+pub(crate) fn line_of(path: &Path, offset: u64) -> u64 {
+    use std::io::Read;
+    let Ok(file) = File::open(path) else { return 0 };
+    let mut lines = 1;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut left = offset;
+    let mut reader = file.take(offset);
+    while left > 0 {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+                left -= n as u64;
+            }
+        }
+    }
+    lines
 }

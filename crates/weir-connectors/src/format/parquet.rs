@@ -16,7 +16,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use weir_core::{Result, WeirError};
 
-use super::{BatchReader, BatchWriter};
+use super::{BatchReader, BatchWriter, Portion};
 
 pub struct ParquetReader {
     reader: ParquetRecordBatchReader,
@@ -32,6 +32,7 @@ impl ParquetReader {
     pub fn new(
         file: File,
         path: &Path,
+        portion: Portion,
         table_schema: &SchemaRef,
         projection: &[usize],
         batch_size: usize,
@@ -51,6 +52,13 @@ impl ParquetReader {
             roots.push(index);
         }
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let builder = match portion {
+            Portion::RowGroups { index, count } => {
+                let groups = (0..builder.metadata().num_row_groups()).filter(|g| g % count == index).collect();
+                builder.with_row_groups(groups)
+            }
+            _ => builder,
+        };
         let reader = builder
             .with_projection(mask)
             .with_batch_size(batch_size)
@@ -97,8 +105,11 @@ impl BatchReader for ParquetReader {
 pub struct ParquetFileWriter(ArrowWriter<File>);
 
 impl ParquetFileWriter {
-    pub fn new(file: File, schema: &SchemaRef, compression: Compression) -> Result<Self> {
-        let props = WriterProperties::builder().set_compression(compression).build();
+    pub fn new(file: File, schema: &SchemaRef, compression: Compression, row_group_rows: usize) -> Result<Self> {
+        let props = WriterProperties::builder()
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(row_group_rows))
+            .build();
         let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
             .map_err(|e| WeirError::external(format!("Parquet writer: {e}")))?;
         Ok(Self(writer))
