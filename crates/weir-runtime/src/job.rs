@@ -174,21 +174,29 @@ impl Builder<'_> {
     /// Tasks computing `node`, `parallelism` of each; returns the channel each task's output
     /// arrives on, by task index.
     fn build(&mut self, node: &Node) -> Result<Vec<mpsc::Receiver<Message>>> {
-        // The operators above the node that starts the task, bottom up.
+        // The operators above the node that starts the task, bottom up. An operator that needs
+        // all rows in one task starts a task of its own, fed by all tasks of its input.
         let mut specs: Vec<&OperatorSpec> = Vec::new();
         let mut start = node;
+        let mut gather: Option<&Node> = None;
         while let Node::Operator { spec, input } = start {
             specs.push(spec);
+            if spec.single_task() {
+                gather = Some(input);
+                break;
+            }
             start = input;
         }
         specs.reverse();
         let parallelism = match start {
+            _ if gather.is_some() => 1,
             // Literal rows are few: one task.
             Node::Values { .. } => 1,
             _ => self.options.parallelism,
         };
-        let mut union_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match start {
-            Node::Union { inputs, .. } => {
+        let mut merge_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match (gather, start) {
+            (Some(input), _) => vec![self.build(input)?],
+            (None, Node::Union { inputs, .. }) => {
                 // Input j's task i feeds union task i (a forward edge); an input with fewer
                 // tasks feeds them all to union task 0.
                 let mut per_task: Vec<Vec<mpsc::Receiver<Message>>> = (0..parallelism).map(|_| Vec::new()).collect();
@@ -211,6 +219,11 @@ impl Builder<'_> {
                 tx,
                 metrics: None,
             };
+            if gather.is_some() {
+                let receivers = std::mem::take(&mut merge_inputs[index]);
+                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain))));
+                continue;
+            }
             match start {
                 Node::Source { table, projection, .. } => {
                     let source = self.connectors.source(table, projection.clone(), split)?;
@@ -226,7 +239,7 @@ impl Builder<'_> {
                     self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None))));
                 }
                 Node::Union { .. } => {
-                    let receivers = std::mem::take(&mut union_inputs[index]);
+                    let receivers = std::mem::take(&mut merge_inputs[index]);
                     self.tasks.push((format!("union [{index}]"), Box::pin(run_merge(receivers, chain))));
                 }
                 Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
@@ -486,10 +499,29 @@ pub fn spawn_job(
         };
         // Wait for aborted tasks to be dropped so that files and channels are released.
         while set.join_next().await.is_some() {}
+        let elapsed = inner.started.elapsed();
         if let Ok(mut f) = inner.finished.lock() {
-            *f = Some(inner.started.elapsed());
+            *f = Some(elapsed);
         }
+        log_summary(&inner, &outcome, elapsed);
         let _ = state_tx.send(outcome);
     });
     Ok(handle)
+}
+
+/// What the job did, in the log when it stops: per operator task rows, batches, watermark and
+/// backpressure.
+fn log_summary(inner: &JobInner, outcome: &JobState, elapsed: Duration) {
+    if !log::log_enabled!(log::Level::Info) {
+        return;
+    }
+    let mut text = format!("job {} '{}' {} after {:.3}s", inner.id, inner.name, outcome.name(), elapsed.as_secs_f64());
+    for m in &inner.metrics {
+        let s = m.snapshot();
+        text.push_str(&format!(
+            "\n  {}: rows in {} out {}, batches in {} out {}, watermark {:?}, backpressure {} ms, skipped {}",
+            s.name, s.rows_in, s.rows_out, s.batches_in, s.batches_out, s.watermark, s.backpressure_ms, s.records_skipped
+        ));
+    }
+    log::info!("{text}");
 }

@@ -12,6 +12,9 @@ pub mod operators;
 mod plan;
 mod values;
 
+#[cfg(test)]
+mod idle_tests;
+
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
 pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};

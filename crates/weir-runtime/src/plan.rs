@@ -36,6 +36,12 @@ impl OperatorSpec {
         }
     }
 
+    /// Whether the operator needs every row in one task (a global `LIMIT`): its input is
+    /// gathered from all parallel tasks into one.
+    pub fn single_task(&self) -> bool {
+        matches!(self, OperatorSpec::Limit { .. })
+    }
+
     pub fn describe(&self) -> String {
         match self {
             OperatorSpec::Project { display, .. } => format!("Project: {}", display.join(", ")),

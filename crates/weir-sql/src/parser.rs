@@ -33,6 +33,8 @@ pub enum Statement {
     ShowTables,
     ShowViews,
     ShowJobs,
+    /// `SHOW JOB 'name'` or `SHOW JOB id`.
+    ShowJob { job: String },
     ShowCreate { kind: ObjectKind, name: Ident },
     Describe { name: Ident },
     /// `SET` alone lists the settings.
@@ -250,13 +252,24 @@ impl StatementParser<'_, '_> {
                 Statement::ShowViews
             } else if self.word("JOBS") {
                 Statement::ShowJobs
+            } else if self.word("JOB") {
+                let job = match self.p.next_token().token {
+                    Token::SingleQuotedString(s) => s,
+                    Token::Number(n, _) => n,
+                    Token::Word(w) => w.value,
+                    other => {
+                        return Err(WeirError::user(format!("SHOW JOB needs a job name or id, not {other}"))
+                            .at(Some(self.here())))
+                    }
+                };
+                Statement::ShowJob { job }
             } else if self.p.parse_keyword(Keyword::CREATE) {
                 let kind = self.object_kind()?;
                 Statement::ShowCreate { kind, name: self.name()? }
             } else {
                 let t = self.p.peek_token();
                 return Err(parser_error(
-                    self.p.expected::<()>("TABLES, VIEWS, JOBS or CREATE after SHOW", t).unwrap_err(),
+                    self.p.expected::<()>("TABLES, VIEWS, JOBS, JOB or CREATE after SHOW", t).unwrap_err(),
                 ));
             };
             self.end()?;

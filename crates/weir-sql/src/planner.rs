@@ -239,8 +239,10 @@ impl Planner {
 
     async fn logical_plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<LogicalPlan> {
         let state = self.ctx.state();
+        let mut statement = statement.clone();
+        crate::flink_functions::rewrite(&mut statement)?;
         state
-            .statement_to_plan(DFStatement::Statement(Box::new(statement.clone())))
+            .statement_to_plan(DFStatement::Statement(Box::new(statement)))
             .await
             .map_err(|e| place(WeirError::from(e), tokens, start))
     }

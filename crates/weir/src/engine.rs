@@ -239,6 +239,13 @@ impl Engine {
                 let jobs: Vec<_> = state.jobs.iter().map(|j| j.status()).collect();
                 Ok(Outcome::Table(vec![jobs_batch(&jobs)?]))
             }
+            Statement::ShowJob { job } => {
+                let found = state.jobs.iter().rev().find(|j| j.name() == job || j.id().to_string() == *job);
+                let Some(found) = found else {
+                    return Err(WeirError::user(format!("no job '{job}' in this session (SHOW JOBS lists them)")));
+                };
+                Ok(Outcome::Table(vec![operators_batch(&found.status())?]))
+            }
             Statement::Explain(inner) => {
                 let plan = match &inner.statement {
                     Statement::Query(q) | Statement::Insert(q) => {
@@ -349,6 +356,35 @@ fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
             weir_runtime::JobState::Failed(e) => Some(e.to_string()),
             _ => None,
         }))),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// One row per operator task of a job.
+fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
+    let ops = &status.operators;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("operator", DataType::Utf8, false),
+        Field::new("rows_in", DataType::Int64, false),
+        Field::new("rows_out", DataType::Int64, false),
+        Field::new("batches_in", DataType::Int64, false),
+        Field::new("batches_out", DataType::Int64, false),
+        Field::new("watermark", DataType::Int64, true),
+        Field::new("backpressure_ms", DataType::Int64, false),
+        Field::new("records_skipped", DataType::Int64, false),
+    ]));
+    let int = |f: &dyn Fn(&weir_core::metrics::MetricsSnapshot) -> u64| {
+        Arc::new(Int64Array::from_iter_values(ops.iter().map(|o| f(o) as i64))) as ArrayRef
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(ops.iter().map(|o| o.name.as_str()))),
+        int(&|o| o.rows_in),
+        int(&|o| o.rows_out),
+        int(&|o| o.batches_in),
+        int(&|o| o.batches_out),
+        Arc::new(Int64Array::from_iter(ops.iter().map(|o| o.watermark))),
+        int(&|o| o.backpressure_ms),
+        int(&|o| o.records_skipped),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

@@ -22,7 +22,7 @@ pub mod slt;
 pub use engine::{Engine, Outcome};
 pub use query::QueryStream;
 pub use weir_core::{display_options, ErrorKind, Location, Result, WeirError};
-pub use weir_runtime::{JobHandle, JobState, JobStatus};
+pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;
 

@@ -1,5 +1,11 @@
-//! CSV records to batches. The `csv` crate splits records (quotes, escapes, embedded newlines)
-//! and knows each record's line; typing is vectorized per column (see `text`).
+//! CSV records to batches.
+//!
+//! Two paths. The fast one is arrow-csv's decoder: it splits and types whole batches at once.
+//! It cannot skip a bad record or say which line it was on, so when a batch fails, the file is
+//! re-read from the start of that batch by the careful path: the `csv` crate splits records
+//! and knows each record's line, and typing is vectorized per column (see `text`), so every
+//! bad record is found, with its line, and skipped or reported by the parse policy. Both paths
+//! give the same rows for the same input.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,13 +21,15 @@ use weir_core::{Result, WeirError};
 use super::text::to_typed_columns;
 use super::{io_error, line_of, BatchReader, BatchWriter, ParsePolicy, TextRange};
 
+#[derive(Debug, Clone, Copy)]
 pub struct CsvOptions {
     pub delimiter: u8,
     pub quote: u8,
     pub header: bool,
 }
 
-pub struct CsvReader {
+/// The careful path: record by record.
+pub struct RecordReader {
     reader: csv::Reader<File>,
     path: PathBuf,
     policy: ParsePolicy,
@@ -39,7 +47,8 @@ pub struct CsvReader {
     pending_error: Option<WeirError>,
 }
 
-impl CsvReader {
+impl RecordReader {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         file: File,
         path: &Path,
@@ -150,7 +159,7 @@ impl CsvReader {
     }
 }
 
-impl BatchReader for CsvReader {
+impl BatchReader for RecordReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             if let Some(e) = self.pending_error.take() {
@@ -182,6 +191,203 @@ impl BatchReader for CsvReader {
 
     fn records_skipped(&self) -> u64 {
         self.skipped
+    }
+}
+
+/// Reads a CSV file (or a byte range of it) by the fast path until a batch fails, then by the
+/// careful path from the start of that batch.
+pub struct CsvReader {
+    path: PathBuf,
+    options: CsvOptions,
+    policy: ParsePolicy,
+    table_schema: SchemaRef,
+    projection: Vec<usize>,
+    batch_size: usize,
+    state: State,
+}
+
+enum State {
+    Fast(Fast),
+    Careful(RecordReader),
+}
+
+struct Fast {
+    decoder: datafusion::arrow::csv::reader::Decoder,
+    file: File,
+    buf: Vec<u8>,
+    pos: usize,
+    /// File offset of `buf[0]`.
+    buf_offset: u64,
+    /// Bytes at or after this offset belong to the next range.
+    stop: u64,
+    /// File offset where the batch being decoded begins.
+    batch_start: u64,
+    eof: bool,
+}
+
+const READ_SIZE: usize = 1 << 20;
+
+impl Fast {
+    fn offset(&self) -> u64 {
+        self.buf_offset + self.pos as u64
+    }
+
+    /// Make unread bytes available; false at the end of the range.
+    fn fill(&mut self) -> std::io::Result<bool> {
+        use std::io::Read;
+        if self.pos < self.buf.len() {
+            return Ok(true);
+        }
+        if self.eof || self.offset() >= self.stop {
+            return Ok(false);
+        }
+        self.buf_offset += self.buf.len() as u64;
+        self.pos = 0;
+        let want = READ_SIZE.min((self.stop - self.buf_offset).min(READ_SIZE as u64) as usize);
+        self.buf.resize(want, 0);
+        let mut filled = 0;
+        while filled < want {
+            match self.file.read(&mut self.buf[filled..])? {
+                0 => {
+                    self.eof = true;
+                    break;
+                }
+                n => filled += n,
+            }
+        }
+        self.buf.truncate(filled);
+        Ok(filled > 0)
+    }
+
+    /// The next batch, or `Err(())` if the decoder refused it (the careful path takes over).
+    fn next_batch(&mut self, path: &Path) -> Result<std::result::Result<Option<RecordBatch>, ()>> {
+        loop {
+            if !self.fill().map_err(|e| io_error(path, e))? {
+                // An empty buffer tells the decoder the input ended (a last line without '\n').
+                if self.decoder.decode(&[]).is_err() {
+                    return Ok(Err(()));
+                }
+                break;
+            }
+            match self.decoder.decode(&self.buf[self.pos..]) {
+                Ok(n) => self.pos += n,
+                Err(_) => return Ok(Err(())),
+            }
+            if self.decoder.capacity() == 0 {
+                break;
+            }
+        }
+        match self.decoder.flush() {
+            Ok(batch) => {
+                self.batch_start = self.offset();
+                Ok(Ok(batch.filter(|b| b.num_rows() > 0)))
+            }
+            Err(_) => Ok(Err(())),
+        }
+    }
+}
+
+impl CsvReader {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mut file: File,
+        path: &Path,
+        range: Option<TextRange>,
+        options: CsvOptions,
+        policy: ParsePolicy,
+        table_schema: &SchemaRef,
+        projection: &[usize],
+        batch_size: usize,
+    ) -> Result<Self> {
+        use std::io::{BufRead, BufReader, Seek, SeekFrom};
+        let (mut start, stop) = match range {
+            None => (0, u64::MAX),
+            Some(r) => {
+                // The last record of the range is the one that starts before `end`: it ends
+                // at the first newline at or after `end - 1`.
+                let mut stop_file = File::open(path).map_err(|e| io_error(path, e))?;
+                stop_file.seek(SeekFrom::Start(r.end.saturating_sub(1))).map_err(|e| io_error(path, e))?;
+                let mut line = Vec::new();
+                let n = BufReader::new(stop_file).read_until(b'\n', &mut line).map_err(|e| io_error(path, e))?;
+                (r.start, r.end.saturating_sub(1) + n as u64)
+            }
+        };
+        if options.header && start == 0 {
+            let mut line = Vec::new();
+            let n = BufReader::new(&mut file).read_until(b'\n', &mut line).map_err(|e| io_error(path, e))?;
+            start = n as u64;
+        }
+        file.seek(SeekFrom::Start(start)).map_err(|e| io_error(path, e))?;
+        let decoder = datafusion::arrow::csv::ReaderBuilder::new(table_schema.clone())
+            .with_header(false)
+            .with_delimiter(options.delimiter)
+            .with_quote(options.quote)
+            .with_projection(projection.to_vec())
+            .with_batch_size(batch_size)
+            .build_decoder();
+        Ok(Self {
+            path: path.to_path_buf(),
+            options,
+            policy,
+            table_schema: table_schema.clone(),
+            projection: projection.to_vec(),
+            batch_size,
+            state: State::Fast(Fast {
+                decoder,
+                file,
+                buf: Vec::new(),
+                pos: 0,
+                buf_offset: start,
+                stop,
+                batch_start: start,
+                eof: false,
+            }),
+        })
+    }
+
+    /// Continue by the careful path from the start of the batch that failed.
+    fn switch_to_careful(&mut self, batch_start: u64, stop: u64) -> Result<()> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = File::open(&self.path).map_err(|e| io_error(&self.path, e))?;
+        file.seek(SeekFrom::Start(batch_start)).map_err(|e| io_error(&self.path, e))?;
+        let range = TextRange { start: batch_start, end: stop };
+        let options = CsvOptions { header: false, ..self.options };
+        self.state = State::Careful(RecordReader::new(
+            file,
+            &self.path,
+            Some(range),
+            options,
+            self.policy,
+            &self.table_schema,
+            &self.projection,
+            self.batch_size,
+        ));
+        Ok(())
+    }
+}
+
+impl BatchReader for CsvReader {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if let State::Fast(fast) = &mut self.state {
+            match fast.next_batch(&self.path)? {
+                Ok(batch) => return Ok(batch),
+                Err(()) => {
+                    let (start, stop) = (fast.batch_start, fast.stop);
+                    self.switch_to_careful(start, stop)?;
+                }
+            }
+        }
+        match &mut self.state {
+            State::Careful(careful) => careful.next_batch(),
+            State::Fast(_) => Err(WeirError::internal("CSV reader did not switch paths")),
+        }
+    }
+
+    fn records_skipped(&self) -> u64 {
+        match &self.state {
+            State::Fast(_) => 0,
+            State::Careful(c) => c.records_skipped(),
+        }
     }
 }
 

@@ -157,7 +157,7 @@ impl Format {
                 table_schema,
                 projection,
                 batch_size,
-            )),
+            )?),
             Format::Json { policy } => Box::new(json::JsonReader::new(
                 file,
                 path,

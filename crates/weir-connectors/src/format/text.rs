@@ -5,7 +5,6 @@
 //! output while it was present in the input: comparing the two validity masks finds every bad
 //! value without a per-value parse loop of our own.
 
-use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, StringArray};
 use datafusion::arrow::compute::kernels::cmp::eq;
@@ -34,13 +33,13 @@ pub fn to_typed_columns(
     let mut bad_rows: Option<BooleanArray> = None;
     let mut first_bad: Option<BadValue> = None;
     for (text, field) in strings.into_iter().zip(schema.fields()) {
-        if field.data_type() == &DataType::Utf8 {
-            columns.push(Arc::new(text) as ArrayRef);
-            continue;
-        }
-        // An empty field of a non-text column is NULL, as in Flink's CSV format.
+        // An empty field is NULL, whatever the column's type (as arrow-csv reads it).
         let is_empty = eq(&text, &empty)?;
         let input = nullif(&text, &is_empty)?;
+        if field.data_type() == &DataType::Utf8 {
+            columns.push(input);
+            continue;
+        }
         let typed = cast_with_options(&input, field.data_type(), &options)?;
         if typed.null_count() != input.null_count() {
             let bad = and_not(&is_null(&typed)?, &is_null(&input)?)?;

@@ -1,0 +1,238 @@
+//! Nexmark on Weir: events/s, events per CPU-second and peak memory per query.
+//!
+//!     cargo bench -p weir-cli --bench nexmark -- --source csv:/tmp/nexmark/bids_5m.csv \
+//!         --queries q0,q1,q2 --parallelism 1 --repeat 3 --out /tmp/weir-nexmark.jsonl
+//!
+//! Sources: `csv:PATH`, `json:PATH`, `parquet:PATH`, `generator:BIDS` (the built-in Nexmark
+//! source, producing BIDS bids) and `parse:PATH` (arrow-csv alone parsing the file, one
+//! thread: the yardstick for CSV). Each (source, query) runs in a fresh child process so that
+//! its CPU time (user + sys) and peak RSS are its own; the best of `--repeat` runs is reported.
+//! See benches/README.md.
+
+use std::io::Write;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+
+/// Flink's Nexmark SQL (blackhole sink), as in ../shared/flink-anchor/sql and nexmark-flink.
+fn query(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name {
+        "q0" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3), extra STRING",
+            "SELECT auction, bidder, price, date_time, extra FROM bid",
+        ),
+        "q1" => (
+            "auction BIGINT, bidder BIGINT, price DECIMAL(24, 3), date_time TIMESTAMP(3), extra STRING",
+            "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+        ),
+        "q2" => ("auction BIGINT, price BIGINT", "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+        // q14 without its UDF (count_char).
+        "q14" => (
+            "auction BIGINT, bidder BIGINT, price DECIMAL(24, 3), bidTimeType STRING, date_time TIMESTAMP(3), extra STRING",
+            "SELECT auction, bidder, 0.908 * price AS price, \
+               CASE WHEN HOUR(date_time) >= 8 AND HOUR(date_time) <= 18 THEN 'dayTime' \
+                    WHEN HOUR(date_time) <= 6 OR HOUR(date_time) >= 20 THEN 'nightTime' \
+                    ELSE 'otherTime' END AS bidTimeType, \
+               date_time, extra \
+             FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+        ),
+        "q21" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, channel_id STRING",
+            "SELECT auction, bidder, price, channel, \
+               CASE WHEN lower(channel) = 'apple' THEN '0' \
+                    WHEN lower(channel) = 'google' THEN '1' \
+                    WHEN lower(channel) = 'facebook' THEN '2' \
+                    WHEN lower(channel) = 'baidu' THEN '3' \
+                    ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) END AS channel_id \
+             FROM bid \
+             WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL \
+                OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')",
+        ),
+        "q22" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, dir1 STRING, dir2 STRING, dir3 STRING",
+            "SELECT auction, bidder, price, channel, \
+               SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 \
+             FROM bid",
+        ),
+        _ => return None,
+    })
+}
+
+const BID_COLUMNS: &str = "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, \
+    date_time TIMESTAMP(3), extra STRING, WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND";
+
+fn bid_table(source: &str) -> Result<String, String> {
+    let (kind, arg) = source.split_once(':').ok_or(format!("source '{source}' is not KIND:ARG"))?;
+    Ok(match kind {
+        "csv" | "json" | "parquet" => format!(
+            "CREATE TABLE bid ({BID_COLUMNS}) WITH ('connector' = 'filesystem', 'path' = '{arg}', 'format' = '{kind}')"
+        ),
+        "generator" => {
+            let bids: u64 = arg.parse().map_err(|_| format!("'{arg}' is not a number of bids"))?;
+            // 46 bids in every 50 events.
+            let events = (bids * 50).div_ceil(46);
+            format!("CREATE TABLE bid ({BID_COLUMNS}) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '{events}')")
+        }
+        other => return Err(format!("unknown source kind '{other}'")),
+    })
+}
+
+struct Usage {
+    cpu_seconds: f64,
+    peak_rss_mb: f64,
+}
+
+fn usage() -> Usage {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Usage { cpu_seconds: secs(ru.ru_utime) + secs(ru.ru_stime), peak_rss_mb: ru.ru_maxrss as f64 / 1024.0 }
+}
+
+/// One measured run, in this process.
+async fn child(source: &str, query_name: &str, parallelism: usize) -> Result<String, String> {
+    let before = usage();
+    let started = Instant::now();
+    let events = if let Some(path) = source.strip_prefix("parse:") {
+        parse_only(path)?
+    } else {
+        let (sink_columns, select) = query(query_name).ok_or(format!("unknown query '{query_name}'"))?;
+        let engine = weir::Engine::new();
+        let setup = format!(
+            "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
+            bid_table(source)?
+        );
+        engine.execute_all(&setup).await.map_err(|e| e.to_string())?;
+        let job = engine.submit(&format!("INSERT INTO sink {select}")).await.map_err(|e| e.to_string())?;
+        job.wait().await.map_err(|e| e.to_string())?;
+        job.status().rows_read()
+    };
+    let wall = started.elapsed().as_secs_f64();
+    let after = usage();
+    let cpu = after.cpu_seconds - before.cpu_seconds;
+    Ok(format!(
+        "{{\"engine\":\"weir\",\"query\":\"{query_name}\",\"source\":\"{source}\",\"parallelism\":{parallelism},\
+\"events\":{events},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3},\"events_per_s\":{:.0},\"events_per_cpu_s\":{:.0},\"peak_rss_mb\":{:.1}}}",
+        events as f64 / wall,
+        events as f64 / cpu,
+        after.peak_rss_mb
+    ))
+}
+
+/// arrow-csv alone: parse every record into the bid schema, one thread, nothing else.
+fn parse_only(path: &str) -> Result<u64, String> {
+    use weir::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("auction", DataType::Int64, true),
+        Field::new("bidder", DataType::Int64, true),
+        Field::new("price", DataType::Int64, true),
+        Field::new("channel", DataType::Utf8, true),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("date_time", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new("extra", DataType::Utf8, true),
+    ]));
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let reader = weir::arrow::csv::ReaderBuilder::new(schema)
+        .with_batch_size(8192)
+        .build(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| e.to_string())?;
+    let mut rows = 0u64;
+    for batch in reader {
+        rows += batch.map_err(|e| e.to_string())?.num_rows() as u64;
+    }
+    Ok(rows)
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn field(line: &str, key: &str) -> f64 {
+    line.split(&format!("\"{key}\":"))
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let parallelism: usize = arg(&args, "--parallelism").and_then(|p| p.parse().ok()).unwrap_or(1);
+    if args.iter().any(|a| a == "--child") {
+        let (Some(source), Some(q)) = (arg(&args, "--source"), arg(&args, "--query")) else {
+            eprintln!("--child needs --source and --query");
+            return ExitCode::FAILURE;
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+        return match runtime.block_on(child(&source, &q, parallelism)) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.iter().any(|a| a == "--bench") && arg(&args, "--source").is_none() {
+        // `cargo bench` with no arguments of ours: say how to use it rather than run for minutes.
+        eprintln!("usage: cargo bench -p weir-cli --bench nexmark -- --source KIND:ARG[,…] [--queries q0,q1,…] [--parallelism N] [--repeat N] [--out FILE]");
+        return ExitCode::SUCCESS;
+    }
+    let sources = arg(&args, "--source").unwrap_or_else(|| "generator:1000000".into());
+    let queries = arg(&args, "--queries").unwrap_or_else(|| "q0,q1,q2,q14,q21,q22".into());
+    let repeat: usize = arg(&args, "--repeat").and_then(|r| r.parse().ok()).unwrap_or(1);
+    let out = arg(&args, "--out");
+    let Ok(exe) = std::env::current_exe() else { return ExitCode::FAILURE };
+    println!("{:<6} {:<40} {:>3} {:>10} {:>12} {:>14} {:>9}", "query", "source", "p", "events", "events/s", "events/CPU-s", "peak MB");
+    for source in sources.split(',') {
+        let qs: Vec<&str> = if source.starts_with("parse:") { vec!["parse"] } else { queries.split(',').collect() };
+        for q in qs {
+            let mut best: Option<String> = None;
+            for _ in 0..repeat {
+                let output = Command::new(&exe)
+                    .args(["--child", "--source", source, "--query", q, "--parallelism", &parallelism.to_string()])
+                    .output();
+                let output = match output {
+                    Ok(o) if o.status.success() => o,
+                    Ok(o) => {
+                        eprintln!("{q} on {source} failed: {}", String::from_utf8_lossy(&o.stderr));
+                        return ExitCode::FAILURE;
+                    }
+                    Err(e) => {
+                        eprintln!("cannot run child: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let line = String::from_utf8_lossy(&output.stdout).trim().to_string();
+                if best.as_ref().is_none_or(|b| field(&line, "wall_s") < field(b, "wall_s")) {
+                    best = Some(line);
+                }
+            }
+            let Some(line) = best else { continue };
+            println!(
+                "{:<6} {:<40} {:>3} {:>10} {:>12.0} {:>14.0} {:>9.1}",
+                q,
+                source,
+                parallelism,
+                field(&line, "events"),
+                field(&line, "events_per_s"),
+                field(&line, "events_per_cpu_s"),
+                field(&line, "peak_rss_mb")
+            );
+            if let Some(path) = &out {
+                let written = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .and_then(|mut f| writeln!(f, "{line}"));
+                if let Err(e) = written {
+                    eprintln!("cannot write {path}: {e}");
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,122 @@
+//! Idle sources, with Tokio's clock paused so that timeouts are exact and the test does not
+//! depend on how fast the machine is.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::TimestampMillisecondArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::expressions::Column;
+use tokio::time::Instant;
+use weir_core::{Chunk, ConnectorFactory, Options, Result, Sink, Source, Split, TableDef, Watermark, WeirError};
+
+use crate::{spawn_job, JobOptions, Node, OperatorSpec, SinkSpec};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false)]))
+}
+
+/// Split 0 has one event at 1000 ms, then nothing more (a quiet partition). Split 1 has an
+/// event every 100 ms of wall time, 1100 ms, 1200 ms, … of event time.
+struct Partition {
+    split: usize,
+    sent: i64,
+}
+
+#[async_trait]
+impl Source for Partition {
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if self.split == 0 && self.sent > 0 {
+            std::future::pending::<()>().await;
+        }
+        if self.split == 1 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.sent += 1;
+        let ts = if self.split == 0 { 1000 } else { 1000 + 100 * self.sent };
+        let column = Arc::new(TimestampMillisecondArray::from(vec![ts]));
+        Ok(Some(RecordBatch::try_new(schema(), vec![column])?))
+    }
+}
+
+struct Partitions;
+
+impl ConnectorFactory for Partitions {
+    fn validate(&self, _: &TableDef) -> Result<()> {
+        Ok(())
+    }
+    fn source(&self, _: &TableDef, _: Option<Vec<usize>>, split: Split) -> Result<Box<dyn Source>> {
+        Ok(Box::new(Partition { split: split.index, sent: 0 }))
+    }
+    fn sink(&self, _: &TableDef, _: SchemaRef, _: Split) -> Result<Box<dyn Sink>> {
+        Err(WeirError::internal("not used"))
+    }
+}
+
+/// Records when each watermark arrived.
+struct Watermarks {
+    start: Instant,
+    seen: Arc<Mutex<Vec<(Duration, i64)>>>,
+}
+
+#[async_trait]
+impl Sink for Watermarks {
+    async fn write_chunk(&mut self, _: Chunk) -> Result<()> {
+        Ok(())
+    }
+    async fn on_watermark(&mut self, w: Watermark) -> Result<()> {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.push((self.start.elapsed(), w.0));
+        }
+        Ok(())
+    }
+    async fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_not_before() {
+    let table = Arc::new(TableDef {
+        name: "events".into(),
+        schema: schema(),
+        watermark: None,
+        partition_keys: vec![],
+        options: Options::default(),
+        definition: String::new(),
+    });
+    let root = Node::Source { table, projection: None, schema: schema() }.with_operator(OperatorSpec::Watermark {
+        expr: Arc::new(Column::new("ts", 0)),
+        display: "ts".into(),
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let mut sink = Some(Watermarks { start, seen: seen.clone() });
+    let spec = SinkSpec {
+        name: "watermarks".into(),
+        parallel: false,
+        make: Box::new(move |_| Ok(Box::new(sink.take().ok_or_else(|| WeirError::internal("one sink"))?) as Box<dyn Sink>)),
+    };
+    let options = JobOptions { parallelism: 2, idle_timeout: Some(Duration::from_secs(2)) };
+    let job = spawn_job(1, "idle".into(), &root, spec, &Partitions, options).expect("job");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    job.cancel();
+    job.wait().await.expect("cancelled");
+
+    let seen = seen.lock().expect("watermarks").clone();
+    // Before split 0 has been quiet for 2 s, the watermark is held at its event, 1000 ms.
+    let before: Vec<_> = seen.iter().filter(|(t, _)| *t < Duration::from_secs(2)).collect();
+    assert!(!before.is_empty(), "no watermark at all before the timeout: {seen:?}");
+    assert!(before.iter().all(|(_, w)| *w == 1000), "advanced before the timeout: {seen:?}");
+    // After it, the watermark follows split 1 alone: 1100 ms of event time per 100 ms of wall.
+    let first_past = seen.iter().find(|(_, w)| *w > 1000).expect("never advanced");
+    assert!(first_past.0 >= Duration::from_secs(2), "advanced at {:?}", first_past.0);
+    let last = seen.last().map(|(_, w)| *w).unwrap_or_default();
+    assert!(last >= 1000 + 100 * 45, "watermark stuck at {last}: {seen:?}");
+}
