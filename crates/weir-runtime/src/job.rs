@@ -14,6 +14,7 @@ use weir_core::{
     Watermark, WeirError,
 };
 
+use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
 use crate::plan::{Node, OperatorSpec};
 use crate::values::ValuesSource;
@@ -171,9 +172,10 @@ impl Builder<'_> {
         m
     }
 
-    /// Tasks computing `node`, `parallelism` of each; returns the channel each task's output
-    /// arrives on, by task index.
-    fn build(&mut self, node: &Node) -> Result<Vec<mpsc::Receiver<Message>>> {
+    /// Tasks computing `node`, `parallelism` of each. Without `exchange`, returns the channel
+    /// each task's output arrives on, by task index (`[task][0]`). With an exchange to `n`
+    /// tasks of the next stage, returns what each of those receives (`[next task][task]`).
+    fn build(&mut self, node: &Node, exchange: Option<(&Partitioning, usize)>) -> Result<Vec<Vec<mpsc::Receiver<Message>>>> {
         // The operators above the node that starts the task, bottom up. An operator that needs
         // all rows in one task starts a task of its own, fed by all tasks of its input.
         let mut specs: Vec<&OperatorSpec> = Vec::new();
@@ -195,28 +197,47 @@ impl Builder<'_> {
             _ => self.options.parallelism,
         };
         let mut merge_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match (gather, start) {
-            (Some(input), _) => vec![self.build(input)?],
+            (Some(input), _) => vec![self.build(input, None)?.into_iter().flatten().collect()],
             (None, Node::Union { inputs, .. }) => {
                 // Input j's task i feeds union task i (a forward edge); an input with fewer
                 // tasks feeds them all to union task 0.
                 let mut per_task: Vec<Vec<mpsc::Receiver<Message>>> = (0..parallelism).map(|_| Vec::new()).collect();
                 for input in inputs {
-                    for (i, rx) in self.build(input)?.into_iter().enumerate() {
+                    for (i, rx) in self.build(input, None)?.into_iter().flatten().enumerate() {
                         per_task[i % parallelism].push(rx);
                     }
                 }
                 per_task
             }
+            (None, Node::Exchange { partitioning, input }) => self.build(input, Some((partitioning, parallelism)))?,
             _ => Vec::new(),
         };
-        let mut outputs = Vec::with_capacity(parallelism);
+        // Output channels: one per task, or a task-by-next-task matrix for an exchange.
+        let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
+            None => Vec::with_capacity(parallelism),
+            Some((_, next)) => (0..next).map(|_| Vec::with_capacity(parallelism)).collect(),
+        };
         for index in 0..parallelism {
             let split = Split { index, count: parallelism };
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            outputs.push(rx);
+            let output = match exchange {
+                None => {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    outputs.push(vec![rx]);
+                    Output::Forward(tx)
+                }
+                Some((partitioning, next)) => {
+                    let mut senders = Vec::with_capacity(next);
+                    for receivers in outputs.iter_mut() {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        senders.push(tx);
+                        receivers.push(rx);
+                    }
+                    Output::Exchange { senders, partitioning: partitioning.clone(), next: index }
+                }
+            };
             let chain = Chain {
                 ops: specs.iter().map(|s| (s.instantiate(), self.metrics(format!("{} [{index}]", s.describe())))).collect(),
-                tx,
+                output,
                 metrics: None,
             };
             if gather.is_some() {
@@ -238,9 +259,9 @@ impl Builder<'_> {
                     let chain = chain.with_metrics(metrics.clone());
                     self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None))));
                 }
-                Node::Union { .. } => {
+                Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
-                    self.tasks.push((format!("union [{index}]"), Box::pin(run_merge(receivers, chain))));
+                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain))));
                 }
                 Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
             }
@@ -249,10 +270,18 @@ impl Builder<'_> {
     }
 }
 
-/// Fused operators of one task, and the channel after them.
+/// Where a task's output goes.
+enum Output {
+    /// To the task with the same index in the next stage.
+    Forward(mpsc::Sender<Message>),
+    /// Spread over the next stage's tasks; `next` is the round-robin turn.
+    Exchange { senders: Vec<mpsc::Sender<Message>>, partitioning: Partitioning, next: usize },
+}
+
+/// Fused operators of one task, and the channel(s) after them.
 struct Chain {
     ops: Vec<(Box<dyn Operator>, Arc<OperatorMetrics>)>,
-    tx: mpsc::Sender<Message>,
+    output: Output,
     /// Where waiting for room in `tx` is counted (the task's first metrics).
     metrics: Option<Arc<OperatorMetrics>>,
 }
@@ -263,18 +292,39 @@ impl Chain {
         self
     }
 
-    /// Send downstream, counting the time spent waiting for room as backpressure.
-    async fn send(&mut self, msg: Message) -> bool {
-        match self.tx.try_send(msg) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(msg)) => {
-                let waited = Instant::now();
-                let sent = self.tx.send(msg).await.is_ok();
-                if let Some(m) = &self.metrics {
-                    m.backpressure_nanos.fetch_add(waited.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    /// Send downstream: rows by the partitioning, everything else to every next task.
+    /// `false` when downstream is gone.
+    async fn send(&mut self, msg: Message) -> Result<bool> {
+        let metrics = self.metrics.clone();
+        match &mut self.output {
+            Output::Forward(tx) => Ok(send_one(tx, msg, &metrics).await),
+            Output::Exchange { senders, partitioning, next } => {
+                let Message::Chunk(chunk) = msg else {
+                    let mut any = false;
+                    for tx in senders.iter() {
+                        any |= send_one(tx, msg.clone(), &metrics).await;
+                    }
+                    return Ok(any);
+                };
+                let parts: Vec<Option<Chunk>> = match partitioning {
+                    Partitioning::Hash(keys) => crate::exchange::hash_partition(&chunk, keys, senders.len())?,
+                    Partitioning::Broadcast => senders.iter().map(|_| Some(chunk.clone())).collect(),
+                    Partitioning::RoundRobin => {
+                        let mut parts: Vec<Option<Chunk>> = senders.iter().map(|_| None).collect();
+                        parts[*next % senders.len()] = Some(chunk);
+                        *next += 1;
+                        parts
+                    }
+                };
+                let mut any = false;
+                for (tx, part) in senders.iter().zip(parts) {
+                    if let Some(part) = part {
+                        any |= send_one(tx, Message::Chunk(part), &metrics).await;
+                    } else {
+                        any |= !tx.is_closed();
+                    }
                 }
-                sent
+                Ok(any)
             }
         }
     }
@@ -318,11 +368,27 @@ impl Chain {
             }
         }
         for msg in messages {
-            if !self.send(msg).await {
+            if !self.send(msg).await? {
                 return Ok(false);
             }
         }
         Ok(!done)
+    }
+}
+
+/// Send one message, counting the time spent waiting for room as backpressure.
+async fn send_one(tx: &mpsc::Sender<Message>, msg: Message, metrics: &Option<Arc<OperatorMetrics>>) -> bool {
+    match tx.try_send(msg) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(mpsc::error::TrySendError::Full(msg)) => {
+            let waited = Instant::now();
+            let sent = tx.send(msg).await.is_ok();
+            if let Some(m) = metrics {
+                m.backpressure_nanos.fetch_add(waited.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            sent
+        }
     }
 }
 
@@ -439,11 +505,11 @@ pub fn spawn_job(
     options: JobOptions,
 ) -> Result<JobHandle> {
     let mut builder = Builder { connectors, options, tasks: Vec::new(), metrics: Vec::new() };
-    let mut inputs = builder.build(root)?;
+    let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
     if !sink.parallel && inputs.len() > 1 {
         // Every task feeds one sink task through a merge (watermarks, barriers aligned).
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let chain = Chain { ops: Vec::new(), tx, metrics: None };
+        let chain = Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None };
         let all = std::mem::take(&mut inputs);
         builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain))));
         inputs = vec![rx];

@@ -6,6 +6,7 @@
 //! channels in its own task; the sink runs in the last task. Bounded channels between tasks
 //! give backpressure. Every edge carries [`weir_core::Message`]s in order.
 
+mod exchange;
 mod job;
 mod merge;
 pub mod operators;
@@ -13,9 +14,10 @@ mod plan;
 mod values;
 
 #[cfg(test)]
-mod idle_tests;
+mod runtime_tests;
 
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
+pub use exchange::{hash_partition, Partitioning};
 pub use merge::InputMerger;
 pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use values::ValuesSource;

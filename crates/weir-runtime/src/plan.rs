@@ -8,6 +8,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Operator, TableDef};
 
+use crate::exchange::Partitioning;
 use crate::operators::{Filter, Limit, Project, Select, WatermarkGenerator};
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -68,6 +69,8 @@ pub enum Node {
     Operator { spec: OperatorSpec, input: Box<Node> },
     /// `UNION ALL` of inputs with the same schema.
     Union { inputs: Vec<Node>, schema: SchemaRef },
+    /// Rows of every task of `input` spread over the next stage's tasks.
+    Exchange { partitioning: Partitioning, input: Box<Node> },
 }
 
 impl Node {
@@ -76,6 +79,7 @@ impl Node {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => {
                 schema.clone()
             }
+            Node::Exchange { input, .. } => input.schema(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. } | OperatorSpec::Select { schema, .. } => {
                     schema.clone()
@@ -109,6 +113,10 @@ impl Node {
             }
             Node::Operator { spec, input } => {
                 let _ = writeln!(out, "{pad}{}", spec.describe());
+                input.describe(depth + 1, out);
+            }
+            Node::Exchange { partitioning, input } => {
+                let _ = writeln!(out, "{pad}Exchange: {}", partitioning.describe(&input.schema()));
                 input.describe(depth + 1, out);
             }
             Node::Union { inputs, .. } => {

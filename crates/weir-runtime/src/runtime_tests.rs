@@ -1,5 +1,5 @@
-//! Idle sources, with Tokio's clock paused so that timeouts are exact and the test does not
-//! depend on how fast the machine is.
+//! The runtime end to end without SQL: idle sources (with Tokio's clock paused, so that
+//! timeouts are exact whatever the machine's speed) and hash exchanges between stages.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use datafusion::physical_expr::expressions::Column;
 use tokio::time::Instant;
 use weir_core::{Chunk, ConnectorFactory, Options, Result, Sink, Source, Split, TableDef, Watermark, WeirError};
 
-use crate::{spawn_job, JobOptions, Node, OperatorSpec, SinkSpec};
+use crate::{spawn_job, JobOptions, Node, OperatorSpec, Partitioning, SinkSpec};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false)]))
@@ -119,4 +119,64 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
     assert!(first_past.0 >= Duration::from_secs(2), "advanced at {:?}", first_past.0);
     let last = seen.last().map(|(_, w)| *w).unwrap_or_default();
     assert!(last >= 1000 + 100 * 45, "watermark stuck at {last}: {seen:?}");
+}
+
+/// Keeps the keys each sink task received.
+struct Keys {
+    task: usize,
+    seen: Arc<Mutex<Vec<(usize, i64)>>>,
+}
+
+#[async_trait]
+impl Sink for Keys {
+    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        use datafusion::arrow::array::{Array, Int64Array};
+        let keys = chunk.batch.column(0).as_any().downcast_ref::<Int64Array>().cloned();
+        let keys = keys.ok_or_else(|| WeirError::internal("keys are not Int64"))?;
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.extend(keys.values().iter().map(|k| (self.task, *k)));
+        }
+        Ok(())
+    }
+    async fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hash_exchange_sends_each_key_to_one_task_and_loses_nothing() {
+    use datafusion::arrow::array::Int64Array;
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let batches = (0..5)
+        .map(|b| {
+            let keys: Vec<i64> = (0..2000).map(|i| (b * 2000 + i) % 37).collect();
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(keys))])
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .expect("batches");
+    let root = Node::Exchange {
+        partitioning: Partitioning::Hash(vec![0]),
+        input: Box::new(Node::Values { batches, schema }),
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sinks = seen.clone();
+    let spec = SinkSpec {
+        name: "keys".into(),
+        parallel: true,
+        make: Box::new(move |split| Ok(Box::new(Keys { task: split.index, seen: sinks.clone() }) as Box<dyn Sink>)),
+    };
+    let options = JobOptions { parallelism: 3, idle_timeout: None };
+    let job = spawn_job(1, "exchange".into(), &root, spec, &Partitions, options).expect("job");
+    job.wait().await.expect("finished");
+
+    let seen = seen.lock().expect("keys").clone();
+    assert_eq!(seen.len(), 10_000, "rows lost or duplicated");
+    let mut owner = std::collections::HashMap::new();
+    for (task, key) in &seen {
+        assert_eq!(*owner.entry(*key).or_insert(*task), *task, "key {key} reached two tasks");
+    }
+    assert_eq!(owner.len(), 37);
+    let tasks: std::collections::HashSet<_> = owner.values().collect();
+    assert_eq!(tasks.len(), 3, "some task got no key");
+    assert_eq!(job.status().rows_written(), 10_000);
 }

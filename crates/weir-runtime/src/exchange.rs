@@ -1,0 +1,128 @@
+//! Routing a task's output to the tasks of the next stage: by key hash, round-robin, or to
+//! all of them. Rows are split with vectorized hashing of the key columns over whole batches
+//! (DataFusion's `create_hashes`, with a fixed seed so that a key goes to the same task in
+//! every run: state restored from a checkpoint must meet its keys again).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, Int8Array, UInt32Array};
+use datafusion::arrow::compute::{take, take_record_batch};
+use datafusion::common::hash_utils::{create_hashes, RandomState};
+use weir_core::{Chunk, Result, WeirError};
+
+/// How rows are spread over the next stage's tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Partitioning {
+    /// Rows with equal values in these columns go to the same task.
+    Hash(Vec<usize>),
+    /// Whole batches to each task in turn (rebalancing skewed inputs).
+    RoundRobin,
+    /// Every batch to every task.
+    Broadcast,
+}
+
+impl Partitioning {
+    pub fn describe(&self, schema: &datafusion::arrow::datatypes::Schema) -> String {
+        match self {
+            Partitioning::Hash(keys) => {
+                let names: Vec<_> = keys.iter().map(|k| schema.field(*k).name().as_str()).collect();
+                format!("hash({})", names.join(", "))
+            }
+            Partitioning::RoundRobin => "round-robin".into(),
+            Partitioning::Broadcast => "broadcast".into(),
+        }
+    }
+}
+
+/// The seed of the partitioning hash: fixed, so that partitioning is the same in every run.
+const SEED: RandomState = RandomState::with_seed(0x5745_4952); // "WEIR"
+
+/// Split `chunk` by the hash of its `keys` columns into `n` parts (`None` for empty parts).
+pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize) -> Result<Vec<Option<Chunk>>> {
+    let rows = chunk.num_rows();
+    let mut hashes = vec![0u64; rows];
+    let columns: Vec<_> = keys.iter().map(|k| chunk.batch.column(*k).clone()).collect();
+    create_hashes(columns.iter(), &SEED, &mut hashes)?;
+    let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(rows / n + 1); n];
+    for (row, h) in hashes.iter().enumerate() {
+        indices[(*h % n as u64) as usize].push(row as u32);
+    }
+    indices
+        .into_iter()
+        .map(|idx| {
+            if idx.is_empty() {
+                return Ok(None);
+            }
+            if idx.len() == rows {
+                return Ok(Some(chunk.clone()));
+            }
+            let idx = UInt32Array::from(idx);
+            let batch = take_record_batch(&chunk.batch, &idx)?;
+            let ops = match &chunk.ops {
+                None => None,
+                Some(ops) => {
+                    let taken = take(ops.as_ref(), &idx, None)?;
+                    let taken = taken
+                        .as_any()
+                        .downcast_ref::<Int8Array>()
+                        .cloned()
+                        .ok_or_else(|| WeirError::internal("ops array is not Int8"))?;
+                    Some(Arc::new(taken))
+                }
+            };
+            Ok(Some(Chunk { batch, ops }))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+
+    use super::*;
+
+    #[test]
+    fn equal_keys_go_to_one_part_and_nothing_is_lost() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let keys: Vec<Option<i64>> = (0..10_000).map(|i| if i % 97 == 0 { None } else { Some(i % 100) }).collect();
+        let strings: Vec<String> = (0..10_000).map(|i| format!("v{}", i % 7)).collect();
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from(keys)), Arc::new(StringArray::from(strings))],
+        )
+        .expect("batch");
+        let chunk = Chunk::inserts(batch);
+        // By one column and by two.
+        for key_columns in [vec![0], vec![0, 1]] {
+            let parts = hash_partition(&chunk, &key_columns, 4).expect("partition");
+            let mut owner: HashMap<String, usize> = HashMap::new();
+            let mut total = 0;
+            for (p, part) in parts.iter().enumerate() {
+                let Some(part) = part else { continue };
+                total += part.num_rows();
+                for row in 0..part.num_rows() {
+                    let key: Vec<String> = key_columns
+                        .iter()
+                        .map(|c| datafusion::arrow::util::display::array_value_to_string(part.batch.column(*c), row).expect("value"))
+                        .collect();
+                    let previous = owner.insert(key.join("|"), p);
+                    assert!(previous.is_none_or(|q| q == p), "key {key:?} in parts {previous:?} and {p}");
+                }
+            }
+            assert_eq!(total, 10_000);
+            assert_eq!(parts.iter().filter(|p| p.is_some()).count(), 4, "a part got nothing");
+        }
+        // The same split every time (fixed seed).
+        let a = hash_partition(&chunk, &[0], 4).expect("partition");
+        let b = hash_partition(&chunk, &[0], 4).expect("partition");
+        let sizes = |p: &Vec<Option<Chunk>>| p.iter().map(|c| c.as_ref().map_or(0, |c| c.num_rows())).collect::<Vec<_>>();
+        assert_eq!(sizes(&a), sizes(&b));
+    }
+}
