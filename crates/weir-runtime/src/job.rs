@@ -235,6 +235,13 @@ impl Builder<'_> {
                     Output::Exchange { senders, partitioning: partitioning.clone(), next: index }
                 }
             };
+            // The task's own metrics first (source, values), so that they list in flow order.
+            let source_metrics = match start {
+                _ if gather.is_some() => None,
+                Node::Source { table, .. } => Some(self.metrics(format!("Source: {} [{index}]", table.name))),
+                Node::Values { .. } => Some(self.metrics("Values".to_string())),
+                _ => None,
+            };
             let chain = Chain {
                 ops: specs.iter().map(|s| (s.instantiate(), self.metrics(format!("{} [{index}]", s.describe())))).collect(),
                 output,
@@ -248,14 +255,14 @@ impl Builder<'_> {
             match start {
                 Node::Source { table, projection, .. } => {
                     let source = self.connectors.source(table, projection.clone(), split)?;
-                    let metrics = self.metrics(format!("Source: {} [{index}]", table.name));
+                    let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
                     let idle = self.options.idle_timeout;
                     let chain = chain.with_metrics(metrics.clone());
                     self.tasks.push((format!("source {} [{index}]", table.name), Box::pin(run_source(source, metrics, chain, idle))));
                 }
                 Node::Values { batches, schema } => {
                     let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
-                    let metrics = self.metrics("Values".to_string());
+                    let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
                     let chain = chain.with_metrics(metrics.clone());
                     self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None))));
                 }

@@ -369,7 +369,7 @@ fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
         Field::new("rows_out", DataType::Int64, false),
         Field::new("batches_in", DataType::Int64, false),
         Field::new("batches_out", DataType::Int64, false),
-        Field::new("watermark", DataType::Int64, true),
+        Field::new("watermark", DataType::Utf8, true),
         Field::new("backpressure_ms", DataType::Int64, false),
         Field::new("records_skipped", DataType::Int64, false),
     ]));
@@ -382,9 +382,20 @@ fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
         int(&|o| o.rows_out),
         int(&|o| o.batches_in),
         int(&|o| o.batches_out),
-        Arc::new(Int64Array::from_iter(ops.iter().map(|o| o.watermark))),
+        Arc::new(StringArray::from_iter(ops.iter().map(|o| o.watermark.map(watermark_text)))),
         int(&|o| o.backpressure_ms),
         int(&|o| o.records_skipped),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// A watermark for people: its time, or the end of input.
+fn watermark_text(millis: i64) -> String {
+    if millis == weir_core::Watermark::END_OF_TIME.0 {
+        return "end of input".to_string();
+    }
+    match datafusion::arrow::temporal_conversions::timestamp_ms_to_datetime(millis) {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        None => millis.to_string(),
+    }
 }
