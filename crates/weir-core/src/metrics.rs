@@ -11,6 +11,8 @@ pub struct OperatorMetrics {
     pub batches_out: AtomicU64,
     /// Malformed input records skipped under `'format.ignore-parse-errors' = 'true'`.
     pub records_skipped: AtomicU64,
+    /// Rows that arrived after their window had fired, dropped.
+    pub late_rows: AtomicU64,
     /// Latest watermark seen, `i64::MIN` if none yet.
     pub watermark: AtomicI64,
     /// Nanoseconds spent waiting for room in the output channel: how much downstream slowed
@@ -27,6 +29,7 @@ impl OperatorMetrics {
             batches_in: AtomicU64::new(0),
             batches_out: AtomicU64::new(0),
             records_skipped: AtomicU64::new(0),
+            late_rows: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
             backpressure_nanos: AtomicU64::new(0),
         }
@@ -50,6 +53,7 @@ impl OperatorMetrics {
             batches_in: self.batches_in.load(Relaxed),
             batches_out: self.batches_out.load(Relaxed),
             records_skipped: self.records_skipped.load(Relaxed),
+            late_rows: self.late_rows.load(Relaxed),
             watermark: Some(self.watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
             backpressure_ms: self.backpressure_nanos.load(Relaxed) / 1_000_000,
         }
@@ -65,6 +69,7 @@ pub struct MetricsSnapshot {
     pub batches_in: u64,
     pub batches_out: u64,
     pub records_skipped: u64,
+    pub late_rows: u64,
     pub watermark: Option<i64>,
     pub backpressure_ms: u64,
 }

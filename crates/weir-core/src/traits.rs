@@ -49,6 +49,11 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Rows dropped so far because they arrived after their window had fired.
+    fn late_rows(&self) -> u64 {
+        0
+    }
+
     /// True once the operator will emit nothing more (a satisfied `LIMIT`), so that the
     /// runtime can end the stream early and stop its sources.
     fn is_done(&self) -> bool {

@@ -366,6 +366,10 @@ impl Chain {
                     metrics.record_out(c.num_rows());
                 }
             }
+            let late = op.late_rows();
+            if late > 0 {
+                metrics.late_rows.store(late, std::sync::atomic::Ordering::Relaxed);
+            }
             messages = next;
             if op.is_done() {
                 done = true;

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
-use crate::operators::{Filter, Limit, Project, Select, WatermarkGenerator};
+use crate::operators::{Filter, Limit, Project, Select, WatermarkGenerator, WindowAggregate, WindowAssign, WindowKind};
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
 #[derive(Debug, Clone)]
@@ -24,6 +25,18 @@ pub enum OperatorSpec {
     Limit { skip: usize, fetch: Option<usize> },
     /// Derive watermarks from `expr`, the table's `WATERMARK FOR … AS expr`.
     Watermark { expr: Arc<dyn PhysicalExpr>, display: String },
+    /// Add `window_start`, `window_end`, `window_time` (a row per window it belongs to).
+    WindowAssign { kind: WindowKind, time_column: usize, schema: SchemaRef },
+    /// Aggregate each window's groups; emit a window when the watermark passes its end.
+    WindowAggregate {
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        group_schema: SchemaRef,
+        window_end: usize,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+        display: String,
+    },
 }
 
 impl OperatorSpec {
@@ -34,6 +47,10 @@ impl OperatorSpec {
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
+            OperatorSpec::WindowAssign { kind, time_column, schema } => Box::new(WindowAssign::new(kind, time_column, schema)),
+            OperatorSpec::WindowAggregate { group_exprs, group_schema, window_end, aggregates, filters, schema, .. } => {
+                Box::new(WindowAggregate::new(group_exprs, group_schema, window_end, aggregates, filters, schema))
+            }
         }
     }
 
@@ -56,6 +73,8 @@ impl OperatorSpec {
                 None => format!("Limit: skip {skip}"),
             },
             OperatorSpec::Watermark { display, .. } => format!("Watermark: {display}"),
+            OperatorSpec::WindowAssign { kind, .. } => format!("Window: {}", kind.describe()),
+            OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
         }
     }
 }
@@ -81,9 +100,10 @@ impl Node {
             }
             Node::Exchange { input, .. } => input.schema(),
             Node::Operator { spec, input } => match spec {
-                OperatorSpec::Project { schema, .. } | OperatorSpec::Select { schema, .. } => {
-                    schema.clone()
-                }
+                OperatorSpec::Project { schema, .. }
+                | OperatorSpec::Select { schema, .. }
+                | OperatorSpec::WindowAssign { schema, .. }
+                | OperatorSpec::WindowAggregate { schema, .. } => schema.clone(),
                 _ => input.schema(),
             },
         }

@@ -7,6 +7,7 @@ pub mod flink_functions;
 pub mod parser;
 pub mod planner;
 pub mod types;
+pub mod windows;
 
 pub use catalog::Catalog;
 pub use parser::{parse_script, ObjectKind, ParsedStatement, Statement};

@@ -26,11 +26,12 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
 use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError};
-use weir_runtime::{Node, OperatorSpec, SinkTarget, StreamPlan};
+use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
 use crate::parser::{find_identifier, location, CreateTable, ObjectKind};
 use crate::types::arrow_type;
+use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
 #[derive(Debug)]
@@ -83,13 +84,20 @@ pub struct Planner {
     ctx: SessionContext,
     pub catalog: Catalog,
     connectors: Arc<dyn ConnectorFactory>,
+    /// Table schemas for the window table functions, which run inside DataFusion's planner.
+    schemas: TableSchemas,
 }
 
 impl Planner {
     pub fn new(connectors: Arc<dyn ConnectorFactory>) -> Self {
         let mut config = SessionConfig::new().with_information_schema(false);
         config.options_mut().sql_parser.collect_spans = true;
-        Self { ctx: SessionContext::new_with_config(config), catalog: Catalog::default(), connectors }
+        let ctx = SessionContext::new_with_config(config);
+        let schemas = TableSchemas::default();
+        for kind in ["tumble", "hop", "cumulate", "session"] {
+            ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
+        }
+        Self { ctx, catalog: Catalog::default(), connectors, schemas }
     }
 
     pub fn connectors(&self) -> &Arc<dyn ConnectorFactory> {
@@ -171,6 +179,9 @@ impl Planner {
             }
         }
         self.ctx.register_table(name.as_str(), Arc::new(StreamTable { schema: table.schema.clone() }))?;
+        if let Ok(mut schemas) = self.schemas.write() {
+            schemas.insert(name.clone(), table.schema.clone());
+        }
         self.catalog.tables.insert(name, Arc::new(table));
         Ok(true)
     }
@@ -234,6 +245,9 @@ impl Planner {
             return Err(WeirError::user(format!("{what} '{name}' does not exist{hint}")).at(ident_location(ident)));
         }
         self.ctx.deregister_table(name.as_str())?;
+        if let Ok(mut schemas) = self.schemas.write() {
+            schemas.remove(&name);
+        }
         Ok(true)
     }
 
@@ -329,8 +343,9 @@ impl Planner {
             LogicalPlan::Sort(_) => {
                 return Err(WeirError::not_supported("ORDER BY on a stream (a stream has no last row to sort up to)"))
             }
-            LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) => {
-                return Err(WeirError::not_supported("aggregation (GROUP BY, DISTINCT, UNION without ALL, aggregate functions) yet"))
+            LogicalPlan::Aggregate(agg) => self.aggregate_node(agg)?,
+            LogicalPlan::Distinct(_) => {
+                return Err(WeirError::not_supported("DISTINCT and UNION without ALL outside a window yet"))
             }
             LogicalPlan::Join(_) => return Err(WeirError::not_supported("joins yet")),
             LogicalPlan::Window(_) => return Err(WeirError::not_supported("OVER windows yet")),
@@ -343,40 +358,49 @@ impl Planner {
         })
     }
 
+    /// A source reading `wanted` columns of `table` (and the columns its watermark needs),
+    /// with its watermark generated. Returns the node and the columns it outputs.
+    fn watermarked_source(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
+        let mut read = wanted.to_vec();
+        let Some(wm) = &table.watermark else {
+            let schema = Arc::new(table.schema.project(&read)?);
+            return Ok((Node::Source { table: table.clone(), projection: Some(read.clone()), schema }, read));
+        };
+        let (_, needed) = self.watermark_expr(table, &table.schema)?;
+        for column in needed {
+            let index = table.schema.index_of(&column)?;
+            if !read.contains(&index) {
+                read.push(index);
+            }
+        }
+        let read_schema = Arc::new(table.schema.project(&read)?);
+        let (expr, _) = self.watermark_expr(table, &read_schema)?;
+        let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema };
+        let display = format!("{} AS {}", wm.column, wm.sql);
+        Ok((source.with_operator(OperatorSpec::Watermark { expr, display }), read))
+    }
+
     fn scan_node(&self, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
-        let name = scan.table_name.table();
-        let table = self
-            .catalog
-            .tables
-            .get(name)
-            .ok_or_else(|| WeirError::internal(format!("scanned table '{name}' is not in the catalog")))?;
         if !scan.filters.is_empty() {
             return Err(WeirError::internal("a filter was pushed into a table scan"));
         }
-        let all: Vec<usize> = (0..table.schema.fields().len()).collect();
-        let wanted = scan.projection.clone().unwrap_or_else(|| all.clone());
-        let wanted_schema = Arc::new(table.schema.project(&wanted)?);
-        let mut node = match &table.watermark {
-            None => Node::Source { table: table.clone(), projection: Some(wanted.clone()), schema: wanted_schema.clone() },
-            Some(wm) => {
-                // Read the columns the watermark needs too, then drop them again.
-                let (_, needed) = self.watermark_expr(table, &table.schema)?;
-                let mut read = wanted.clone();
-                for column in needed {
-                    let index = table.schema.index_of(&column)?;
-                    if !read.contains(&index) {
-                        read.push(index);
-                    }
-                }
-                let read_schema = Arc::new(table.schema.project(&read)?);
-                let (expr, _) = self.watermark_expr(table, &read_schema)?;
-                let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema };
-                let node = source.with_operator(OperatorSpec::Watermark { expr, display: format!("{} AS {}", wm.column, wm.sql) });
+        let provider = datafusion::datasource::source_as_provider(&scan.source)?;
+        let mut node = match (provider.as_ref() as &dyn std::any::Any).downcast_ref::<WindowTable>() {
+            Some(window) => self.window_node(window, scan)?,
+            None => {
+                let name = scan.table_name.table();
+                let table = self
+                    .catalog
+                    .tables
+                    .get(name)
+                    .ok_or_else(|| WeirError::internal(format!("scanned table '{name}' is not in the catalog")))?;
+                let wanted = scan.projection.clone().unwrap_or_else(|| (0..table.schema.fields().len()).collect());
+                let (node, read) = self.watermarked_source(table, &wanted)?;
                 if read.len() == wanted.len() {
                     node
                 } else {
-                    let indices = (0..wanted.len()).collect();
-                    node.with_operator(OperatorSpec::Select { indices, schema: wanted_schema })
+                    let schema = Arc::new(table.schema.project(&wanted)?);
+                    node.with_operator(OperatorSpec::Select { indices: (0..wanted.len()).collect(), schema })
                 }
             }
         };
@@ -384,6 +408,108 @@ impl Planner {
             node = node.with_operator(OperatorSpec::Limit { skip: 0, fetch: Some(fetch) });
         }
         Ok(node)
+    }
+
+    /// A window table function: the table's source and watermark, then window assignment.
+    fn window_node(&self, window: &WindowTable, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
+        let table = self
+            .catalog
+            .tables
+            .get(&window.table)
+            .ok_or_else(|| WeirError::user(format!("table '{}' not found", window.table)))?;
+        if table.watermark.as_ref().map(|w| &w.column) != Some(&window.time_column) {
+            return Err(WeirError::user(format!(
+                "the DESCRIPTOR column '{}' of a window must be the event time column of table '{}' \
+                 (declared with WATERMARK FOR {} AS …)",
+                window.time_column, window.table, window.time_column
+            )));
+        }
+        let base = table.schema.fields().len();
+        let wanted_all = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
+        // Base columns the query reads, and the time column the windows are computed from.
+        let mut wanted: Vec<usize> = wanted_all.iter().copied().filter(|i| *i < base).collect();
+        let time = table.schema.index_of(&window.time_column)?;
+        if !wanted.contains(&time) {
+            wanted.push(time);
+        }
+        let (node, read) = self.watermarked_source(table, &wanted)?;
+        let read_schema = node.schema();
+        let mut fields: Vec<_> = read_schema.fields().iter().cloned().collect();
+        fields.extend(WINDOW_COLUMNS.iter().map(|name| Arc::new(window.schema.field_with_name(name).cloned().unwrap_or_else(|_| Field::new(*name, DataType::Null, true)))));
+        let assigned = Arc::new(Schema::new(fields));
+        let time_column = read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
+        let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
+        // Back to exactly the columns the scan asked for, in its order.
+        let indices = wanted_all
+            .iter()
+            .map(|i| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) })
+            .collect();
+        let schema = Arc::new(window.schema.project(&wanted_all)?);
+        Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
+    }
+
+    /// `GROUP BY window_start, window_end, keys…` over a window table function.
+    fn aggregate_node(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Node> {
+        let input_schema = agg.input.schema();
+        let mut key_columns = Vec::with_capacity(agg.group_expr.len());
+        let mut window_end = None;
+        let mut has_start = false;
+        for (i, e) in agg.group_expr.iter().enumerate() {
+            let Expr::Column(c) = e else {
+                return Err(WeirError::not_supported(format!(
+                    "grouping by the expression {} in a window aggregate (compute it in a subquery and group by its column)",
+                    e.human_display()
+                )));
+            };
+            key_columns.push(input_schema.index_of_column(c)?);
+            match c.name.as_str() {
+                "window_end" => window_end = Some(i),
+                "window_start" => has_start = true,
+                _ => {}
+            }
+        }
+        let Some(window_end) = window_end.filter(|_| has_start) else {
+            return Err(WeirError::not_supported(
+                "aggregation outside a window yet: GROUP BY window_start, window_end of TUMBLE, HOP or CUMULATE",
+            ));
+        };
+        let input = self.to_node(&agg.input)?;
+        let group_exprs = agg.group_expr.iter().map(|e| self.physical(e, input_schema)).collect::<Result<Vec<_>>>()?;
+        let output = agg.schema.as_arrow().clone();
+        let group_schema = Arc::new(Schema::new(output.fields()[..agg.group_expr.len()].to_vec()));
+        let props = self.ctx.state().execution_props().clone();
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for e in &agg.aggr_expr {
+            #[allow(deprecated)]
+            let (aggregate, filter, order_by) = datafusion::physical_planner::create_aggregate_expr_and_maybe_filter(
+                e,
+                input_schema,
+                input_schema.as_arrow(),
+                &props,
+            )?;
+            if !order_by.is_empty() {
+                return Err(WeirError::not_supported("ordered aggregates (WITHIN GROUP / ORDER BY in an aggregate)"));
+            }
+            aggregates.push(aggregate);
+            filters.push(filter);
+        }
+        let display = format!(
+            "group by [{}], [{}]",
+            agg.group_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
+            agg.aggr_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+        // Each group's rows must meet in one task: exchange by the group columns.
+        let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
+        Ok(exchange.with_operator(OperatorSpec::WindowAggregate {
+            group_exprs,
+            group_schema,
+            window_end,
+            aggregates,
+            filters,
+            schema: Arc::new(output),
+            display,
+        }))
     }
 
     /// `VALUES (…), (…)`: each expression evaluated once, column by column.

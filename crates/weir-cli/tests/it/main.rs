@@ -1,6 +1,7 @@
 //! Weir's integration tests: one binary (links once), one module per concern.
 
 mod parallel;
+mod windows;
 mod quickstart;
 mod repl;
 mod slt;

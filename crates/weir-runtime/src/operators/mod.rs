@@ -5,8 +5,10 @@ mod filter;
 mod limit;
 mod project;
 mod watermark;
+mod window;
 
 pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use watermark::WatermarkGenerator;
+pub use window::{millis, WindowAggregate, WindowAssign, WindowKind};

@@ -1,0 +1,113 @@
+//! Window results against an independent path: the same data, written to a CSV file, and the
+//! same windows computed by plain DataFusion batch SQL (date_bin and a join with the window
+//! offsets) on that file. Every row must match, at parallelism 1 and 2.
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use weir::arrow::util::display::ArrayFormatter;
+use weir::{Engine, Outcome};
+
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let options = weir::display_options();
+    let mut out = Vec::new();
+    for b in batches {
+        let f: Vec<_> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
+        for r in 0..b.num_rows() {
+            out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn run(engine: &Engine, sql: &str) {
+    for outcome in engine.execute_all(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")) {
+        if let Outcome::Job(job) = outcome {
+            job.wait().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    }
+}
+
+const WEIR: &[(&str, &str)] = &[
+    (
+        "tumble",
+        "SELECT auction, window_start, window_end, COUNT(*), SUM(price), MIN(price), MAX(price) \
+         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) \
+         GROUP BY auction, window_start, window_end",
+    ),
+    (
+        "hop",
+        "SELECT auction, window_start, window_end, COUNT(*), SUM(price) \
+         FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) \
+         GROUP BY auction, window_start, window_end",
+    ),
+    (
+        "cumulate",
+        "SELECT window_start, window_end, COUNT(*), COUNT(DISTINCT bidder), AVG(price) \
+         FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND)) \
+         GROUP BY window_start, window_end",
+    ),
+];
+
+/// The same windows in batch SQL: each row joined with the offsets of its windows.
+const REFERENCE: &[&str] = &[
+    "SELECT auction, date_bin(INTERVAL '10 seconds', date_time, TIMESTAMP '1970-01-01') AS ws, \
+            date_bin(INTERVAL '10 seconds', date_time, TIMESTAMP '1970-01-01') + INTERVAL '10 seconds' AS we, \
+            COUNT(*), SUM(price), MIN(price), MAX(price) \
+     FROM bid GROUP BY 1, 2, 3",
+    "SELECT auction, ws, ws + INTERVAL '10 seconds' AS we, COUNT(*), SUM(price) FROM ( \
+       SELECT auction, price, date_bin(INTERVAL '2 seconds', date_time, TIMESTAMP '1970-01-01') - d AS ws, date_time \
+       FROM bid CROSS JOIN (VALUES (INTERVAL '0 seconds'), (INTERVAL '2 seconds'), (INTERVAL '4 seconds'), \
+                                   (INTERVAL '6 seconds'), (INTERVAL '8 seconds')) AS o(d)) \
+     GROUP BY auction, ws, we",
+    "SELECT ws, we, COUNT(*), COUNT(DISTINCT bidder), AVG(price) FROM ( \
+       SELECT bidder, price, date_bin(INTERVAL '20 seconds', date_time, TIMESTAMP '1970-01-01') AS ws, \
+              date_bin(INTERVAL '20 seconds', date_time, TIMESTAMP '1970-01-01') + d AS we, date_time \
+       FROM bid CROSS JOIN (VALUES (INTERVAL '5 seconds'), (INTERVAL '10 seconds'), (INTERVAL '15 seconds'), \
+                                   (INTERVAL '20 seconds')) AS o(d)) \
+     WHERE we > date_time GROUP BY ws, we",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_match_batch_sql_on_the_same_file() {
+    let dir = crate::slt::tempdir();
+    let engine = Engine::new().with_base_dir(&dir);
+    // 300,000 Nexmark events (276,000 bids, 300 s of event time) written to one CSV file.
+    run(&engine, "SET 'parallelism' = '1'; SET 'table.dml-sync' = 'true';
+        CREATE TABLE gen (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+          WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '300000');
+        CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+          WITH ('connector' = 'filesystem', 'path' = 'bids', 'format' = 'csv');
+        INSERT INTO out SELECT * FROM gen;
+        CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
+          WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+          WITH ('connector' = 'filesystem', 'path' = 'bids', 'format' = 'csv');").await;
+
+    let ctx = SessionContext::new();
+    let schema = datafusion::arrow::datatypes::Schema::new(vec![
+        datafusion::arrow::datatypes::Field::new("auction", datafusion::arrow::datatypes::DataType::Int64, true),
+        datafusion::arrow::datatypes::Field::new("bidder", datafusion::arrow::datatypes::DataType::Int64, true),
+        datafusion::arrow::datatypes::Field::new("price", datafusion::arrow::datatypes::DataType::Int64, true),
+        datafusion::arrow::datatypes::Field::new(
+            "date_time",
+            datafusion::arrow::datatypes::DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+            true,
+        ),
+    ]);
+    let options = CsvReadOptions::new().has_header(false).schema(&schema).file_extension("csv");
+    ctx.register_csv("bid", dir.join("bids").to_string_lossy().as_ref(), options).await.expect("register csv");
+
+    for ((name, weir_sql), reference) in WEIR.iter().zip(REFERENCE) {
+        let want = rows(&ctx.sql(reference).await.expect("reference plan").collect().await.expect("reference run"));
+        assert!(want.len() > 20, "{name}: reference has only {} rows", want.len());
+        for parallelism in [1, 2] {
+            run(&engine, &format!("SET 'parallelism' = '{parallelism}'")).await;
+            let got = engine.query(weir_sql).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = rows(&got.collect().await.unwrap_or_else(|e| panic!("{name}: {e}")));
+            assert_eq!(got.len(), want.len(), "{name} at parallelism {parallelism}: row count");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g, w, "{name} at parallelism {parallelism}");
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Event-time windows: assigning rows to windows (Flink's window table functions) and
+//! aggregating each window's groups until the watermark passes its end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use datafusion::arrow::compute::kernels::cmp::eq;
+use datafusion::arrow::compute::{cast, filter, take};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
+
+/// Which windows a row belongs to (all in milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// `TUMBLE(size)`: one window `[floor(ts), floor(ts) + size)`.
+    Tumble { size: i64 },
+    /// `HOP(slide, size)`: `size / slide` overlapping windows.
+    Hop { slide: i64, size: i64 },
+    /// `CUMULATE(step, max)`: windows `[floor_max(ts), floor_max(ts) + k * step)` that contain ts.
+    Cumulate { step: i64, max: i64 },
+}
+
+impl WindowKind {
+    /// Append the windows of event time `ts` as (start, end) to `out`.
+    fn windows(&self, ts: i64, out: &mut Vec<(i64, i64)>) {
+        match *self {
+            WindowKind::Tumble { size } => {
+                let start = ts - ts.rem_euclid(size);
+                out.push((start, start + size));
+            }
+            WindowKind::Hop { slide, size } => {
+                // Windows start at multiples of `slide`, oldest first: every start in
+                // (ts - size, ts].
+                let last = ts - ts.rem_euclid(slide);
+                let first = ts - size + 1;
+                let mut start = first + (last - first).rem_euclid(slide);
+                while start <= last {
+                    out.push((start, start + size));
+                    start += slide;
+                }
+            }
+            WindowKind::Cumulate { step, max } => {
+                let start = ts - ts.rem_euclid(max);
+                let mut end = start + step;
+                while end <= start + max {
+                    if end > ts {
+                        out.push((start, end));
+                    }
+                    end += step;
+                }
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            WindowKind::Tumble { size } => format!("TUMBLE({size} ms)"),
+            WindowKind::Hop { slide, size } => format!("HOP(slide {slide} ms, size {size} ms)"),
+            WindowKind::Cumulate { step, max } => format!("CUMULATE(step {step} ms, max {max} ms)"),
+        }
+    }
+}
+
+/// Adds `window_start`, `window_end`, `window_time` to every row, repeating a row for each of
+/// its windows (HOP, CUMULATE).
+pub struct WindowAssign {
+    kind: WindowKind,
+    time_column: usize,
+    schema: SchemaRef,
+}
+
+impl WindowAssign {
+    pub fn new(kind: WindowKind, time_column: usize, schema: SchemaRef) -> Self {
+        Self { kind, time_column, schema }
+    }
+}
+
+/// Event times of a timestamp column in milliseconds.
+pub fn millis(column: &ArrayRef) -> Result<Int64Array> {
+    let ms = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+    let ms = cast(&ms, &DataType::Int64)?;
+    ms.as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| WeirError::internal("event time is not Int64"))
+}
+
+impl Operator for WindowAssign {
+    fn name(&self) -> String {
+        "WindowAssign".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        let ts = millis(chunk.batch.column(self.time_column))?;
+        let mut rows: Vec<u32> = Vec::with_capacity(ts.len());
+        let mut starts: Vec<i64> = Vec::with_capacity(ts.len());
+        let mut ends: Vec<i64> = Vec::with_capacity(ts.len());
+        let mut windows = Vec::with_capacity(4);
+        for (row, t) in ts.iter().enumerate() {
+            // A row without event time belongs to no window.
+            let Some(t) = t else { continue };
+            windows.clear();
+            self.kind.windows(t, &mut windows);
+            for (s, e) in &windows {
+                rows.push(row as u32);
+                starts.push(*s);
+                ends.push(*e);
+            }
+        }
+        let n = rows.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let indices = UInt32Array::from(rows);
+        let mut columns: Vec<ArrayRef> = if n == chunk.num_rows() && indices.values().iter().enumerate().all(|(i, r)| *r as usize == i) {
+            chunk.batch.columns().to_vec()
+        } else {
+            chunk.batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<_, _>>()?
+        };
+        let times: Vec<i64> = ends.iter().map(|e| e - 1).collect();
+        columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
+        columns.push(Arc::new(TimestampMillisecondArray::from(ends)));
+        columns.push(Arc::new(TimestampMillisecondArray::from(times)));
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
+        out.push(Message::Chunk(Chunk::inserts(batch)));
+        Ok(())
+    }
+}
+
+/// The groups of one window and their accumulators.
+struct WindowGroups {
+    values: Box<dyn GroupValues>,
+    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+}
+
+/// A window aggregate (`GROUP BY window_start, window_end, keys…`). Rows are grouped per
+/// window, a whole batch at a time (vectorized group lookup and accumulators); a window's
+/// results are emitted once, when the watermark passes its end (append-only, final). Rows
+/// whose window has already fired are late: dropped and counted.
+pub struct WindowAggregate {
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    group_schema: SchemaRef,
+    /// Which group expression is `window_end`.
+    window_end: usize,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    schema: SchemaRef,
+    /// Open windows by their end (milliseconds).
+    windows: BTreeMap<i64, WindowGroups>,
+    watermark: Watermark,
+    late: u64,
+    groups: Vec<usize>,
+}
+
+impl WindowAggregate {
+    pub fn new(
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        group_schema: SchemaRef,
+        window_end: usize,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+    ) -> Self {
+        Self {
+            group_exprs,
+            group_schema,
+            window_end,
+            aggregates,
+            filters,
+            schema,
+            windows: BTreeMap::new(),
+            watermark: Watermark::MIN,
+            late: 0,
+            groups: Vec::new(),
+        }
+    }
+
+    fn new_window(&self) -> Result<WindowGroups> {
+        let values = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
+        let accumulators = self
+            .aggregates
+            .iter()
+            .map(|agg| {
+                if agg.groups_accumulator_supported() {
+                    Ok(agg.create_groups_accumulator()?)
+                } else {
+                    // Aggregates without a vectorized form (e.g. COUNT(DISTINCT x)) run one
+                    // accumulator per group behind DataFusion's adapter.
+                    let agg = agg.clone();
+                    Ok(Box::new(datafusion::physical_expr::GroupsAccumulatorAdapter::new(move || agg.create_accumulator()))
+                        as Box<dyn GroupsAccumulator>)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(WindowGroups { values, accumulators })
+    }
+
+    /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
+        for end in due {
+            let Some(mut window) = self.windows.remove(&end) else { continue };
+            let rows = window.values.len();
+            let mut columns = window.values.emit(EmitTo::All)?;
+            for acc in &mut window.accumulators {
+                columns.push(acc.evaluate(EmitTo::All)?);
+            }
+            // Group columns come back in the group schema's types; the output may differ
+            // only in nullability.
+            let options = RecordBatchOptions::new().with_row_count(Some(rows));
+            let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
+            out.push(Message::Chunk(Chunk::inserts(batch)));
+        }
+        Ok(())
+    }
+
+    fn update(&mut self, end: i64, keys: &[ArrayRef], args: &[Vec<ArrayRef>], filters: &[Option<BooleanArray>]) -> Result<()> {
+        if !self.windows.contains_key(&end) {
+            let window = self.new_window()?;
+            self.windows.insert(end, window);
+        }
+        let Some(window) = self.windows.get_mut(&end) else { return Ok(()) };
+        window.values.intern(keys, &mut self.groups)?;
+        let total = window.values.len();
+        for ((acc, values), filter) in window.accumulators.iter_mut().zip(args).zip(filters) {
+            acc.update_batch(values, &self.groups, filter.as_ref(), total)?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for WindowAggregate {
+    fn name(&self) -> String {
+        "WindowAggregate".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+        if !chunk.is_append_only() {
+            return Err(WeirError::not_supported("window aggregation of updates or deletes"));
+        }
+        let batch = &chunk.batch;
+        let rows = batch.num_rows();
+        let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(rows));
+        let mut keys = self.group_exprs.iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>()?;
+        let mut args = self
+            .aggregates
+            .iter()
+            .map(|a| a.expressions().iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>())
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let mut filters = self
+            .filters
+            .iter()
+            .map(|f| match f {
+                None => Ok(None),
+                Some(f) => {
+                    let mask = eval(f)?;
+                    Ok(mask.as_any().downcast_ref::<BooleanArray>().cloned())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut ends = millis(&keys[self.window_end])?;
+
+        // Late rows: their window has fired already.
+        let bound = self.watermark.0.saturating_add(1);
+        let late = ends.iter().filter(|e| e.is_some_and(|e| e <= bound)).count();
+        if late > 0 {
+            self.late += late as u64;
+            let keep: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e > bound))).collect();
+            let sub = |a: &ArrayRef| filter(a.as_ref(), &keep);
+            keys = keys.iter().map(sub).collect::<std::result::Result<_, _>>()?;
+            args = args.iter().map(|v| v.iter().map(sub).collect::<std::result::Result<_, _>>()).collect::<std::result::Result<_, _>>()?;
+            filters = filters
+                .iter()
+                .map(|f| match f {
+                    None => Ok(None),
+                    Some(f) => Ok(filter(f, &keep)?.as_any().downcast_ref::<BooleanArray>().cloned()),
+                })
+                .collect::<Result<_>>()?;
+            ends = millis(&keys[self.window_end])?;
+        }
+        if ends.is_empty() {
+            return Ok(());
+        }
+
+        // Usually a batch falls in one or two windows: split it by window end.
+        let mut distinct: Vec<i64> = Vec::new();
+        for e in ends.iter().flatten() {
+            if !distinct.contains(&e) {
+                distinct.push(e);
+                if distinct.len() > 64 {
+                    break;
+                }
+            }
+        }
+        if distinct.len() == 1 && ends.null_count() == 0 {
+            return self.update(distinct[0], &keys, &args, &filters);
+        }
+        let mut all: Vec<i64> = ends.iter().flatten().collect();
+        all.sort_unstable();
+        all.dedup();
+        let ends_array: ArrayRef = Arc::new(ends);
+        for end in all {
+            let mask = eq(&ends_array, &Int64Array::new_scalar(end))?;
+            let sub = |a: &ArrayRef| filter(a.as_ref(), &mask);
+            let k = keys.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()?;
+            let a = args
+                .iter()
+                .map(|v| v.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>())
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let f = filters
+                .iter()
+                .map(|f| match f {
+                    None => Ok(None),
+                    Some(f) => Ok(filter(f, &mask)?.as_any().downcast_ref::<BooleanArray>().cloned()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.update(end, &k, &a, &f)?;
+        }
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.fire(watermark, out)?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.fire(Watermark::END_OF_TIME, out)
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.late
+    }
+}

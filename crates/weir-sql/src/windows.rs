@@ -1,0 +1,146 @@
+//! Flink's window table functions as DataFusion table functions.
+//!
+//! The parser rewrites `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))` into
+//! `__weir_tumble('t', 'ts', size)`; DataFusion calls [`WindowFunction`] with those
+//! arguments, and it returns a [`WindowTable`]: the table's columns plus `window_start`,
+//! `window_end` and `window_time`, which the planner turns into a source, its watermark and
+//! a window assignment operator.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use weir_runtime::operators::WindowKind;
+
+/// Table name to schema, shared with the planner's catalog.
+pub type TableSchemas = Arc<RwLock<BTreeMap<String, SchemaRef>>>;
+
+pub const WINDOW_COLUMNS: [&str; 3] = ["window_start", "window_end", "window_time"];
+
+/// The input of a window function: which table, which time column, which windows.
+#[derive(Debug)]
+pub struct WindowTable {
+    pub table: String,
+    pub time_column: String,
+    pub kind: WindowKind,
+    pub schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for WindowTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::Internal("window tables are not scanned by DataFusion".into()))
+    }
+}
+
+#[derive(Debug)]
+pub struct WindowFunction {
+    pub kind: &'static str,
+    pub tables: TableSchemas,
+}
+
+fn plan_err(message: String) -> DataFusionError {
+    DataFusionError::Plan(message)
+}
+
+fn string_arg(kind: &str, e: &Expr) -> DfResult<String> {
+    match e {
+        Expr::Literal(ScalarValue::Utf8(Some(s)), _) => Ok(s.clone()),
+        other => Err(plan_err(format!("{kind}: expected a name, found {other}"))),
+    }
+}
+
+/// An interval argument in milliseconds (no months: their length varies).
+fn millis_arg(kind: &str, what: &str, e: &Expr) -> DfResult<i64> {
+    let ms = match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.days as i64 * 86_400_000 + v.milliseconds as i64,
+        other => {
+            return Err(plan_err(format!(
+                "{kind}: the {what} must be an interval of days or less, like INTERVAL '10' SECOND, not {other}"
+            )))
+        }
+    };
+    if ms <= 0 {
+        return Err(plan_err(format!("{kind}: the {what} must be positive")));
+    }
+    Ok(ms)
+}
+
+impl TableFunctionImpl for WindowFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
+        let kind = self.kind.to_uppercase();
+        let exprs = args.exprs();
+        let expected = if self.kind == "session" { 4 } else { 3 + usize::from(self.kind != "tumble") };
+        if exprs.len() != expected {
+            return Err(plan_err(format!("{kind} takes {} arguments after TABLE and DESCRIPTOR", expected - 2)));
+        }
+        let table = string_arg(&kind, &exprs[0])?;
+        let column = string_arg(&kind, &exprs[1])?;
+        let schema = self
+            .tables
+            .read()
+            .map_err(|_| DataFusionError::Internal("table schemas lock poisoned".into()))?
+            .get(&table)
+            .cloned()
+            .ok_or_else(|| plan_err(format!("table '{table}' not found (window functions read tables, not views)")))?;
+        match schema.field_with_name(&column).map(|f| f.data_type()) {
+            Ok(DataType::Timestamp(..)) => {}
+            Ok(other) => {
+                return Err(plan_err(format!("{kind}: DESCRIPTOR column '{column}' must be a timestamp, not {other}")))
+            }
+            Err(_) => return Err(plan_err(format!("{kind}: table '{table}' has no column '{column}'"))),
+        }
+        let window = match self.kind {
+            "tumble" => WindowKind::Tumble { size: millis_arg(&kind, "size", &exprs[2])? },
+            "hop" => {
+                let slide = millis_arg(&kind, "slide", &exprs[2])?;
+                let size = millis_arg(&kind, "size", &exprs[3])?;
+                if size % slide != 0 {
+                    return Err(plan_err(format!("HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)")));
+                }
+                WindowKind::Hop { slide, size }
+            }
+            "cumulate" => {
+                let step = millis_arg(&kind, "step", &exprs[2])?;
+                let max = millis_arg(&kind, "max size", &exprs[3])?;
+                if max % step != 0 {
+                    return Err(plan_err(format!("CUMULATE: the max size ({max} ms) must be a multiple of the step ({step} ms)")));
+                }
+                WindowKind::Cumulate { step, max }
+            }
+            _ => return Err(DataFusionError::NotImplemented(format!("{kind} windows yet"))),
+        };
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        for name in WINDOW_COLUMNS {
+            if schema.field_with_name(name).is_ok() {
+                return Err(plan_err(format!("{kind}: table '{table}' already has a column '{name}'")));
+            }
+            fields.push(Field::new(name, DataType::Timestamp(TimeUnit::Millisecond, None), false));
+        }
+        Ok(Arc::new(WindowTable { table, time_column: column, kind: window, schema: Arc::new(Schema::new(fields)) }))
+    }
+}
