@@ -372,6 +372,7 @@ fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
         Field::new("watermark", DataType::Utf8, true),
         Field::new("backpressure_ms", DataType::Int64, false),
         Field::new("records_skipped", DataType::Int64, false),
+        Field::new("late_rows", DataType::Int64, false),
     ]));
     let int = |f: &dyn Fn(&weir_core::metrics::MetricsSnapshot) -> u64| {
         Arc::new(Int64Array::from_iter_values(ops.iter().map(|o| f(o) as i64))) as ArrayRef
@@ -385,6 +386,7 @@ fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
         Arc::new(StringArray::from_iter(ops.iter().map(|o| o.watermark.map(watermark_text)))),
         int(&|o| o.backpressure_ms),
         int(&|o| o.records_skipped),
+        int(&|o| o.late_rows),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
