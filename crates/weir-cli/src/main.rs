@@ -26,6 +26,9 @@ enum Command {
     Run {
         /// The SQL file.
         file: PathBuf,
+        /// Start jobs over, deleting their checkpoints, instead of resuming from the latest.
+        #[arg(long)]
+        from_scratch: bool,
     },
     /// Run sqllogictest files (.slt), or every .slt file under a directory.
     Test {
@@ -48,7 +51,7 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.command {
             None => repl::run(cli.history).await,
-            Some(Command::Run { file }) => run::run_file(&file).await,
+            Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
             Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
                 Ok(summary) => {
                     println!("{} passed, {} failed", summary.passed, summary.failed);

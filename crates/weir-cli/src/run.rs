@@ -14,7 +14,7 @@ fn report(file: &Path, e: &WeirError) {
     }
 }
 
-pub async fn run_file(file: &Path) -> ExitCode {
+pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
     let sql = match std::fs::read_to_string(file) {
         Ok(s) => s,
         Err(e) => {
@@ -27,7 +27,8 @@ pub async fn run_file(file: &Path) -> ExitCode {
     let engine = match base {
         Some(dir) => Engine::new().with_base_dir(dir),
         None => Engine::new(),
-    };
+    }
+    .with_from_scratch(from_scratch);
     let statements = match engine.parse(&sql) {
         Ok(s) => s,
         Err(e) => {

@@ -245,6 +245,19 @@ impl Source for NexmarkSource {
         self.generated += per_batch * PROPORTION;
         Ok(Some(batch))
     }
+
+    /// The next block of events this task generates.
+    fn position(&self) -> Option<Vec<u8>> {
+        Some(self.next_block.to_le_bytes().to_vec())
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let bytes: [u8; 8] = position
+            .try_into()
+            .map_err(|_| WeirError::internal("a nexmark position in a checkpoint is damaged"))?;
+        self.next_block = u64::from_le_bytes(bytes);
+        Ok(())
+    }
 }
 
 /// Values of event `n`: pure functions of (seed, n, field).

@@ -23,6 +23,17 @@ pub trait Source: Send {
     fn records_skipped(&self) -> u64 {
         0
     }
+
+    /// Where this source is: everything returned so far is before it. Recorded in each
+    /// checkpoint; `None` if the source cannot rewind (then checkpoints are refused).
+    fn position(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Continue from a position `position()` gave, before the first `next_batch`.
+    fn seek(&mut self, _position: &[u8]) -> Result<()> {
+        Err(crate::WeirError::not_supported("restoring this source from a checkpoint"))
+    }
 }
 
 /// A stateless or stateful step between a source and a sink. Driven one message at a time;
@@ -38,10 +49,20 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// Snapshot state for `barrier` (nothing for stateless operators), then forward it.
+    /// Forward a checkpoint barrier (after the runtime has taken `snapshot`).
     fn process_barrier(&mut self, barrier: Barrier, out: &mut Vec<Message>) -> Result<()> {
         out.push(Message::Barrier(barrier));
         Ok(())
+    }
+
+    /// The operator's state at a barrier, for the checkpoint (`None`: stateless).
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    /// Take back the state `snapshot` gave, before any message.
+    fn restore(&mut self, _state: &[u8]) -> Result<()> {
+        Err(crate::WeirError::internal(format!("operator {} has no state to restore", self.name())))
     }
 
     /// The input ended: emit what is still pending. `End` itself is forwarded by the runtime.
@@ -70,14 +91,22 @@ pub trait Sink: Send {
         Ok(())
     }
 
-    /// Pre-commit: make everything written before `barrier` durable and remember how to
-    /// publish it (the first phase of a two-phase commit).
-    async fn on_barrier(&mut self, _barrier: Barrier) -> Result<()> {
+    /// Pre-commit at barrier `epoch`: make everything written before it durable, and return
+    /// what is needed to publish it (the first phase of a two-phase commit). This goes into
+    /// checkpoint `epoch`.
+    async fn pre_commit(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    /// Checkpoint `epoch` completed everywhere: publish what was pre-committed up to it.
+    async fn commit(&mut self, _epoch: u64) -> Result<()> {
         Ok(())
     }
 
-    /// Checkpoint `epoch` completed everywhere: publish what was pre-committed for it.
-    async fn commit(&mut self, _epoch: u64) -> Result<()> {
+    /// Before any row, after a restart from checkpoint `epoch`: finish publishing what that
+    /// checkpoint pre-committed (`state` is what `pre_commit` returned, if anything) and
+    /// discard what attempts after it wrote. Must be idempotent: a restore can be cut short.
+    async fn restore(&mut self, _epoch: u64, _state: Option<&[u8]>) -> Result<()> {
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use weir_core::{
     Watermark, WeirError,
 };
 
+use crate::checkpoint::{Ack, CheckpointMode, CheckpointStats, CheckpointConfig, CheckpointStore, Restored, TaskCheckpoint, TaskState};
 use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
 use crate::plan::{Node, OperatorSpec};
@@ -47,6 +48,8 @@ pub struct JobStatus {
     pub state: JobState,
     pub elapsed: Duration,
     pub operators: Vec<MetricsSnapshot>,
+    /// Completed checkpoints, oldest first (the last 100).
+    pub checkpoints: Vec<CheckpointStats>,
 }
 
 impl JobStatus {
@@ -74,6 +77,7 @@ struct JobInner {
     cancel: watch::Sender<bool>,
     started: Instant,
     finished: Mutex<Option<Duration>>,
+    checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
 }
 
 /// A running (or finished) job. Cloning gives another handle to the same job.
@@ -128,6 +132,7 @@ impl JobHandle {
             state: self.state(),
             elapsed,
             operators: self.inner.metrics.iter().map(|m| m.snapshot()).collect(),
+            checkpoints: self.inner.checkpoints.lock().map(|c| c.clone()).unwrap_or_default(),
         }
     }
 }
@@ -135,17 +140,21 @@ impl JobHandle {
 type Task = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
 /// How a job runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JobOptions {
     /// Tasks per operator.
     pub parallelism: usize,
     /// A source task with no data for this long stops holding back the watermark.
     pub idle_timeout: Option<Duration>,
+    /// Take checkpoints, into this store.
+    pub checkpoint: Option<(CheckpointConfig, Arc<dyn CheckpointStore>)>,
+    /// Start from this checkpoint: sources rewound, operator and sink state restored.
+    pub restore: Option<Restored>,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { parallelism: 1, idle_timeout: None }
+        Self { parallelism: 1, idle_timeout: None, checkpoint: None, restore: None }
     }
 }
 
@@ -163,9 +172,27 @@ struct Builder<'a> {
     options: JobOptions,
     tasks: Vec<(String, Task)>,
     metrics: Vec<Arc<OperatorMetrics>>,
+    /// Stages built so far: part of each task's checkpoint key, deterministic for a plan.
+    stages: usize,
+    /// Checkpointing: where tasks acknowledge barriers, and the keys of every task.
+    acks: Option<mpsc::UnboundedSender<Ack>>,
+    trigger: Option<watch::Receiver<u64>>,
+    keys: Vec<String>,
 }
 
 impl Builder<'_> {
+    /// A task's part in checkpoints, and its restored state.
+    fn checkpoint_of(&mut self, key: String) -> (Option<TaskCheckpoint>, Option<TaskState>) {
+        let restored = self.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
+        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks });
+        self.keys.push(key);
+        (cp, restored)
+    }
+
+    fn aligned(&self) -> bool {
+        self.options.checkpoint.as_ref().is_none_or(|(c, _)| c.mode == CheckpointMode::ExactlyOnce)
+    }
+
     fn metrics(&mut self, name: String) -> Arc<OperatorMetrics> {
         let m = Arc::new(OperatorMetrics::new(name));
         self.metrics.push(m.clone());
@@ -212,6 +239,8 @@ impl Builder<'_> {
             (None, Node::Exchange { partitioning, input }) => self.build(input, Some((partitioning, parallelism)))?,
             _ => Vec::new(),
         };
+        let stage = self.stages;
+        self.stages += 1;
         // Output channels: one per task, or a task-by-next-task matrix for an exchange.
         let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
             None => Vec::with_capacity(parallelism),
@@ -242,33 +271,44 @@ impl Builder<'_> {
                 Node::Values { .. } => Some(self.metrics("Values".to_string())),
                 _ => None,
             };
-            let chain = Chain {
-                ops: specs.iter().map(|s| (s.instantiate(), self.metrics(format!("{} [{index}]", s.describe())))).collect(),
-                output,
-                metrics: None,
-            };
+            let (checkpoint, restored) = self.checkpoint_of(format!("stage{stage}-task{index}"));
+            let mut ops = Vec::with_capacity(specs.len());
+            for (i, s) in specs.iter().enumerate() {
+                let mut op = s.instantiate();
+                if let Some(state) = restored.as_ref().and_then(|r| r.get(&format!("op{i}"))) {
+                    op.restore(state)?;
+                }
+                ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
+            }
+            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new() };
+            let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
-                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain))));
+                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned))));
                 continue;
             }
             match start {
                 Node::Source { table, projection, .. } => {
-                    let source = self.connectors.source(table, projection.clone(), split)?;
+                    let mut source = self.connectors.source(table, projection.clone(), split)?;
+                    if let Some(position) = restored.as_ref().and_then(|r| r.get("source")) {
+                        source.seek(position)?;
+                    }
+                    let trigger = self.trigger.clone();
                     let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
                     let idle = self.options.idle_timeout;
                     let chain = chain.with_metrics(metrics.clone());
-                    self.tasks.push((format!("source {} [{index}]", table.name), Box::pin(run_source(source, metrics, chain, idle))));
+                    self.tasks.push((format!("source {} [{index}]", table.name), Box::pin(run_source(source, metrics, chain, idle, trigger))));
                 }
                 Node::Values { batches, schema } => {
                     let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
                     let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
                     let chain = chain.with_metrics(metrics.clone());
-                    self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None))));
+                    let trigger = self.trigger.clone();
+                    self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
-                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain))));
+                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned))));
                 }
                 Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
             }
@@ -289,6 +329,10 @@ enum Output {
 struct Chain {
     ops: Vec<(Box<dyn Operator>, Arc<OperatorMetrics>)>,
     output: Output,
+    /// This task's part in checkpoints.
+    checkpoint: Option<TaskCheckpoint>,
+    /// State of the task beyond its operators (a source's position), for the next ack.
+    extra: TaskState,
     /// Where waiting for room in `tx` is counted (the task's first metrics).
     metrics: Option<Arc<OperatorMetrics>>,
 }
@@ -341,7 +385,8 @@ impl Chain {
     async fn push(&mut self, msg: Message) -> Result<bool> {
         let mut messages = vec![msg];
         let mut done = false;
-        for (op, metrics) in &mut self.ops {
+        let mut snapshot: Option<(u64, TaskState)> = None;
+        for (i, (op, metrics)) in self.ops.iter_mut().enumerate() {
             let mut next = Vec::with_capacity(messages.len());
             for msg in messages {
                 match msg {
@@ -353,7 +398,15 @@ impl Chain {
                         metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
                         op.process_watermark(w, &mut next)?;
                     }
-                    Message::Barrier(b) => op.process_barrier(b, &mut next)?,
+                    Message::Barrier(b) => {
+                        if self.checkpoint.is_some() {
+                            let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
+                            if let Some(s) = op.snapshot()? {
+                                state.insert(format!("op{i}"), s);
+                            }
+                        }
+                        op.process_barrier(b, &mut next)?
+                    }
                     Message::Idle => next.push(Message::Idle),
                     Message::End => {
                         op.finish(&mut next)?;
@@ -378,12 +431,39 @@ impl Chain {
                 break;
             }
         }
+        if let Some(cp) = &self.checkpoint {
+            // A task without operators acknowledges the barrier as it passes.
+            let barrier = messages.iter().find_map(|m| match m {
+                Message::Barrier(b) => Some(b.epoch),
+                _ => None,
+            });
+            if let Some(epoch) = barrier.filter(|_| snapshot.is_none()) {
+                snapshot = Some((epoch, std::mem::take(&mut self.extra)));
+            }
+            if let Some((epoch, state)) = snapshot {
+                cp.ack(Some(epoch), state);
+            }
+        }
         for msg in messages {
             if !self.send(msg).await? {
                 return Ok(false);
             }
         }
         Ok(!done)
+    }
+
+    /// The task has finished: its final state stands for every later checkpoint.
+    fn finished(&mut self) -> Result<()> {
+        if let Some(cp) = &self.checkpoint {
+            let mut state = std::mem::take(&mut self.extra);
+            for (i, (op, _)) in self.ops.iter_mut().enumerate() {
+                if let Some(s) = op.snapshot()? {
+                    state.insert(format!("op{i}"), s);
+                }
+            }
+            cp.ack(None, state);
+        }
+        Ok(())
     }
 }
 
@@ -408,8 +488,23 @@ async fn run_source(
     metrics: Arc<OperatorMetrics>,
     mut chain: Chain,
     idle_timeout: Option<Duration>,
+    mut trigger: Option<watch::Receiver<u64>>,
 ) -> Result<()> {
     loop {
+        // A checkpoint asked for: between two batches, the position is exact.
+        if let Some(t) = &mut trigger {
+            if t.has_changed().unwrap_or(false) {
+                let epoch = *t.borrow_and_update();
+                let position = source.position().ok_or_else(|| {
+                    WeirError::not_supported("checkpoints of a job with a source that cannot rewind")
+                })?;
+                chain.extra.insert("source".into(), position);
+                let barrier = weir_core::Barrier { epoch, kind: weir_core::BarrierKind::Checkpoint };
+                if !chain.push(Message::Barrier(barrier)).await? {
+                    return Ok(());
+                }
+            }
+        }
         let next = {
             // Keep the same read going while reporting idleness: dropping it could lose data.
             let read = source.next_batch();
@@ -441,6 +536,10 @@ async fn run_source(
                 if chain.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
                     chain.push(Message::End).await?;
                 }
+                if let Some(position) = source.position() {
+                    chain.extra.insert("source".into(), position);
+                }
+                chain.finished()?;
                 return Ok(());
             }
         }
@@ -448,8 +547,8 @@ async fn run_source(
 }
 
 /// Merge several inputs (a union, or parallel tasks feeding one sink) into one chain.
-async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain) -> Result<()> {
-    let mut merger = InputMerger::new(inputs.len());
+async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain, aligned: bool) -> Result<()> {
+    let mut merger = InputMerger::new(inputs.len()).aligned(aligned);
     let mut next_first = 0;
     loop {
         // Poll the readable inputs, starting after the last one served so none starves.
@@ -475,7 +574,11 @@ async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain) -
         merger.on_message(i, msg, &mut out);
         for msg in out {
             let is_end = matches!(msg, Message::End);
-            if !chain.push(msg).await? || is_end {
+            if !chain.push(msg).await? {
+                return Ok(());
+            }
+            if is_end {
+                chain.finished()?;
                 return Ok(());
             }
         }
@@ -486,8 +589,28 @@ async fn run_sink(
     mut input: mpsc::Receiver<Message>,
     mut sink: Box<dyn Sink>,
     metrics: Arc<OperatorMetrics>,
+    checkpoint: Option<TaskCheckpoint>,
+    restored: Option<(u64, Option<Vec<u8>>)>,
+    mut committed: Option<watch::Receiver<u64>>,
 ) -> Result<()> {
-    while let Some(msg) = input.recv().await {
+    if let Some((epoch, state)) = &restored {
+        sink.restore(*epoch, state.as_deref()).await?;
+    }
+    loop {
+        let msg = tokio::select! {
+            msg = input.recv() => msg,
+            // Checkpoint n complete everywhere: publish what was pre-committed for it.
+            Some(n) = async {
+                match &mut committed {
+                    Some(c) => c.changed().await.ok().map(|_| *c.borrow_and_update()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                sink.commit(n).await?;
+                continue;
+            }
+        };
+        let Some(msg) = msg else { break };
         match msg {
             Message::Chunk(chunk) => {
                 metrics.record_in(chunk.num_rows());
@@ -497,9 +620,20 @@ async fn run_sink(
                 metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
                 sink.on_watermark(w).await?;
             }
-            Message::Barrier(b) => sink.on_barrier(b).await?,
+            Message::Barrier(b) => {
+                let state = sink.pre_commit(b.epoch).await?;
+                if let Some(cp) = &checkpoint {
+                    cp.ack(Some(b.epoch), state.map(|s| TaskState::from([("sink".to_string(), s)])).unwrap_or_default());
+                }
+            }
             Message::Idle => {}
-            Message::End => return sink.finish().await,
+            Message::End => {
+                sink.finish().await?;
+                if let Some(cp) = &checkpoint {
+                    cp.ack(None, TaskState::new());
+                }
+                return Ok(());
+            }
         }
     }
     Err(WeirError::internal("the sink's input closed before the end of the stream"))
@@ -515,21 +649,46 @@ pub fn spawn_job(
     connectors: &dyn ConnectorFactory,
     options: JobOptions,
 ) -> Result<JobHandle> {
-    let mut builder = Builder { connectors, options, tasks: Vec::new(), metrics: Vec::new() };
+    let checkpointing = options.checkpoint.clone();
+    let restored_epoch = options.restore.as_ref().map(|r| r.epoch);
+    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+    let (trigger_tx, trigger_rx) = watch::channel(0u64);
+    let (committed_tx, committed_rx) = watch::channel(0u64);
+    let mut builder = Builder {
+        connectors,
+        options,
+        tasks: Vec::new(),
+        metrics: Vec::new(),
+        stages: 0,
+        acks: checkpointing.as_ref().map(|_| ack_tx),
+        trigger: checkpointing.as_ref().map(|_| trigger_rx),
+        keys: Vec::new(),
+    };
     let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
     if !sink.parallel && inputs.len() > 1 {
         // Every task feeds one sink task through a merge (watermarks, barriers aligned).
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let chain = Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None };
+        let (checkpoint, _) = builder.checkpoint_of("merge-to-sink".to_string());
+        let chain = Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None, checkpoint, extra: TaskState::new() };
         let all = std::mem::take(&mut inputs);
-        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain))));
+        let aligned = builder.aligned();
+        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain, aligned))));
         inputs = vec![rx];
     }
     let count = inputs.len();
     for (index, input) in inputs.into_iter().enumerate() {
         let task_sink = (sink.make)(Split { index, count })?;
         let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
-        builder.tasks.push((format!("sink [{index}]"), Box::pin(run_sink(input, task_sink, metrics))));
+        let (checkpoint, restored) = builder.checkpoint_of(format!("sink-task{index}"));
+        let restored = restored_epoch.map(|epoch| (epoch, restored.and_then(|mut s| s.remove("sink"))));
+        let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
+        builder.tasks.push((format!("sink [{index}]"), Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed))));
+    }
+    let checkpoint_stats = Arc::new(Mutex::new(Vec::new()));
+    if let Some((config, store)) = checkpointing {
+        let keys = builder.keys.clone();
+        let first = restored_epoch.map_or(1, |e| e + 1);
+        tokio::spawn(crate::checkpoint::coordinate(config, store, keys, first, trigger_tx, committed_tx, ack_rx, checkpoint_stats.clone()));
     }
 
     let (state_tx, state_rx) = watch::channel(JobState::Running);
@@ -542,6 +701,7 @@ pub fn spawn_job(
         cancel: cancel_tx,
         started: Instant::now(),
         finished: Mutex::new(None),
+        checkpoints: checkpoint_stats,
     });
     let handle = JobHandle { inner: inner.clone() };
 

@@ -6,6 +6,7 @@
 //! channels in its own task; the sink runs in the last task. Bounded channels between tasks
 //! give backpressure. Every edge carries [`weir_core::Message`]s in order.
 
+pub mod checkpoint;
 mod exchange;
 mod job;
 mod merge;

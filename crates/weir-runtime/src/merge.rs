@@ -21,6 +21,8 @@ pub struct InputMerger {
     blocked: Vec<bool>,
     pending_barrier: Option<Barrier>,
     emitted: Watermark,
+    /// Exactly-once: block inputs that delivered the pending barrier.
+    align: bool,
 }
 
 impl InputMerger {
@@ -33,12 +35,20 @@ impl InputMerger {
             blocked: vec![false; inputs],
             pending_barrier: None,
             emitted: Watermark::MIN,
+            align: true,
         }
+    }
+
+    /// `false` (at-least-once): inputs are never blocked; the barrier still goes out once it
+    /// has arrived on every open input, but rows after it on the fast inputs come first.
+    pub fn aligned(mut self, align: bool) -> Self {
+        self.align = align;
+        self
     }
 
     /// Whether the caller may read input `i` now.
     pub fn readable(&self, i: usize) -> bool {
-        !self.ended[i] && !self.blocked[i]
+        !self.ended[i] && (!self.blocked[i] || !self.align)
     }
 
     pub fn all_ended(&self) -> bool {

@@ -43,6 +43,8 @@ pub struct Engine {
     state: Mutex<State>,
     connectors: Arc<dyn ConnectorFactory>,
     base_dir: Option<PathBuf>,
+    /// Discard existing checkpoints instead of resuming from them.
+    from_scratch: bool,
 }
 
 impl Default for Engine {
@@ -77,7 +79,15 @@ impl Engine {
             }),
             connectors,
             base_dir: None,
+            from_scratch: false,
         }
+    }
+
+    /// Jobs with checkpoints start over instead of resuming from their latest checkpoint
+    /// (`weir run --from-scratch`); their old checkpoints are deleted.
+    pub fn with_from_scratch(mut self, from_scratch: bool) -> Self {
+        self.from_scratch = from_scratch;
+        self
     }
 
     /// Resolve relative `'path'` options against `dir` instead of the working directory
@@ -313,8 +323,26 @@ impl Engine {
             Some(n) => n.to_string(),
             None => format!("insert-into-{}", table.name),
         };
+        let mut options = state.settings.job_options();
+        // Checkpoints: resume from the latest one of this job unless told to start over.
+        let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
+            "{}parallelism {}",
+            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.explain(),
+            options.parallelism
+        ));
+        if let Some(config) = state.settings.checkpoint_config(&name, fingerprint)? {
+            use weir_runtime::checkpoint::{CheckpointStore, LocalStore};
+            let store: Arc<dyn CheckpointStore> = Arc::new(LocalStore::new(config.dir.clone()));
+            if self.from_scratch {
+                store.clear()?;
+            } else if let Some(restored) = store.latest(&config.fingerprint)? {
+                log::info!("job '{name}' resumes from checkpoint {} in '{}'", restored.epoch, config.dir.display());
+                options.restore = Some(restored);
+            }
+            options.checkpoint = Some((config, store));
+        }
         let id = state.jobs.len() as u64 + 1;
-        let job = spawn_job(id, name, &root, spec, self.connectors.as_ref(), state.settings.job_options())?;
+        let job = spawn_job(id, name, &root, spec, self.connectors.as_ref(), options)?;
         state.jobs.push(job.clone());
         Ok(job)
     }

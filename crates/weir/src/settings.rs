@@ -9,6 +9,11 @@ use weir_core::{parse_duration, Location, Result, WeirError};
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("parallelism", "", "tasks per operator of the next job (default: the number of cores)"),
     ("source.idle-timeout", "0", "a source task with no data for this long (e.g. '5s') stops holding back watermarks; 0: never"),
+    ("checkpoint.interval", "0", "take a checkpoint this often (e.g. '10s'); 0: no checkpoints"),
+    ("checkpoint.dir", "", "where checkpoints are kept (a local directory); each job uses <dir>/<job name>"),
+    ("checkpoint.mode", "exactly-once", "'exactly-once' (aligned barriers) or 'at-least-once'"),
+    ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
+    ("checkpoint.retained", "3", "completed checkpoints kept"),
     ("pipeline.name", "", "name of the next job started by INSERT (default: insert-into-<table>)"),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
 ];
@@ -30,8 +35,14 @@ impl Settings {
         if key == "parallelism" && !matches!(value.parse::<usize>(), Ok(1..=1024)) {
             return Err(WeirError::user(format!("setting 'parallelism' must be a number from 1 to 1024, not '{value}'")).at(at));
         }
-        if key == "source.idle-timeout" {
+        if matches!(key, "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout") {
             parse_duration(value).map_err(|e| e.at(at))?;
+        }
+        if key == "checkpoint.mode" && !matches!(value, "exactly-once" | "at-least-once") {
+            return Err(WeirError::user(format!("setting 'checkpoint.mode' must be 'exactly-once' or 'at-least-once', not '{value}'")).at(at));
+        }
+        if key == "checkpoint.retained" && !matches!(value.parse::<usize>(), Ok(1..)) {
+            return Err(WeirError::user(format!("setting 'checkpoint.retained' must be a number of at least 1, not '{value}'")).at(at));
         }
         self.values.insert(key.to_string(), value.to_string());
         Ok(())
@@ -63,7 +74,34 @@ impl Settings {
                 .get("source.idle-timeout")
                 .and_then(|t| parse_duration(t).ok())
                 .filter(|d| !d.is_zero()),
+            ..Default::default()
         }
+    }
+
+    fn value(&self, key: &str) -> String {
+        self.get(key)
+            .map(str::to_string)
+            .unwrap_or_else(|| SETTINGS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default())
+    }
+
+    /// Checkpointing for a job named `job`, if `checkpoint.interval` and `checkpoint.dir` are set.
+    pub fn checkpoint_config(&self, job: &str, fingerprint: String) -> Result<Option<weir_runtime::checkpoint::CheckpointConfig>> {
+        use weir_runtime::checkpoint::{CheckpointConfig, CheckpointMode};
+        let interval = parse_duration(&self.value("checkpoint.interval"))?;
+        if interval.is_zero() {
+            return Ok(None);
+        }
+        let Some(dir) = self.get("checkpoint.dir") else {
+            return Err(WeirError::user("'checkpoint.interval' is set but 'checkpoint.dir' is not: SET 'checkpoint.dir' = '…'"));
+        };
+        Ok(Some(CheckpointConfig {
+            interval,
+            dir: std::path::Path::new(dir).join(job),
+            mode: if self.value("checkpoint.mode") == "at-least-once" { CheckpointMode::AtLeastOnce } else { CheckpointMode::ExactlyOnce },
+            timeout: parse_duration(&self.value("checkpoint.timeout"))?,
+            retained: self.value("checkpoint.retained").parse().unwrap_or(3),
+            fingerprint,
+        }))
     }
 
     /// Every known setting with its current value.

@@ -2,6 +2,7 @@
 
 mod parallel;
 mod windows;
+mod crash;
 mod quickstart;
 mod repl;
 mod slt;

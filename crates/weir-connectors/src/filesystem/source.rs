@@ -14,10 +14,14 @@ pub struct FileSource {
     table_schema: SchemaRef,
     projection: Vec<usize>,
     schema: SchemaRef,
-    /// This task's parts of the files still to read, in reverse order (`pop` takes the next).
-    pending: Vec<(PathBuf, Portion)>,
-    /// The reader of the current file; moved into the blocking task while it reads.
-    current: Option<Box<dyn BatchReader>>,
+    /// This task's parts of the files, in reading order.
+    parts: Vec<(PathBuf, Portion)>,
+    /// The part to open next, and where in it to start (after a restore).
+    next_part: usize,
+    resume_at: Option<u64>,
+    /// The reader of the current part and its index; the reader moves into the blocking
+    /// task while it reads.
+    current: Option<(usize, Box<dyn BatchReader>)>,
     skipped_in_done_files: u64,
     skipped_current: u64,
 }
@@ -86,15 +90,16 @@ impl FileSource {
         let format = Format::from_options(table)?;
         let path = table.options.required(&table.name, "path")?;
         let files = list_files(&table.name, Path::new(path))?;
-        let mut pending = assign(&format, files, split)?;
-        pending.reverse();
+        let parts = assign(&format, files, split)?;
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         Ok(Self {
             format,
             table_schema: table.schema.clone(),
             schema: std::sync::Arc::new(table.schema.project(&projection)?),
             projection,
-            pending,
+            parts,
+            next_part: 0,
+            resume_at: None,
             current: None,
             skipped_in_done_files: 0,
             skipped_current: 0,
@@ -110,13 +115,17 @@ impl Source for FileSource {
 
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
-            let mut reader = match self.current.take() {
+            let (index, mut reader) = match self.current.take() {
                 Some(r) => r,
                 None => {
-                    let Some((path, portion)) = self.pending.pop() else { return Ok(None) };
+                    let Some((path, portion)) = self.parts.get(self.next_part).cloned() else { return Ok(None) };
+                    let index = self.next_part;
+                    self.next_part += 1;
                     self.skipped_in_done_files += self.skipped_current;
                     self.skipped_current = 0;
-                    self.format.reader(&path, portion, &self.table_schema, &self.projection, DEFAULT_BATCH_SIZE)?
+                    let resume = self.resume_at.take();
+                    let reader = self.format.reader(&path, portion, resume, &self.table_schema, &self.projection, DEFAULT_BATCH_SIZE)?;
+                    (index, reader)
                 }
             };
             // File reads block; keep them off the async worker threads.
@@ -128,7 +137,7 @@ impl Source for FileSource {
             .map_err(|e| WeirError::internal(format!("file reader task failed: {e}")))?;
             self.skipped_current = reader.records_skipped();
             if let Some(batch) = batch? {
-                self.current = Some(reader);
+                self.current = Some((index, reader));
                 return Ok(Some(batch));
             }
         }
@@ -136,5 +145,31 @@ impl Source for FileSource {
 
     fn records_skipped(&self) -> u64 {
         self.skipped_in_done_files + self.skipped_current
+    }
+
+    /// `{"part": k, "at": n}`: parts before `k` are done; part `k` continues at `n` (a byte
+    /// offset of a text file, rows into a Parquet portion).
+    fn position(&self) -> Option<Vec<u8>> {
+        let (part, at) = match &self.current {
+            Some((index, reader)) => (*index, reader.position()),
+            None => (self.next_part, self.resume_at.unwrap_or(0)),
+        };
+        Some(serde_json::json!({ "part": part, "at": at }).to_string().into_bytes())
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let bad = || WeirError::internal("a file source position in a checkpoint is damaged");
+        let value: serde_json::Value = serde_json::from_slice(position).map_err(|_| bad())?;
+        let part = value["part"].as_u64().ok_or_else(bad)? as usize;
+        let at = value["at"].as_u64().ok_or_else(bad)?;
+        if part > self.parts.len() {
+            return Err(WeirError::user(
+                "the files of a table changed since the checkpoint was taken (fewer parts to read); start with --from-scratch",
+            ));
+        }
+        self.next_part = part;
+        self.resume_at = Some(at).filter(|a| *a > 0);
+        self.current = None;
+        Ok(())
     }
 }

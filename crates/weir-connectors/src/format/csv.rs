@@ -159,7 +159,17 @@ impl RecordReader {
     }
 }
 
+impl RecordReader {
+    fn offset(&self) -> u64 {
+        self.range.map_or(0, |r| r.start) + self.reader.position().byte()
+    }
+}
+
 impl BatchReader for RecordReader {
+    fn position(&self) -> u64 {
+        self.offset()
+    }
+
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             if let Some(e) = self.pending_error.take() {
@@ -302,6 +312,7 @@ impl CsvReader {
         use std::io::{BufRead, BufReader, Seek, SeekFrom};
         let (mut start, stop) = match range {
             None => (0, u64::MAX),
+            Some(r) if r.end == u64::MAX => (r.start, u64::MAX),
             Some(r) => {
                 // The last record of the range is the one that starts before `end`: it ends
                 // at the first newline at or after `end - 1`.
@@ -367,6 +378,13 @@ impl CsvReader {
 }
 
 impl BatchReader for CsvReader {
+    fn position(&self) -> u64 {
+        match &self.state {
+            State::Fast(f) => f.batch_start,
+            State::Careful(c) => c.position(),
+        }
+    }
+
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         if let State::Fast(fast) = &mut self.state {
             match fast.next_batch(&self.path)? {

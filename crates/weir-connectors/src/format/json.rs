@@ -141,6 +141,10 @@ impl JsonReader {
 }
 
 impl BatchReader for JsonReader {
+    fn position(&self) -> u64 {
+        self.offset
+    }
+
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let mut buf = Vec::new();
         while !self.done {

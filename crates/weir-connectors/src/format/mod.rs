@@ -132,10 +132,13 @@ impl Format {
 
     /// A reader of `path` producing batches of `schema` (the table's columns after projection;
     /// `file_columns` is how many columns a CSV record has).
+    /// `resume`: continue at this position of the portion (what the reader's `position`
+    /// said), instead of its start.
     pub fn reader(
         &self,
         path: &Path,
         portion: Portion,
+        resume: Option<u64>,
         table_schema: &SchemaRef,
         projection: &[usize],
         batch_size: usize,
@@ -143,8 +146,11 @@ impl Format {
         let mut file = File::open(path).map_err(|e| {
             WeirError::external(format!("cannot open '{}': {e}", path.display()))
         })?;
-        let range = match portion {
-            Portion::Bytes { start, end } => Some(text_range(&mut file, path, start, end)?),
+        let range = match (portion, resume) {
+            // Resuming: the offset is a record start already.
+            (Portion::Bytes { end, .. }, Some(at)) => Some(resume_range(&mut file, path, at, end)?),
+            (_, Some(at)) if !matches!(self, Format::Parquet { .. }) => Some(resume_range(&mut file, path, at, u64::MAX)?),
+            (Portion::Bytes { start, end }, None) => Some(text_range(&mut file, path, start, end)?),
             _ => None,
         };
         Ok(match self {
@@ -168,7 +174,7 @@ impl Format {
                 batch_size,
             )?),
             Format::Parquet { .. } => {
-                Box::new(parquet::ParquetReader::new(file, path, portion, table_schema, projection, batch_size)?)
+                Box::new(parquet::ParquetReader::new(file, path, portion, resume, table_schema, projection, batch_size)?)
             }
         })
     }
@@ -190,6 +196,8 @@ impl Format {
 pub trait BatchReader: Send {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
     fn records_skipped(&self) -> u64;
+    /// Where the next batch starts: a file offset (text), rows into the portion (Parquet).
+    fn position(&self) -> u64;
 }
 
 /// Writes one file. `close` flushes and syncs it to disk.
@@ -227,6 +235,13 @@ fn text_range(file: &mut File, path: &Path, start: u64, end: u64) -> Result<Text
     let begin = start - 1 + n as u64;
     file.seek(SeekFrom::Start(begin)).map_err(|e| io_error(path, e))?;
     Ok(TextRange { start: begin, end })
+}
+
+/// Continue exactly at `at`, a record start recorded in a checkpoint.
+fn resume_range(file: &mut File, path: &Path, at: u64, end: u64) -> Result<TextRange> {
+    use std::io::{Seek, SeekFrom};
+    file.seek(SeekFrom::Start(at)).map_err(|e| io_error(path, e))?;
+    Ok(TextRange { start: at, end })
 }
 
 /// The line number of byte `offset` of a file: counted only when an error needs it.

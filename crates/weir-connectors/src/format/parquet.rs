@@ -20,6 +20,8 @@ use super::{BatchReader, BatchWriter, Portion};
 
 pub struct ParquetReader {
     reader: ParquetRecordBatchReader,
+    /// Rows of the portion returned so far (including those skipped on resume).
+    rows: u64,
     path: PathBuf,
     schema: SchemaRef,
 }
@@ -33,6 +35,7 @@ impl ParquetReader {
         file: File,
         path: &Path,
         portion: Portion,
+        resume: Option<u64>,
         table_schema: &SchemaRef,
         projection: &[usize],
         batch_size: usize,
@@ -59,12 +62,16 @@ impl ParquetReader {
             }
             _ => builder,
         };
+        let builder = match resume {
+            Some(rows) => builder.with_offset(rows as usize),
+            None => builder,
+        };
         let reader = builder
             .with_projection(mask)
             .with_batch_size(batch_size)
             .build()
             .map_err(|e| parquet_error(path, e))?;
-        Ok(Self { reader, path: path.to_path_buf(), schema })
+        Ok(Self { reader, rows: resume.unwrap_or(0), path: path.to_path_buf(), schema })
     }
 }
 
@@ -72,6 +79,7 @@ impl BatchReader for ParquetReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let Some(batch) = self.reader.next() else { return Ok(None) };
         let batch = batch.map_err(|e| parquet_error(&self.path, e))?;
+        self.rows += batch.num_rows() as u64;
         // The reader returns columns in file order; put them in table order and types.
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         for field in self.schema.fields() {
@@ -99,6 +107,10 @@ impl BatchReader for ParquetReader {
 
     fn records_skipped(&self) -> u64 {
         0
+    }
+
+    fn position(&self) -> u64 {
+        self.rows
     }
 }
 

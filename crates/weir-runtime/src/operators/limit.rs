@@ -33,6 +33,24 @@ impl Operator for Limit {
         Ok(())
     }
 
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut bytes = (self.skip as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&self.remaining.map_or(u64::MAX, |r| r as u64).to_le_bytes());
+        Ok(Some(bytes))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let damaged = || weir_core::WeirError::internal("limit state in a checkpoint is damaged");
+        let skip: [u8; 8] = state.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?;
+        let remaining: [u8; 8] = state.get(8..16).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?;
+        self.skip = u64::from_le_bytes(skip) as usize;
+        self.remaining = match u64::from_le_bytes(remaining) {
+            u64::MAX => None,
+            r => Some(r as usize),
+        };
+        Ok(())
+    }
+
     fn is_done(&self) -> bool {
         self.remaining == Some(0)
     }

@@ -44,6 +44,16 @@ impl Operator for WatermarkGenerator {
         Ok(())
     }
 
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(Some(self.current.0.to_le_bytes().to_vec()))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let bytes: [u8; 8] = state.try_into().map_err(|_| WeirError::internal("watermark state in a checkpoint is damaged"))?;
+        self.current = Watermark(i64::from_le_bytes(bytes));
+        Ok(())
+    }
+
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         // Only the end-of-input watermark arrives from upstream; never move backwards.
         if watermark > self.current {

@@ -341,4 +341,85 @@ impl Operator for WindowAggregate {
     fn late_rows(&self) -> u64 {
         self.late
     }
+
+    /// The watermark, the late count, then an Arrow IPC stream with one batch per open
+    /// window: `window_end`, the group columns, each accumulator's state columns.
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        let schema = self.snapshot_schema()?;
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
+        bytes.extend_from_slice(&self.late.to_le_bytes());
+        let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &schema)?;
+        let ends: Vec<i64> = self.windows.keys().copied().collect();
+        for end in ends {
+            let Some(mut window) = self.windows.remove(&end) else { continue };
+            let rows = window.values.len();
+            let keys = window.values.emit(EmitTo::All)?;
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![end; rows]))];
+            columns.extend(keys.iter().cloned());
+            let mut states = Vec::with_capacity(window.accumulators.len());
+            for acc in &mut window.accumulators {
+                let state = acc.state(EmitTo::All)?;
+                columns.extend(state.iter().cloned());
+                states.push(state);
+            }
+            let options = RecordBatchOptions::new().with_row_count(Some(rows));
+            writer.write(&RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)?;
+            // Emitting consumed the window: build it again from what was written.
+            self.rebuild(end, &keys, &states)?;
+        }
+        writer.finish()?;
+        drop(writer);
+        Ok(Some(bytes))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let damaged = || WeirError::internal("window aggregate state in a checkpoint is damaged");
+        let (head, ipc) = state.split_at_checked(16).ok_or_else(damaged)?;
+        self.watermark = Watermark(i64::from_le_bytes(head[..8].try_into().map_err(|_| damaged())?));
+        self.late = u64::from_le_bytes(head[8..].try_into().map_err(|_| damaged())?);
+        let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
+        let groups = self.group_exprs.len();
+        for batch in reader {
+            let batch = batch?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let end = batch.column(0).as_any().downcast_ref::<Int64Array>().ok_or_else(damaged)?.value(0);
+            let keys: Vec<ArrayRef> = batch.columns()[1..1 + groups].to_vec();
+            let mut states = Vec::with_capacity(self.aggregates.len());
+            let mut at = 1 + groups;
+            for agg in &self.aggregates {
+                let n = agg.state_fields()?.len();
+                states.push(batch.columns()[at..at + n].to_vec());
+                at += n;
+            }
+            self.rebuild(end, &keys, &states)?;
+        }
+        Ok(())
+    }
+}
+
+impl WindowAggregate {
+    fn snapshot_schema(&self) -> Result<SchemaRef> {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        let mut fields = vec![Field::new("window_end", DataType::Int64, false)];
+        fields.extend(self.group_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
+        for agg in &self.aggregates {
+            fields.extend(agg.state_fields()?.iter().map(|f| f.as_ref().clone().with_nullable(true)));
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// A window from its group keys and accumulator states.
+    fn rebuild(&mut self, end: i64, keys: &[ArrayRef], states: &[Vec<ArrayRef>]) -> Result<()> {
+        let mut window = self.new_window()?;
+        window.values.intern(keys, &mut self.groups)?;
+        let total = window.values.len();
+        for (acc, state) in window.accumulators.iter_mut().zip(states) {
+            acc.merge_batch(state, &self.groups, total)?;
+        }
+        self.windows.insert(end, window);
+        Ok(())
+    }
 }

@@ -1,0 +1,132 @@
+//! Exactly-once under SIGKILL: a checkpointed `weir run` job (Nexmark bids -> 10 s tumbling
+//! window count/sum per auction -> CSV files) is killed at random moments, some of them while
+//! a checkpoint is being written, and restarted each time; in the end the published files
+//! hold exactly the rows of a run that was never killed.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::weir_bin;
+
+fn job(dir: &Path, out: &str, checkpoints: &str) -> String {
+    format!(
+        "SET 'parallelism' = '2';
+SET 'checkpoint.interval' = '100ms';
+SET 'checkpoint.dir' = '{ck}';
+CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP(3), WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+  WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '4000000', 'rate' = '1000000');
+CREATE TABLE out (auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), cnt BIGINT, total BIGINT)
+  WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');
+INSERT INTO out
+SELECT auction, window_start, window_end, COUNT(*), SUM(price)
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+GROUP BY auction, window_start, window_end;
+",
+        ck = dir.join(checkpoints).display(),
+        out = dir.join(out).display()
+    )
+}
+
+fn start(sql: &Path, delay_manifest: Option<u64>) -> Child {
+    let mut cmd = Command::new(weir_bin());
+    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null());
+    if let Some(ms) = delay_manifest {
+        cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", ms.to_string());
+    }
+    cmd.spawn().expect("start weir")
+}
+
+/// Visible output rows, sorted; panics on leftover hidden files when `clean` is asked.
+fn published(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut hidden = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("output dir").flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            hidden.push(name);
+            continue;
+        }
+        rows.extend(std::fs::read_to_string(entry.path()).expect("read output").lines().map(String::from));
+    }
+    rows.sort();
+    (rows, hidden)
+}
+
+/// A checkpoint directory whose manifest is not written yet: a write in progress.
+fn checkpoint_in_progress(checkpoints: &Path) -> bool {
+    let Ok(jobs) = std::fs::read_dir(checkpoints) else { return false };
+    jobs.flatten().any(|job| {
+        std::fs::read_dir(job.path())
+            .map(|d| d.flatten().any(|c| c.path().is_dir() && !c.path().join("manifest.json").exists() && c.path().join("state-0-0.bin").exists()))
+            .unwrap_or(false)
+    })
+}
+
+#[test]
+fn killed_and_restarted_runs_publish_exactly_the_rows_of_an_uninterrupted_run() {
+    let dir = crate::slt::tempdir();
+    std::fs::write(dir.join("reference.sql"), job(&dir, "reference", "reference-checkpoints")).expect("write sql");
+    std::fs::write(dir.join("job.sql"), job(&dir, "out", "checkpoints")).expect("write sql");
+
+    let reference = Command::new(weir_bin()).arg("run").arg(dir.join("reference.sql")).output().expect("reference run");
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let (want, _) = published(&dir.join("reference"));
+    assert!(want.len() > 10_000, "reference has {} rows", want.len());
+
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+    println!("random seed {seed}");
+    let mut random = move |below: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % below
+    };
+    let (mut kills, mut during_write, mut finished) = (0, 0, 0);
+    let mut round = 0;
+    while (kills < 12 || during_write < 3) && round < 40 {
+        round += 1;
+        // Every third kill waits for a checkpoint caught between its state files and its
+        // manifest (the write is slowed down for that) and kills then.
+        let in_write = round % 3 == 2;
+        let mut child = start(&dir.join("job.sql"), in_write.then_some(300));
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(if in_write { 3000 } else { 100 + random(600) });
+        let mut killed = false;
+        while Instant::now() < deadline {
+            if child.try_wait().expect("poll child").is_some() {
+                break;
+            }
+            if in_write && checkpoint_in_progress(&dir.join("checkpoints")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if child.try_wait().expect("poll child").is_none() {
+            child.kill().expect("SIGKILL");
+            killed = true;
+        }
+        let status = child.wait().expect("reap child");
+        if killed {
+            kills += 1;
+            if in_write && checkpoint_in_progress(&dir.join("checkpoints")) {
+                during_write += 1;
+            }
+        } else {
+            assert!(status.success(), "a run failed on its own in round {round}");
+            finished += 1;
+        }
+    }
+    println!("{kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own");
+    assert!(kills >= 10, "only {kills} kills");
+    assert!(during_write >= 2, "only {during_write} kills during a checkpoint write");
+
+    // A last run to the end.
+    let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");
+    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
+    let (got, hidden) = published(&dir.join("out"));
+    assert!(hidden.is_empty(), "hidden files left: {hidden:?}");
+    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
+    let mut dedup = got.clone();
+    dedup.dedup();
+    assert_eq!(dedup.len(), got.len(), "duplicate rows");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}

@@ -1,0 +1,365 @@
+//! Checkpoints: the coordinator that injects barriers and gathers every task's state, and
+//! the store that keeps completed checkpoints on disk.
+//!
+//! Protocol, for checkpoint `n`:
+//! 1. The coordinator asks every source task for barrier `n` (a watch channel).
+//! 2. A source task, between two batches, records its position, snapshots the operators of
+//!    its chain, acknowledges with that state, and sends `Barrier(n)` downstream.
+//! 3. A task with several inputs aligns barrier `n` (exactly-once: an input that delivered it
+//!    is not read until all have), snapshots its operators, acknowledges and forwards it.
+//! 4. A sink task pre-commits (flushes what it wrote before the barrier) and acknowledges
+//!    with what it needs to publish that.
+//! 5. When every task has acknowledged, the coordinator writes the checkpoint (state files,
+//!    then the manifest, atomically) and tells the sinks that `n` is complete: they publish.
+//!
+//! A task that has finished (its input ended) acknowledges once with its final state, which
+//! stands for every later checkpoint.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use weir_core::{Result, WeirError};
+
+/// `checkpoint.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Barriers are aligned at every task with several inputs.
+    ExactlyOnce,
+    /// No alignment: rows after a barrier may be counted in its checkpoint and replayed.
+    AtLeastOnce,
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    pub interval: Duration,
+    pub dir: PathBuf,
+    pub mode: CheckpointMode,
+    pub timeout: Duration,
+    pub retained: usize,
+    /// Identifies the job's plan: a checkpoint of another plan is not restored.
+    pub fingerprint: String,
+}
+
+/// One task's state in a checkpoint: named parts (source position, each operator, sink).
+pub type TaskState = BTreeMap<String, Vec<u8>>;
+
+/// A task's acknowledgement of a barrier.
+#[derive(Debug)]
+pub struct Ack {
+    /// `None`: the task has finished; its state stands for every later checkpoint.
+    pub epoch: Option<u64>,
+    pub task: String,
+    pub state: TaskState,
+}
+
+/// A checkpoint read back for a restart.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub epoch: u64,
+    pub tasks: BTreeMap<String, TaskState>,
+}
+
+/// Figures of one completed checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointStats {
+    pub id: u64,
+    pub duration_ms: u64,
+    pub bytes_written: u64,
+    pub bytes_referenced: u64,
+}
+
+/// Where checkpoints are kept. Local directories today; object storage can implement the
+/// same calls.
+pub trait CheckpointStore: Send + Sync {
+    /// Write checkpoint `epoch` durably; it counts only once this returns.
+    fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats>;
+    /// The newest complete checkpoint whose files are intact (older ones are tried when the
+    /// newest is damaged, with a warning).
+    fn latest(&self, fingerprint: &str) -> Result<Option<Restored>>;
+    /// Keep the newest `retained` checkpoints, delete the rest.
+    fn prune(&self, retained: usize) -> Result<()>;
+    /// Delete every checkpoint (`--from-scratch`).
+    fn clear(&self) -> Result<()>;
+}
+
+/// FNV-1a, 64 bits: a stable checksum to detect damaged state files.
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
+    WeirError::external(format!("checkpoint: cannot {what} '{}': {e}", path.display()))
+}
+
+/// Checkpoints in a local directory: `chk-<n>/` holds one file per task state part and a
+/// `manifest.json` listing them with sizes and checksums. The manifest is written last, to a
+/// temporary name, synced and renamed: a checkpoint without it does not exist.
+pub struct LocalStore {
+    dir: PathBuf,
+}
+
+impl LocalStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    fn chk(&self, epoch: u64) -> PathBuf {
+        self.dir.join(format!("chk-{epoch:010}"))
+    }
+
+    /// Checkpoint directories, newest first.
+    fn epochs(&self) -> Result<Vec<u64>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(io("list", &self.dir, e)),
+        };
+        let mut epochs: Vec<u64> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("chk-")).and_then(|n| n.parse().ok()))
+            .collect();
+        epochs.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(epochs)
+    }
+
+    fn read(&self, epoch: u64, fingerprint: &str) -> std::result::Result<Restored, String> {
+        let dir = self.chk(epoch);
+        let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;
+        let manifest: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
+        if manifest["fingerprint"].as_str() != Some(fingerprint) {
+            return Err("taken by a different plan or parallelism".into());
+        }
+        let mut tasks = BTreeMap::new();
+        let files = manifest["files"].as_array().ok_or("manifest lists no files")?;
+        for f in files {
+            let (Some(task), Some(part), Some(name), Some(sum)) =
+                (f["task"].as_str(), f["part"].as_str(), f["file"].as_str(), f["checksum"].as_str())
+            else {
+                return Err("manifest entry incomplete".into());
+            };
+            let bytes = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+            if format!("{:016x}", checksum(&bytes)) != sum {
+                return Err(format!("{name}: checksum mismatch"));
+            }
+            tasks.entry(task.to_string()).or_insert_with(TaskState::new).insert(part.to_string(), bytes);
+        }
+        Ok(Restored { epoch, tasks })
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+impl CheckpointStore for LocalStore {
+    fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
+        let started = Instant::now();
+        let dir = self.chk(epoch);
+        // A directory left by an attempt that died before its manifest is garbage.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let mut files = Vec::new();
+        let mut bytes_written = 0u64;
+        for (i, (task, parts)) in tasks.iter().enumerate() {
+            for (j, (part, bytes)) in parts.iter().enumerate() {
+                let name = format!("state-{i}-{j}.bin");
+                let path = dir.join(&name);
+                let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
+                f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io("write", &path, e))?;
+                bytes_written += bytes.len() as u64;
+                files.push(serde_json::json!({
+                    "task": task, "part": part, "file": name, "bytes": bytes.len(),
+                    "checksum": format!("{:016x}", checksum(bytes)),
+                }));
+            }
+        }
+        // Fault-injection for tests: hold the checkpoint open (state written, no manifest) so
+        // that a test can kill the process in the middle of the asynchronous write.
+        if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files });
+        let tmp = dir.join("manifest.json.tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
+        sync_dir(&dir);
+        std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| io("publish", &tmp, e))?;
+        sync_dir(&dir);
+        sync_dir(&self.dir);
+        Ok(CheckpointStats {
+            id: epoch,
+            duration_ms: started.elapsed().as_millis() as u64,
+            bytes_written,
+            bytes_referenced: bytes_written,
+        })
+    }
+
+    fn latest(&self, fingerprint: &str) -> Result<Option<Restored>> {
+        let mut refused = Vec::new();
+        for epoch in self.epochs()? {
+            if !self.chk(epoch).join("manifest.json").exists() {
+                // Never completed: it does not exist.
+                continue;
+            }
+            match self.read(epoch, fingerprint) {
+                Ok(r) => return Ok(Some(r)),
+                Err(why) => {
+                    log::warn!("checkpoint {epoch} in '{}' is not usable ({why}); trying the one before", self.dir.display());
+                    refused.push(format!("{epoch}: {why}"));
+                }
+            }
+        }
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        // Starting over silently could write the output twice.
+        Err(WeirError::user(format!(
+            "no usable checkpoint in '{}' ({}); start with --from-scratch to discard them",
+            self.dir.display(),
+            refused.join("; ")
+        )))
+    }
+
+    fn prune(&self, retained: usize) -> Result<()> {
+        let mut complete = 0;
+        for epoch in self.epochs()? {
+            let dir = self.chk(epoch);
+            if dir.join("manifest.json").exists() {
+                complete += 1;
+                if complete <= retained {
+                    continue;
+                }
+            } else if complete == 0 {
+                // Newer than every complete one: may still be being written.
+                continue;
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(())
+    }
+
+    fn clear(&self) -> Result<()> {
+        for epoch in self.epochs()? {
+            let dir = self.chk(epoch);
+            std::fs::remove_dir_all(&dir).map_err(|e| io("delete", &dir, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a task needs to take part in checkpoints.
+#[derive(Clone)]
+pub struct TaskCheckpoint {
+    pub key: String,
+    pub acks: mpsc::UnboundedSender<Ack>,
+}
+
+impl TaskCheckpoint {
+    pub fn ack(&self, epoch: Option<u64>, state: TaskState) {
+        let _ = self.acks.send(Ack { epoch, task: self.key.clone(), state });
+    }
+}
+
+/// Runs checkpoints every `interval` until the job ends.
+pub async fn coordinate(
+    config: CheckpointConfig,
+    store: std::sync::Arc<dyn CheckpointStore>,
+    tasks: Vec<String>,
+    first_epoch: u64,
+    trigger: watch::Sender<u64>,
+    committed: watch::Sender<u64>,
+    mut acks: mpsc::UnboundedReceiver<Ack>,
+    stats: std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
+) {
+    let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
+    let mut pending: BTreeMap<u64, BTreeMap<String, TaskState>> = BTreeMap::new();
+    let mut epoch = first_epoch;
+    let mut next_trigger = tokio::time::Instant::now() + config.interval;
+    let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_trigger) => {
+                // One checkpoint at a time; a late one is given up after the timeout.
+                if let Some((&open, &at)) = started.iter().next() {
+                    if at.elapsed() < config.timeout {
+                        next_trigger = tokio::time::Instant::now() + config.interval;
+                        continue;
+                    }
+                    log::warn!("checkpoint {open} timed out after {:?}; abandoned", config.timeout);
+                    started.remove(&open);
+                    pending.remove(&open);
+                }
+                if trigger.send(epoch).is_err() {
+                    return;
+                }
+                started.insert(epoch, tokio::time::Instant::now());
+                epoch += 1;
+                next_trigger = tokio::time::Instant::now() + config.interval;
+            }
+            ack = acks.recv() => {
+                let Some(ack) = ack else { return };
+                match ack.epoch {
+                    None => {
+                        finished.insert(ack.task, ack.state);
+                    }
+                    Some(n) => {
+                        if started.contains_key(&n) {
+                            pending.entry(n).or_default().insert(ack.task, ack.state);
+                        }
+                    }
+                }
+                // Complete every started checkpoint that every task has acknowledged.
+                let ready: Vec<u64> = started
+                    .keys()
+                    .copied()
+                    .filter(|n| tasks.iter().all(|t| finished.contains_key(t) || pending.get(n).is_some_and(|p| p.contains_key(t))))
+                    .collect();
+                for n in ready {
+                    started.remove(&n);
+                    let mut states = pending.remove(&n).unwrap_or_default();
+                    for (task, state) in &finished {
+                        states.entry(task.clone()).or_insert_with(|| state.clone());
+                    }
+                    let store = store.clone();
+                    let fingerprint = config.fingerprint.clone();
+                    let retained = config.retained;
+                    // Written off the async threads; the job goes on processing meanwhile.
+                    let written = tokio::task::spawn_blocking(move || {
+                        let s = store.write(n, &fingerprint, &states)?;
+                        store.prune(retained)?;
+                        Ok::<_, WeirError>(s)
+                    })
+                    .await;
+                    match written {
+                        Ok(Ok(s)) => {
+                            log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
+                            if let Ok(mut all) = stats.lock() {
+                                all.push(s);
+                                let excess = all.len().saturating_sub(100);
+                                all.drain(..excess);
+                            }
+                            let _ = committed.send(n);
+                        }
+                        Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
+                        Err(e) => log::warn!("checkpoint {n} failed: {e}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stable fingerprint of a plan's text (FNV-1a).
+pub fn fingerprint(text: &str) -> String {
+    format!("{:016x}", checksum(text.as_bytes()))
+}
