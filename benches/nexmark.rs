@@ -3,6 +3,8 @@
 //!     cargo bench -p weir-cli --bench nexmark -- --source csv:/tmp/nexmark/bids_5m.csv \
 //!         --queries q0,q1,q2 --parallelism 1 --repeat 3 --out /tmp/weir-nexmark.jsonl
 //!
+//! `--checkpoint-interval 1s` runs the jobs with checkpoints (in a temporary directory).
+//!
 //! Sources: `csv:PATH`, `json:PATH`, `parquet:PATH`, `generator:BIDS` (the built-in Nexmark
 //! source, producing BIDS bids) and `parse:PATH` (arrow-csv alone parsing the file, one
 //! thread: the yardstick for CSV). Each (source, query) runs in a fresh child process so that
@@ -54,6 +56,18 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
                SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 \
              FROM bid",
         ),
+        "tumble" => (
+            "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), cnt BIGINT, sum_price BIGINT",
+            "SELECT auction, window_start, window_end, COUNT(*) AS cnt, SUM(price) AS sum_price \
+             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) \
+             GROUP BY auction, window_start, window_end",
+        ),
+        "q5_hop" => (
+            "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), num BIGINT",
+            "SELECT auction, window_start, window_end, COUNT(*) AS num \
+             FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) \
+             GROUP BY auction, window_start, window_end",
+        ),
         _ => return None,
     })
 }
@@ -91,32 +105,43 @@ fn usage() -> Usage {
 }
 
 /// One measured run, in this process.
-async fn child(source: &str, query_name: &str, parallelism: usize) -> Result<String, String> {
+async fn child(source: &str, query_name: &str, parallelism: usize, checkpoint: Option<&str>) -> Result<String, String> {
     let before = usage();
     let started = Instant::now();
+    let (mut checkpoints, mut checkpoint_bytes, mut checkpoint_ms) = (0usize, 0u64, 0u64);
     let events = if let Some(path) = source.strip_prefix("parse:") {
         parse_only(path)?
     } else {
         let (sink_columns, select) = query(query_name).ok_or(format!("unknown query '{query_name}'"))?;
         let engine = weir::Engine::new();
-        let setup = format!(
+        let mut setup = format!(
             "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
             bid_table(source)?
         );
+        if let Some(interval) = checkpoint {
+            let dir = std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id()));
+            setup.push_str(&format!("; SET 'checkpoint.interval' = '{interval}'; SET 'checkpoint.dir' = '{}'", dir.display()));
+        }
         engine.execute_all(&setup).await.map_err(|e| e.to_string())?;
         let job = engine.submit(&format!("INSERT INTO sink {select}")).await.map_err(|e| e.to_string())?;
         job.wait().await.map_err(|e| e.to_string())?;
-        job.status().rows_read()
+        let status = job.status();
+        checkpoints = status.checkpoints.len();
+        checkpoint_bytes = status.checkpoints.iter().map(|c| c.bytes_written).sum::<u64>() / checkpoints.max(1) as u64;
+        checkpoint_ms = status.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.max(1) as u64;
+        status.rows_read()
     };
     let wall = started.elapsed().as_secs_f64();
     let after = usage();
     let cpu = after.cpu_seconds - before.cpu_seconds;
     Ok(format!(
         "{{\"engine\":\"weir\",\"query\":\"{query_name}\",\"source\":\"{source}\",\"parallelism\":{parallelism},\
-\"events\":{events},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3},\"events_per_s\":{:.0},\"events_per_cpu_s\":{:.0},\"peak_rss_mb\":{:.1}}}",
+\"events\":{events},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3},\"events_per_s\":{:.0},\"events_per_cpu_s\":{:.0},\"peak_rss_mb\":{:.1},\
+\"checkpoint_interval\":\"{}\",\"checkpoints\":{checkpoints},\"checkpoint_avg_bytes\":{checkpoint_bytes},\"checkpoint_avg_ms\":{checkpoint_ms}}}",
         events as f64 / wall,
         events as f64 / cpu,
-        after.peak_rss_mb
+        after.peak_rss_mb,
+        checkpoint.unwrap_or("none")
     ))
 }
 
@@ -165,7 +190,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         };
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-        return match runtime.block_on(child(&source, &q, parallelism)) {
+        let checkpoint = arg(&args, "--checkpoint-interval");
+        return match runtime.block_on(child(&source, &q, parallelism, checkpoint.as_deref())) {
             Ok(line) => {
                 println!("{line}");
                 ExitCode::SUCCESS
@@ -192,9 +218,12 @@ fn main() -> ExitCode {
         for q in qs {
             let mut best: Option<String> = None;
             for _ in 0..repeat {
-                let output = Command::new(&exe)
-                    .args(["--child", "--source", source, "--query", q, "--parallelism", &parallelism.to_string()])
-                    .output();
+                let mut cmd = Command::new(&exe);
+                cmd.args(["--child", "--source", source, "--query", q, "--parallelism", &parallelism.to_string()]);
+                if let Some(interval) = arg(&args, "--checkpoint-interval") {
+                    cmd.args(["--checkpoint-interval", &interval]);
+                }
+                let output = cmd.output();
                 let output = match output {
                     Ok(o) if o.status.success() => o,
                     Ok(o) => {
