@@ -4,8 +4,8 @@
 # (yours, the tests', CI's) reuses one persistent target directory.
 set -euo pipefail
 
-# System packages the build needs. (RocksDB's bindings will add libclang-dev here.)
-APT_PACKAGES=(gcc g++ make pkg-config)
+# System packages the build needs: a C/C++ toolchain, and libclang for RocksDB's bindings.
+APT_PACKAGES=(gcc g++ make pkg-config libclang-dev)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -14,8 +14,9 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
