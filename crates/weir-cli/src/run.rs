@@ -61,8 +61,20 @@ pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
         let result = tokio::select! {
             r = job.wait() => r,
             _ = tokio::signal::ctrl_c() => {
-                jobs.iter().for_each(|j| j.cancel());
-                eprintln!("Cancelled.");
+                // Checkpointed jobs stop after a last checkpoint, so that running the file
+                // again resumes exactly there; a second Ctrl-C does not wait for it.
+                eprintln!("Stopping (a last checkpoint first; Ctrl-C again to stop at once)…");
+                jobs.iter().for_each(|j| j.stop_with_checkpoint());
+                for job in &jobs {
+                    tokio::select! {
+                        _ = job.wait() => {}
+                        _ = tokio::signal::ctrl_c() => {
+                            jobs.iter().for_each(|j| j.cancel());
+                            break;
+                        }
+                    }
+                    eprintln!("{}", job_summary(job));
+                }
                 return ExitCode::from(130);
             }
         };

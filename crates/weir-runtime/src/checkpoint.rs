@@ -257,6 +257,13 @@ impl CheckpointStore for LocalStore {
     }
 }
 
+/// A request for barrier `epoch`; `stop`: the job stops once this checkpoint is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Trigger {
+    pub epoch: u64,
+    pub stop: bool,
+}
+
 /// What a task needs to take part in checkpoints.
 #[derive(Clone)]
 pub struct TaskCheckpoint {
@@ -271,14 +278,16 @@ impl TaskCheckpoint {
 }
 
 /// Runs checkpoints every `interval` until the job ends.
+#[allow(clippy::too_many_arguments)]
 pub async fn coordinate(
     config: CheckpointConfig,
     store: std::sync::Arc<dyn CheckpointStore>,
     tasks: Vec<String>,
     first_epoch: u64,
-    trigger: watch::Sender<u64>,
+    trigger: watch::Sender<Trigger>,
     committed: watch::Sender<u64>,
     mut acks: mpsc::UnboundedReceiver<Ack>,
+    mut stop: mpsc::UnboundedReceiver<()>,
     stats: std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
 ) {
     let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
@@ -286,9 +295,19 @@ pub async fn coordinate(
     let mut epoch = first_epoch;
     let mut next_trigger = tokio::time::Instant::now() + config.interval;
     let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
+    let mut stopping = false;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(next_trigger) => {
+            // Stop with a checkpoint: the next barrier is the last.
+            Some(()) = stop.recv(), if !stopping => {
+                stopping = true;
+                if trigger.send(Trigger { epoch, stop: true }).is_err() {
+                    return;
+                }
+                started.insert(epoch, tokio::time::Instant::now());
+                epoch += 1;
+            }
+            _ = tokio::time::sleep_until(next_trigger), if !stopping => {
                 // One checkpoint at a time; a late one is given up after the timeout.
                 if let Some((&open, &at)) = started.iter().next() {
                     if at.elapsed() < config.timeout {
@@ -299,7 +318,7 @@ pub async fn coordinate(
                     started.remove(&open);
                     pending.remove(&open);
                 }
-                if trigger.send(epoch).is_err() {
+                if trigger.send(Trigger { epoch, stop: false }).is_err() {
                     return;
                 }
                 started.insert(epoch, tokio::time::Instant::now());
@@ -325,7 +344,7 @@ pub async fn coordinate(
                     .filter(|n| tasks.iter().all(|t| finished.contains_key(t) || pending.get(n).is_some_and(|p| p.contains_key(t))))
                     .collect();
                 for n in ready {
-                    started.remove(&n);
+                    let began = started.remove(&n);
                     let mut states = pending.remove(&n).unwrap_or_default();
                     for (task, state) in &finished {
                         states.entry(task.clone()).or_insert_with(|| state.clone());
@@ -341,7 +360,11 @@ pub async fn coordinate(
                     })
                     .await;
                     match written {
-                        Ok(Ok(s)) => {
+                        Ok(Ok(mut s)) => {
+                            // From the barrier's injection to the manifest on disk.
+                            if let Some(began) = began {
+                                s.duration_ms = began.elapsed().as_millis() as u64;
+                            }
                             log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
                             if let Ok(mut all) = stats.lock() {
                                 all.push(s);

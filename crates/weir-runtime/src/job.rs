@@ -14,7 +14,7 @@ use weir_core::{
     Watermark, WeirError,
 };
 
-use crate::checkpoint::{Ack, CheckpointMode, CheckpointStats, CheckpointConfig, CheckpointStore, Restored, TaskCheckpoint, TaskState};
+use crate::checkpoint::{Ack, CheckpointMode, CheckpointStats, CheckpointConfig, CheckpointStore, Restored, TaskCheckpoint, TaskState, Trigger};
 use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
 use crate::plan::{Node, OperatorSpec};
@@ -27,6 +27,8 @@ pub enum JobState {
     Finished,
     Failed(WeirError),
     Cancelled,
+    /// Stopped with a final checkpoint; the next start resumes there.
+    Stopped,
 }
 
 impl JobState {
@@ -36,6 +38,7 @@ impl JobState {
             JobState::Finished => "FINISHED",
             JobState::Failed(_) => "FAILED",
             JobState::Cancelled => "CANCELLED",
+            JobState::Stopped => "STOPPED",
         }
     }
 }
@@ -78,6 +81,10 @@ struct JobInner {
     started: Instant,
     finished: Mutex<Option<Duration>>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
+    /// Asks the coordinator for a last checkpoint, after which the job stops.
+    stop: mpsc::UnboundedSender<()>,
+    stop_requested: Arc<std::sync::atomic::AtomicBool>,
+    checkpointing: bool,
 }
 
 /// A running (or finished) job. Cloning gives another handle to the same job.
@@ -102,6 +109,15 @@ impl JobHandle {
     /// Ask the job to stop. Returns at once; `wait` returns when it has stopped.
     pub fn cancel(&self) {
         let _ = self.inner.cancel.send(true);
+    }
+
+    /// Stop after one last checkpoint, so that the next start resumes exactly there (its
+    /// output up to there is published). Without checkpoints this is `cancel`.
+    pub fn stop_with_checkpoint(&self) {
+        self.inner.stop_requested.store(true, std::sync::atomic::Ordering::SeqCst);
+        if !self.inner.checkpointing || self.inner.stop.send(()).is_err() {
+            self.cancel();
+        }
     }
 
     /// Wait until the job stops: `Ok` if it finished or was cancelled, its error if it failed.
@@ -176,7 +192,7 @@ struct Builder<'a> {
     stages: usize,
     /// Checkpointing: where tasks acknowledge barriers, and the keys of every task.
     acks: Option<mpsc::UnboundedSender<Ack>>,
-    trigger: Option<watch::Receiver<u64>>,
+    trigger: Option<watch::Receiver<Trigger>>,
     keys: Vec<String>,
 }
 
@@ -488,20 +504,24 @@ async fn run_source(
     metrics: Arc<OperatorMetrics>,
     mut chain: Chain,
     idle_timeout: Option<Duration>,
-    mut trigger: Option<watch::Receiver<u64>>,
+    mut trigger: Option<watch::Receiver<Trigger>>,
 ) -> Result<()> {
     loop {
         // A checkpoint asked for: between two batches, the position is exact.
         if let Some(t) = &mut trigger {
             if t.has_changed().unwrap_or(false) {
-                let epoch = *t.borrow_and_update();
+                let Trigger { epoch, stop } = *t.borrow_and_update();
                 let position = source.position().ok_or_else(|| {
                     WeirError::not_supported("checkpoints of a job with a source that cannot rewind")
                 })?;
                 chain.extra.insert("source".into(), position);
-                let barrier = weir_core::Barrier { epoch, kind: weir_core::BarrierKind::Checkpoint };
-                if !chain.push(Message::Barrier(barrier)).await? {
+                let kind = if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
+                if !chain.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
                     return Ok(());
+                }
+                if stop {
+                    // Nothing after the last barrier: wait to be shut down.
+                    std::future::pending::<()>().await;
                 }
             }
         }
@@ -596,6 +616,7 @@ async fn run_sink(
     if let Some((epoch, state)) = &restored {
         sink.restore(*epoch, state.as_deref()).await?;
     }
+    let mut stopping_at: Option<u64> = None;
     loop {
         let msg = tokio::select! {
             msg = input.recv() => msg,
@@ -607,6 +628,10 @@ async fn run_sink(
                 }
             } => {
                 sink.commit(n).await?;
+                if stopping_at.is_some_and(|s| n >= s) {
+                    // Stopped with a checkpoint: everything before it is published.
+                    return Ok(());
+                }
                 continue;
             }
         };
@@ -621,6 +646,9 @@ async fn run_sink(
                 sink.on_watermark(w).await?;
             }
             Message::Barrier(b) => {
+                if b.kind == weir_core::BarrierKind::StopWithCheckpoint {
+                    stopping_at = Some(b.epoch);
+                }
                 let state = sink.pre_commit(b.epoch).await?;
                 if let Some(cp) = &checkpoint {
                     cp.ack(Some(b.epoch), state.map(|s| TaskState::from([("sink".to_string(), s)])).unwrap_or_default());
@@ -650,9 +678,12 @@ pub fn spawn_job(
     options: JobOptions,
 ) -> Result<JobHandle> {
     let checkpointing = options.checkpoint.clone();
+    let checkpointing_enabled = checkpointing.is_some();
+    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let restored_epoch = options.restore.as_ref().map(|r| r.epoch);
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let (trigger_tx, trigger_rx) = watch::channel(0u64);
+    let (trigger_tx, trigger_rx) = watch::channel(Trigger::default());
+    let (stop_tx, stop_rx) = mpsc::unbounded_channel();
     let (committed_tx, committed_rx) = watch::channel(0u64);
     let mut builder = Builder {
         connectors,
@@ -688,7 +719,17 @@ pub fn spawn_job(
     if let Some((config, store)) = checkpointing {
         let keys = builder.keys.clone();
         let first = restored_epoch.map_or(1, |e| e + 1);
-        tokio::spawn(crate::checkpoint::coordinate(config, store, keys, first, trigger_tx, committed_tx, ack_rx, checkpoint_stats.clone()));
+        tokio::spawn(crate::checkpoint::coordinate(
+            config,
+            store,
+            keys,
+            first,
+            trigger_tx,
+            committed_tx,
+            ack_rx,
+            stop_rx,
+            checkpoint_stats.clone(),
+        ));
     }
 
     let (state_tx, state_rx) = watch::channel(JobState::Running);
@@ -702,14 +743,22 @@ pub fn spawn_job(
         started: Instant::now(),
         finished: Mutex::new(None),
         checkpoints: checkpoint_stats,
+        stop: stop_tx,
+        stop_requested: stop_requested.clone(),
+        checkpointing: checkpointing_enabled,
     });
     let handle = JobHandle { inner: inner.clone() };
 
     let mut set = JoinSet::new();
+    let sinks = builder.tasks.iter().filter(|(name, _)| name.starts_with("sink [")).count();
     for (task_name, task) in builder.tasks {
-        set.spawn(async move { task.await.map_err(|e| (task_name, e)) });
+        set.spawn(async move {
+            let is_sink = task_name.starts_with("sink [");
+            task.await.map(|_| is_sink).map_err(|e| (task_name, e))
+        });
     }
     tokio::spawn(async move {
+        let mut sinks_done = 0;
         let outcome = loop {
             tokio::select! {
                 changed = cancel_rx.changed() => {
@@ -720,7 +769,14 @@ pub fn spawn_job(
                 }
                 joined = set.join_next() => match joined {
                     None => break JobState::Finished,
-                    Some(Ok(Ok(()))) => {}
+                    Some(Ok(Ok(is_sink))) => {
+                        sinks_done += usize::from(is_sink);
+                        // Every sink done while sources still run: stopped with a checkpoint.
+                        if sinks_done == sinks && !set.is_empty() && stop_requested.load(std::sync::atomic::Ordering::SeqCst) {
+                            set.abort_all();
+                            break JobState::Stopped;
+                        }
+                    }
                     Some(Ok(Err((task, e)))) => {
                         log::debug!("job {} failed in task {task}: {e}", inner.name);
                         set.abort_all();

@@ -35,6 +35,8 @@ pub enum Statement {
     ShowJobs,
     /// `SHOW JOB 'name'` or `SHOW JOB id`.
     ShowJob { job: String },
+    /// `SHOW CHECKPOINTS 'name'`: the job's completed checkpoints.
+    ShowCheckpoints { job: String },
     ShowCreate { kind: ObjectKind, name: Ident },
     Describe { name: Ident },
     /// `SET` alone lists the settings.
@@ -253,7 +255,8 @@ impl StatementParser<'_, '_> {
                 Statement::ShowViews
             } else if self.word("JOBS") {
                 Statement::ShowJobs
-            } else if self.word("JOB") {
+            } else if self.word("JOB") || self.word("CHECKPOINTS") {
+                let checkpoints = matches!(&self.tokens.get(self.p.index().saturating_sub(1)).map(|t| &t.token), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("CHECKPOINTS"));
                 let job = match self.p.next_token().token {
                     Token::SingleQuotedString(s) => s,
                     Token::Number(n, _) => n,
@@ -263,14 +266,18 @@ impl StatementParser<'_, '_> {
                             .at(Some(self.here())))
                     }
                 };
-                Statement::ShowJob { job }
+                if checkpoints {
+                    Statement::ShowCheckpoints { job }
+                } else {
+                    Statement::ShowJob { job }
+                }
             } else if self.p.parse_keyword(Keyword::CREATE) {
                 let kind = self.object_kind()?;
                 Statement::ShowCreate { kind, name: self.name()? }
             } else {
                 let t = self.p.peek_token();
                 return Err(parser_error(
-                    self.p.expected::<()>("TABLES, VIEWS, JOBS, JOB or CREATE after SHOW", t).unwrap_err(),
+                    self.p.expected::<()>("TABLES, VIEWS, JOBS, JOB, CHECKPOINTS or CREATE after SHOW", t).unwrap_err(),
                 ));
             };
             self.end()?;

@@ -249,12 +249,17 @@ impl Engine {
                 let jobs: Vec<_> = state.jobs.iter().map(|j| j.status()).collect();
                 Ok(Outcome::Table(vec![jobs_batch(&jobs)?]))
             }
-            Statement::ShowJob { job } => {
+            Statement::ShowJob { job } | Statement::ShowCheckpoints { job } => {
                 let found = state.jobs.iter().rev().find(|j| j.name() == job || j.id().to_string() == *job);
                 let Some(found) = found else {
                     return Err(WeirError::user(format!("no job '{job}' in this session (SHOW JOBS lists them)")));
                 };
-                Ok(Outcome::Table(vec![operators_batch(&found.status())?]))
+                let status = found.status();
+                let batch = match &statement.statement {
+                    Statement::ShowJob { .. } => operators_batch(&status)?,
+                    _ => checkpoints_batch(&status)?,
+                };
+                Ok(Outcome::Table(vec![batch]))
             }
             Statement::Explain(inner) => {
                 let plan = match &inner.statement {
@@ -428,4 +433,20 @@ fn watermark_text(millis: i64) -> String {
         Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
         None => millis.to_string(),
     }
+}
+
+/// One row per completed checkpoint of a job.
+fn checkpoints_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
+    let cps = &status.checkpoints;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("duration_ms", DataType::Int64, false),
+        Field::new("bytes_written", DataType::Int64, false),
+        Field::new("bytes_referenced", DataType::Int64, false),
+    ]));
+    let int = |f: &dyn Fn(&weir_runtime::checkpoint::CheckpointStats) -> u64| {
+        Arc::new(Int64Array::from_iter_values(cps.iter().map(|c| f(c) as i64))) as ArrayRef
+    };
+    let columns = vec![int(&|c| c.id), int(&|c| c.duration_ms), int(&|c| c.bytes_written), int(&|c| c.bytes_referenced)];
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
