@@ -53,6 +53,8 @@ pub struct JobStatus {
     pub operators: Vec<MetricsSnapshot>,
     /// Completed checkpoints, oldest first (the last 100).
     pub checkpoints: Vec<CheckpointStats>,
+    /// Restarts after failures.
+    pub restarts: u32,
 }
 
 impl JobStatus {
@@ -75,16 +77,19 @@ impl JobStatus {
 struct JobInner {
     id: u64,
     name: String,
-    metrics: Vec<Arc<OperatorMetrics>>,
+    /// The current attempt's metrics.
+    metrics: Mutex<Vec<Arc<OperatorMetrics>>>,
     state: watch::Receiver<JobState>,
     cancel: watch::Sender<bool>,
     started: Instant,
     finished: Mutex<Option<Duration>>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
-    /// Asks the coordinator for a last checkpoint, after which the job stops.
-    stop: mpsc::UnboundedSender<()>,
+    /// Asks the current attempt's coordinator for a last checkpoint, after which it stops.
+    stop: Mutex<Option<mpsc::UnboundedSender<()>>>,
     stop_requested: Arc<std::sync::atomic::AtomicBool>,
     checkpointing: bool,
+    /// Restarts after failures so far.
+    restarts: std::sync::atomic::AtomicU32,
 }
 
 /// A running (or finished) job. Cloning gives another handle to the same job.
@@ -115,7 +120,8 @@ impl JobHandle {
     /// output up to there is published). Without checkpoints this is `cancel`.
     pub fn stop_with_checkpoint(&self) {
         self.inner.stop_requested.store(true, std::sync::atomic::Ordering::SeqCst);
-        if !self.inner.checkpointing || self.inner.stop.send(()).is_err() {
+        let sent = self.inner.stop.lock().ok().and_then(|s| s.as_ref().map(|s| s.send(()).is_ok())).unwrap_or(false);
+        if !self.inner.checkpointing || !sent {
             self.cancel();
         }
     }
@@ -147,7 +153,8 @@ impl JobHandle {
             name: self.inner.name.clone(),
             state: self.state(),
             elapsed,
-            operators: self.inner.metrics.iter().map(|m| m.snapshot()).collect(),
+            operators: self.inner.metrics.lock().map(|m| m.iter().map(|m| m.snapshot()).collect()).unwrap_or_default(),
+            restarts: self.inner.restarts.load(std::sync::atomic::Ordering::SeqCst),
             checkpoints: self.inner.checkpoints.lock().map(|c| c.clone()).unwrap_or_default(),
         }
     }
@@ -166,11 +173,21 @@ pub struct JobOptions {
     pub checkpoint: Option<(CheckpointConfig, Arc<dyn CheckpointStore>)>,
     /// Start from this checkpoint: sources rewound, operator and sink state restored.
     pub restore: Option<Restored>,
+    /// With checkpoints: restarts after failures, and the wait before the first (doubling).
+    pub restart_attempts: u32,
+    pub restart_backoff: Duration,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { parallelism: 1, idle_timeout: None, checkpoint: None, restore: None }
+        Self {
+            parallelism: 1,
+            idle_timeout: None,
+            checkpoint: None,
+            restore: None,
+            restart_attempts: 3,
+            restart_backoff: Duration::from_secs(1),
+        }
     }
 }
 
@@ -179,7 +196,7 @@ impl Default for JobOptions {
 pub struct SinkSpec<'a> {
     pub name: String,
     pub parallel: bool,
-    pub make: Box<dyn FnMut(Split) -> Result<Box<dyn Sink>> + 'a>,
+    pub make: Box<dyn FnMut(Split) -> Result<Box<dyn Sink>> + Send + 'a>,
 }
 
 /// Builds the tasks of a plan.
@@ -667,19 +684,22 @@ async fn run_sink(
     Err(WeirError::internal("the sink's input closed before the end of the stream"))
 }
 
-/// Start running `root` into the sink. Sources are opened here, so a missing file fails now,
-/// before the job exists. Must be called inside a Tokio runtime.
-pub fn spawn_job(
-    id: u64,
-    name: String,
+/// One attempt at running a job: its tasks, their metrics, and how to ask it to stop with
+/// a checkpoint.
+struct Attempt {
+    tasks: Vec<(String, Task)>,
+    metrics: Vec<Arc<OperatorMetrics>>,
+    stop: Option<mpsc::UnboundedSender<()>>,
+}
+
+fn build_attempt(
     root: &Node,
-    mut sink: SinkSpec<'_>,
+    sink: &mut SinkSpec<'static>,
     connectors: &dyn ConnectorFactory,
-    options: JobOptions,
-) -> Result<JobHandle> {
+    options: &JobOptions,
+    stats: &Arc<Mutex<Vec<CheckpointStats>>>,
+) -> Result<Attempt> {
     let checkpointing = options.checkpoint.clone();
-    let checkpointing_enabled = checkpointing.is_some();
-    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let restored_epoch = options.restore.as_ref().map(|r| r.epoch);
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
     let (trigger_tx, trigger_rx) = watch::channel(Trigger::default());
@@ -687,7 +707,7 @@ pub fn spawn_job(
     let (committed_tx, committed_rx) = watch::channel(0u64);
     let mut builder = Builder {
         connectors,
-        options,
+        options: options.clone(),
         tasks: Vec::new(),
         metrics: Vec::new(),
         stages: 0,
@@ -711,87 +731,164 @@ pub fn spawn_job(
         let task_sink = (sink.make)(Split { index, count })?;
         let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
         let (checkpoint, restored) = builder.checkpoint_of(format!("sink-task{index}"));
-        let restored = restored_epoch.map(|epoch| (epoch, restored.and_then(|mut s| s.remove("sink"))));
+        // With checkpoints a sink always restores: from the checkpoint, or from nothing
+        // (epoch 0) to clear what an earlier attempt left unpublished.
+        let restored = checkpointing
+            .as_ref()
+            .map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((format!("sink [{index}]"), Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed))));
     }
-    let checkpoint_stats = Arc::new(Mutex::new(Vec::new()));
-    if let Some((config, store)) = checkpointing {
-        let keys = builder.keys.clone();
-        let first = restored_epoch.map_or(1, |e| e + 1);
-        tokio::spawn(crate::checkpoint::coordinate(
-            config,
-            store,
-            keys,
-            first,
-            trigger_tx,
-            committed_tx,
-            ack_rx,
-            stop_rx,
-            checkpoint_stats.clone(),
-        ));
-    }
+    let stop = match checkpointing {
+        Some((config, store)) => {
+            let keys = builder.keys.clone();
+            let first = restored_epoch.map_or(1, |e| e + 1);
+            tokio::spawn(crate::checkpoint::coordinate(
+                config,
+                store,
+                keys,
+                first,
+                trigger_tx,
+                committed_tx,
+                ack_rx,
+                stop_rx,
+                stats.clone(),
+            ));
+            Some(stop_tx)
+        }
+        None => None,
+    };
+    Ok(Attempt { tasks: builder.tasks, metrics: builder.metrics, stop })
+}
 
-    let (state_tx, state_rx) = watch::channel(JobState::Running);
-    let (cancel_tx, mut cancel_rx) = watch::channel(false);
-    let inner = Arc::new(JobInner {
-        id,
-        name,
-        metrics: builder.metrics,
-        state: state_rx,
-        cancel: cancel_tx,
-        started: Instant::now(),
-        finished: Mutex::new(None),
-        checkpoints: checkpoint_stats,
-        stop: stop_tx,
-        stop_requested: stop_requested.clone(),
-        checkpointing: checkpointing_enabled,
-    });
-    let handle = JobHandle { inner: inner.clone() };
+/// How an attempt ended.
+enum Ended {
+    Finished,
+    Stopped,
+    Cancelled,
+    Failed(WeirError),
+}
 
+/// Run an attempt's tasks until they end, fail, or the job is cancelled.
+async fn supervise(attempt: Attempt, name: &str, cancel: &mut watch::Receiver<bool>, stop_requested: &std::sync::atomic::AtomicBool) -> Ended {
     let mut set = JoinSet::new();
-    let sinks = builder.tasks.iter().filter(|(name, _)| name.starts_with("sink [")).count();
-    for (task_name, task) in builder.tasks {
+    let sinks = attempt.tasks.iter().filter(|(name, _)| name.starts_with("sink [")).count();
+    for (task_name, task) in attempt.tasks {
         set.spawn(async move {
             let is_sink = task_name.starts_with("sink [");
             task.await.map(|_| is_sink).map_err(|e| (task_name, e))
         });
     }
-    tokio::spawn(async move {
-        let mut sinks_done = 0;
-        let outcome = loop {
-            tokio::select! {
-                changed = cancel_rx.changed() => {
-                    if changed.is_err() || *cancel_rx.borrow() {
+    let mut sinks_done = 0;
+    let ended = loop {
+        tokio::select! {
+            changed = cancel.changed() => {
+                if changed.is_err() || *cancel.borrow() {
+                    set.abort_all();
+                    break Ended::Cancelled;
+                }
+            }
+            joined = set.join_next() => match joined {
+                None => break Ended::Finished,
+                Some(Ok(Ok(is_sink))) => {
+                    sinks_done += usize::from(is_sink);
+                    // Every sink done while sources still run: stopped with a checkpoint.
+                    if sinks_done == sinks && !set.is_empty() && stop_requested.load(std::sync::atomic::Ordering::SeqCst) {
                         set.abort_all();
-                        break JobState::Cancelled;
+                        break Ended::Stopped;
                     }
                 }
-                joined = set.join_next() => match joined {
-                    None => break JobState::Finished,
-                    Some(Ok(Ok(is_sink))) => {
-                        sinks_done += usize::from(is_sink);
-                        // Every sink done while sources still run: stopped with a checkpoint.
-                        if sinks_done == sinks && !set.is_empty() && stop_requested.load(std::sync::atomic::Ordering::SeqCst) {
-                            set.abort_all();
-                            break JobState::Stopped;
-                        }
-                    }
-                    Some(Ok(Err((task, e)))) => {
-                        log::debug!("job {} failed in task {task}: {e}", inner.name);
-                        set.abort_all();
+                Some(Ok(Err((task, e)))) => {
+                    log::debug!("job {name} failed in task {task}: {e}");
+                    set.abort_all();
+                    break Ended::Failed(e);
+                }
+                Some(Err(join)) => {
+                    set.abort_all();
+                    let what = if join.is_panic() { "panicked" } else { "was aborted" };
+                    break Ended::Failed(WeirError::internal(format!("a task of job '{name}' {what}")));
+                }
+            }
+        }
+    };
+    // Wait for aborted tasks to be dropped so that files and channels are released.
+    while set.join_next().await.is_some() {}
+    ended
+}
+
+/// Start running `root` into the sink. Sources are opened here, so a missing file fails now,
+/// before the job exists. A job with checkpoints that fails restarts from its latest
+/// checkpoint, up to `options.restart_attempts` times, waiting longer before each attempt.
+/// Must be called inside a Tokio runtime.
+pub fn spawn_job(
+    id: u64,
+    name: String,
+    root: &Node,
+    mut sink: SinkSpec<'static>,
+    connectors: Arc<dyn ConnectorFactory>,
+    options: JobOptions,
+) -> Result<JobHandle> {
+    let checkpoint_stats = Arc::new(Mutex::new(Vec::new()));
+    let first = build_attempt(root, &mut sink, connectors.as_ref(), &options, &checkpoint_stats)?;
+    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (state_tx, state_rx) = watch::channel(JobState::Running);
+    let (cancel_tx, mut cancel_rx) = watch::channel(false);
+    let inner = Arc::new(JobInner {
+        id,
+        name,
+        metrics: Mutex::new(first.metrics.clone()),
+        state: state_rx,
+        cancel: cancel_tx,
+        started: Instant::now(),
+        finished: Mutex::new(None),
+        checkpoints: checkpoint_stats.clone(),
+        stop: Mutex::new(first.stop.clone()),
+        stop_requested: stop_requested.clone(),
+        checkpointing: options.checkpoint.is_some(),
+        restarts: std::sync::atomic::AtomicU32::new(0),
+    });
+    let handle = JobHandle { inner: inner.clone() };
+    let root = root.clone();
+    tokio::spawn(async move {
+        let mut attempt = first;
+        let mut backoff = options.restart_backoff;
+        let outcome = loop {
+            match supervise(attempt, &inner.name, &mut cancel_rx, &stop_requested).await {
+                Ended::Finished => break JobState::Finished,
+                Ended::Stopped => break JobState::Stopped,
+                Ended::Cancelled => break JobState::Cancelled,
+                Ended::Failed(e) => {
+                    let done = inner.restarts.load(std::sync::atomic::Ordering::SeqCst);
+                    let Some((config, store)) = options.checkpoint.as_ref().filter(|_| done < options.restart_attempts) else {
                         break JobState::Failed(e);
+                    };
+                    log::warn!("job '{}' failed ({e}); restarting from its latest checkpoint in {backoff:?}", inner.name);
+                    inner.restarts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = cancel_rx.changed() => break JobState::Cancelled,
                     }
-                    Some(Err(join)) => {
-                        set.abort_all();
-                        let what = if join.is_panic() { "panicked" } else { "was aborted" };
-                        break JobState::Failed(WeirError::internal(format!("a task of job '{}' {what}", inner.name)));
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    let mut next_options = options.clone();
+                    let rebuilt = store.latest(&config.fingerprint).and_then(|restored| {
+                        next_options.restore = restored;
+                        build_attempt(&root, &mut sink, connectors.as_ref(), &next_options, &checkpoint_stats)
+                    });
+                    match rebuilt {
+                        Ok(next) => {
+                            if let Ok(mut m) = inner.metrics.lock() {
+                                *m = next.metrics.clone();
+                            }
+                            if let Ok(mut s) = inner.stop.lock() {
+                                *s = next.stop.clone();
+                            }
+                            attempt = next;
+                        }
+                        Err(e) => break JobState::Failed(e),
                     }
                 }
             }
         };
-        // Wait for aborted tasks to be dropped so that files and channels are released.
-        while set.join_next().await.is_some() {}
         let elapsed = inner.started.elapsed();
         if let Ok(mut f) = inner.finished.lock() {
             *f = Some(elapsed);
@@ -809,7 +906,8 @@ fn log_summary(inner: &JobInner, outcome: &JobState, elapsed: Duration) {
         return;
     }
     let mut text = format!("job {} '{}' {} after {:.3}s", inner.id, inner.name, outcome.name(), elapsed.as_secs_f64());
-    for m in &inner.metrics {
+    let metrics = inner.metrics.lock().map(|m| m.clone()).unwrap_or_default();
+    for m in &metrics {
         let s = m.snapshot();
         text.push_str(&format!(
             "\n  {}: rows in {} out {}, batches in {} out {}, watermark {:?}, backpressure {} ms, skipped {}",

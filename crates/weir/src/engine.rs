@@ -288,7 +288,7 @@ impl Engine {
                     }),
                 };
                 let id = state.jobs.len() as u64 + 1;
-                let job = spawn_job(id, name, &plan.root, spec, self.connectors.as_ref(), state.settings.job_options())?;
+                let job = spawn_job(id, name, &plan.root, spec, self.connectors.clone(), state.settings.job_options())?;
                 state.jobs.push(job.clone());
                 Ok(Outcome::Query(QueryStream::new(schema, tx, rx, job)))
             }
@@ -347,7 +347,7 @@ impl Engine {
             options.checkpoint = Some((config, store));
         }
         let id = state.jobs.len() as u64 + 1;
-        let job = spawn_job(id, name, &root, spec, self.connectors.as_ref(), options)?;
+        let job = spawn_job(id, name, &root, spec, self.connectors.clone(), options)?;
         state.jobs.push(job.clone());
         Ok(job)
     }

@@ -14,6 +14,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("checkpoint.mode", "exactly-once", "'exactly-once' (aligned barriers) or 'at-least-once'"),
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
+    ("restart.attempts", "3", "a checkpointed job that fails restarts from its latest checkpoint this many times"),
+    ("restart.backoff", "1s", "wait before the first restart; doubles each time, up to a minute"),
     ("pipeline.name", "", "name of the next job started by INSERT (default: insert-into-<table>)"),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
 ];
@@ -35,7 +37,10 @@ impl Settings {
         if key == "parallelism" && !matches!(value.parse::<usize>(), Ok(1..=1024)) {
             return Err(WeirError::user(format!("setting 'parallelism' must be a number from 1 to 1024, not '{value}'")).at(at));
         }
-        if matches!(key, "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout") {
+        if key == "restart.attempts" && value.parse::<u32>().is_err() {
+            return Err(WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at));
+        }
+        if matches!(key, "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout" | "restart.backoff") {
             parse_duration(value).map_err(|e| e.at(at))?;
         }
         if key == "checkpoint.mode" && !matches!(value, "exactly-once" | "at-least-once") {
@@ -74,6 +79,8 @@ impl Settings {
                 .get("source.idle-timeout")
                 .and_then(|t| parse_duration(t).ok())
                 .filter(|d| !d.is_zero()),
+            restart_attempts: self.value("restart.attempts").parse().unwrap_or(3),
+            restart_backoff: parse_duration(&self.value("restart.backoff")).unwrap_or(std::time::Duration::from_secs(1)),
             ..Default::default()
         }
     }

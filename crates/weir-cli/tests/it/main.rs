@@ -3,6 +3,7 @@
 mod parallel;
 mod windows;
 mod crash;
+mod restart;
 mod stop;
 mod quickstart;
 mod repl;

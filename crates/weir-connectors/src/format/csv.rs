@@ -42,6 +42,9 @@ pub struct RecordReader {
     done: bool,
     /// The part of the file this reader reads (`None`: all of it).
     range: Option<TextRange>,
+    /// Reader offset of the first record not handed out yet: where a restart continues. A
+    /// malformed record that fails the job is not consumed.
+    consumed: u64,
     /// Under `ParsePolicy::Fail`: a structural error found while splitting, reported once the
     /// records before it have been typed (one of them may hold an earlier error).
     pending_error: Option<WeirError>,
@@ -79,6 +82,7 @@ impl RecordReader {
             skipped: 0,
             done: false,
             range,
+            consumed: 0,
             pending_error: None,
         }
     }
@@ -126,6 +130,7 @@ impl RecordReader {
             }
             match self.reader.read_record(&mut self.record) {
                 Ok(false) => {
+                    self.consumed = self.reader.position().byte();
                     self.done = true;
                     break;
                 }
@@ -135,6 +140,7 @@ impl RecordReader {
                         let found = self.record.len();
                         let reason = format!("expected {} fields, found {found}", self.file_columns);
                         if self.malformed(line, reason) {
+                            self.consumed = self.reader.position().byte();
                             continue;
                         }
                         break;
@@ -143,6 +149,7 @@ impl RecordReader {
                         builder.append_value(&self.record[i]);
                     }
                     lines.push(line);
+                    self.consumed = self.reader.position().byte();
                 }
                 Err(e) => match e.kind() {
                     csv::ErrorKind::Io(_) => return Err(io_error(&self.path, e)),
@@ -151,6 +158,7 @@ impl RecordReader {
                         if !self.malformed(line, e) {
                             break;
                         }
+                        self.consumed = self.reader.position().byte();
                     }
                 },
             }
@@ -161,7 +169,7 @@ impl RecordReader {
 
 impl RecordReader {
     fn offset(&self) -> u64 {
-        self.range.map_or(0, |r| r.start) + self.reader.position().byte()
+        self.range.map_or(0, |r| r.start) + self.consumed
     }
 }
 

@@ -1,0 +1,65 @@
+//! A checkpointed job that fails restarts from its latest checkpoint: here a bad record in
+//! the second file fails the job; the file is fixed while the job waits to restart; the job
+//! then resumes from its last checkpoint and the output holds every row exactly once.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use weir::{Engine, JobState};
+
+fn published(dir: &std::path::Path) -> Vec<String> {
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("output").flatten() {
+        assert!(!entry.file_name().to_string_lossy().starts_with('.'), "hidden file left: {:?}", entry.file_name());
+        rows.extend(std::fs::read_to_string(entry.path()).expect("read").lines().map(String::from));
+    }
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_restarts_from_its_latest_checkpoint() {
+    let dir = crate::slt::tempdir();
+    std::fs::create_dir_all(dir.join("in")).expect("input dir");
+    let mut first = String::new();
+    for i in 0..200_000 {
+        let _ = writeln!(first, "{i},row {i}");
+    }
+    std::fs::write(dir.join("in/a.csv"), &first).expect("write a");
+    std::fs::write(dir.join("in/b.csv"), "200000,last rows\n200001,oops,extra field\n200002,end\n").expect("write b");
+
+    let engine = Engine::new().with_base_dir(&dir);
+    engine
+        .execute_all(&format!(
+            "SET 'parallelism' = '1';
+             SET 'checkpoint.interval' = '20ms';
+             SET 'checkpoint.dir' = '{}';
+             SET 'restart.backoff' = '1s';
+             CREATE TABLE src (n BIGINT, s STRING) WITH ('connector' = 'filesystem', 'path' = 'in', 'format' = 'csv');
+             CREATE TABLE out (n BIGINT, s STRING) WITH ('connector' = 'filesystem', 'path' = 'out', 'format' = 'csv');",
+            dir.join("checkpoints").display()
+        ))
+        .await
+        .expect("setup");
+    let job = engine.submit("INSERT INTO out SELECT n, upper(s) FROM src").await.expect("submit");
+
+    // The job fails on b.csv line 2 and waits to restart: fix the file meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job.status().restarts == 0 {
+        assert!(Instant::now() < deadline, "the job never failed");
+        assert!(matches!(job.state(), JobState::Running), "job ended: {}", job.state().name());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::write(dir.join("in/b.csv"), "200000,last rows\n200001,fixed\n200002,end\n").expect("fix b");
+    job.wait().await.expect("the restarted job finishes");
+    let status = job.status();
+    assert_eq!(status.restarts, 1);
+    assert!(!status.checkpoints.is_empty(), "no checkpoint before the failure");
+
+    let got = published(&dir.join("out"));
+    let mut want: Vec<String> = (0..200_000).map(|i| format!("{i},ROW {i}")).collect();
+    want.extend(["200000,LAST ROWS".to_string(), "200001,FIXED".to_string(), "200002,END".to_string()]);
+    want.sort();
+    assert_eq!(got.len(), want.len(), "rows lost or written twice");
+    assert!(got == want, "rows differ");
+}
