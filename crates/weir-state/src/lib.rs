@@ -213,6 +213,22 @@ impl StateTable<'_> {
         self.db.write(batch).map_err(|e| db_error("write", e))
     }
 
+    /// Every key in `[from, to)` with its value, in key order (keys without the prefix).
+    pub fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let start = self.key(from);
+        let end = self.key(to);
+        let mut out = Vec::new();
+        let iter = self.db.iterator(rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward));
+        for item in iter {
+            let (k, v) = item.map_err(|e| db_error("scan", e))?;
+            if k.as_ref() >= end.as_slice() {
+                break;
+            }
+            out.push((k[4..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Delete every key in `[from, to)` (a fired window: keys start with its end).
     pub fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();

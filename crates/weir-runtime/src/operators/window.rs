@@ -182,22 +182,7 @@ impl WindowAggregate {
 
     fn new_window(&self) -> Result<WindowGroups> {
         let values = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
-        let accumulators = self
-            .aggregates
-            .iter()
-            .map(|agg| {
-                if agg.groups_accumulator_supported() {
-                    Ok(agg.create_groups_accumulator()?)
-                } else {
-                    // Aggregates without a vectorized form (e.g. COUNT(DISTINCT x)) run one
-                    // accumulator per group behind DataFusion's adapter.
-                    let agg = agg.clone();
-                    Ok(Box::new(datafusion::physical_expr::GroupsAccumulatorAdapter::new(move || agg.create_accumulator()))
-                        as Box<dyn GroupsAccumulator>)
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(WindowGroups { values, accumulators })
+        Ok(WindowGroups { values, accumulators: accumulators(&self.aggregates)? })
     }
 
     /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
@@ -241,85 +226,20 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        if !chunk.is_append_only() {
-            return Err(WeirError::not_supported("window aggregation of updates or deletes"));
-        }
-        let batch = &chunk.batch;
-        let rows = batch.num_rows();
-        let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(rows));
-        let mut keys = self.group_exprs.iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>()?;
-        let mut args = self
-            .aggregates
-            .iter()
-            .map(|a| a.expressions().iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>())
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
-        let mut filters = self
-            .filters
-            .iter()
-            .map(|f| match f {
-                None => Ok(None),
-                Some(f) => {
-                    let mask = eval(f)?;
-                    Ok(mask.as_any().downcast_ref::<BooleanArray>().cloned())
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut ends = millis(&keys[self.window_end])?;
-
-        // Late rows: their window has fired already.
-        let bound = self.watermark.0.saturating_add(1);
-        let late = ends.iter().filter(|e| e.is_some_and(|e| e <= bound)).count();
-        if late > 0 {
-            self.late += late as u64;
-            let keep: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e > bound))).collect();
-            let sub = |a: &ArrayRef| filter(a.as_ref(), &keep);
-            keys = keys.iter().map(sub).collect::<std::result::Result<_, _>>()?;
-            args = args.iter().map(|v| v.iter().map(sub).collect::<std::result::Result<_, _>>()).collect::<std::result::Result<_, _>>()?;
-            filters = filters
-                .iter()
-                .map(|f| match f {
-                    None => Ok(None),
-                    Some(f) => Ok(filter(f, &keep)?.as_any().downcast_ref::<BooleanArray>().cloned()),
-                })
-                .collect::<Result<_>>()?;
-            ends = millis(&keys[self.window_end])?;
-        }
-        if ends.is_empty() {
-            return Ok(());
-        }
-
+        let evaluated =
+            evaluate(&chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, self.watermark, &mut self.late)?;
+        let Some(Evaluated { keys, args, filters, ends }) = evaluated else { return Ok(()) };
         // Usually a batch falls in one or two windows: split it by window end.
-        let mut distinct: Vec<i64> = Vec::new();
-        for e in ends.iter().flatten() {
-            if !distinct.contains(&e) {
-                distinct.push(e);
-                if distinct.len() > 64 {
-                    break;
-                }
-            }
-        }
+        let mut distinct: Vec<i64> = ends.iter().flatten().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
         if distinct.len() == 1 && ends.null_count() == 0 {
             return self.update(distinct[0], &keys, &args, &filters);
         }
-        let mut all: Vec<i64> = ends.iter().flatten().collect();
-        all.sort_unstable();
-        all.dedup();
         let ends_array: ArrayRef = Arc::new(ends);
-        for end in all {
+        for end in distinct {
             let mask = eq(&ends_array, &Int64Array::new_scalar(end))?;
-            let sub = |a: &ArrayRef| filter(a.as_ref(), &mask);
-            let k = keys.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()?;
-            let a = args
-                .iter()
-                .map(|v| v.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>())
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            let f = filters
-                .iter()
-                .map(|f| match f {
-                    None => Ok(None),
-                    Some(f) => Ok(filter(f, &mask)?.as_any().downcast_ref::<BooleanArray>().cloned()),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let (k, a, f) = select_rows(&keys, &args, &filters, &mask)?;
             self.update(end, &k, &a, &f)?;
         }
         Ok(())
@@ -422,4 +342,96 @@ impl WindowAggregate {
         self.windows.insert(end, window);
         Ok(())
     }
+}
+
+/// A batch's group keys, aggregate arguments and filters, with late rows removed.
+pub(crate) struct Evaluated {
+    pub keys: Vec<ArrayRef>,
+    pub args: Vec<Vec<ArrayRef>>,
+    pub filters: Vec<Option<BooleanArray>>,
+    /// `window_end` of each row, in milliseconds.
+    pub ends: Int64Array,
+}
+
+/// Evaluate a chunk for a window aggregate; rows whose window has fired (end at or before
+/// `watermark` + 1 ms) are late: dropped and added to `late`. `None` if no row is left.
+pub(crate) fn evaluate(
+    chunk: &Chunk,
+    group_exprs: &[Arc<dyn PhysicalExpr>],
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    filters: &[Option<Arc<dyn PhysicalExpr>>],
+    window_end: usize,
+    watermark: Watermark,
+    late: &mut u64,
+) -> Result<Option<Evaluated>> {
+    if !chunk.is_append_only() {
+        return Err(WeirError::not_supported("window aggregation of updates or deletes"));
+    }
+    let batch = &chunk.batch;
+    let rows = batch.num_rows();
+    let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(rows));
+    let keys = group_exprs.iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>()?;
+    let args = aggregates
+        .iter()
+        .map(|a| a.expressions().iter().map(eval).collect::<datafusion::error::Result<Vec<_>>>())
+        .collect::<datafusion::error::Result<Vec<_>>>()?;
+    let filter_masks = filters
+        .iter()
+        .map(|f| match f {
+            None => Ok(None),
+            Some(f) => Ok(eval(f)?.as_any().downcast_ref::<BooleanArray>().cloned()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ends = millis(&keys[window_end])?;
+    let bound = watermark.0.saturating_add(1);
+    let late_rows = ends.iter().filter(|e| e.is_some_and(|e| e <= bound)).count();
+    if late_rows == 0 {
+        return Ok(Some(Evaluated { keys, args, filters: filter_masks, ends }));
+    }
+    *late += late_rows as u64;
+    if late_rows == rows {
+        return Ok(None);
+    }
+    let keep: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e > bound))).collect();
+    let (keys, args, filter_masks) = select_rows(&keys, &args, &filter_masks, &keep)?;
+    let ends = millis(&keys[window_end])?;
+    Ok(Some(Evaluated { keys, args, filters: filter_masks, ends }))
+}
+
+/// The rows of keys, arguments and filters where `mask` is true.
+#[allow(clippy::type_complexity)]
+pub(crate) fn select_rows(
+    keys: &[ArrayRef],
+    args: &[Vec<ArrayRef>],
+    filters: &[Option<BooleanArray>],
+    mask: &BooleanArray,
+) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>, Vec<Option<BooleanArray>>)> {
+    let sub = |a: &ArrayRef| filter(a.as_ref(), mask);
+    let k = keys.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()?;
+    let a = args.iter().map(|v| v.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let f = filters
+        .iter()
+        .map(|f| match f {
+            None => Ok(None),
+            Some(f) => Ok(filter(f, mask)?.as_any().downcast_ref::<BooleanArray>().cloned()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((k, a, f))
+}
+
+/// Accumulators for `aggregates`, vectorized where DataFusion has them, one per group behind
+/// DataFusion's adapter otherwise (e.g. `COUNT(DISTINCT x)`).
+pub(crate) fn accumulators(aggregates: &[Arc<AggregateFunctionExpr>]) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+    aggregates
+        .iter()
+        .map(|agg| {
+            if agg.groups_accumulator_supported() {
+                Ok(agg.create_groups_accumulator()?)
+            } else {
+                let agg = agg.clone();
+                Ok(Box::new(datafusion::physical_expr::GroupsAccumulatorAdapter::new(move || agg.create_accumulator()))
+                    as Box<dyn GroupsAccumulator>)
+            }
+        })
+        .collect()
 }
