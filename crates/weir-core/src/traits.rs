@@ -60,6 +60,12 @@ pub trait Operator: Send {
         Ok(None)
     }
 
+    /// About the last `snapshot`: files it put in the checkpoints' shared directory (kept
+    /// while a retained checkpoint refers to them), and bytes copied for it / referenced by it.
+    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
+        (Vec::new(), 0, 0)
+    }
+
     /// Take back the state `snapshot` gave, before any message.
     fn restore(&mut self, _state: &[u8]) -> Result<()> {
         Err(crate::WeirError::internal(format!("operator {} has no state to restore", self.name())))

@@ -43,6 +43,11 @@ pub struct CheckpointConfig {
     pub fingerprint: String,
 }
 
+/// A task state part named `op<i>` + this lists the shared files the operator's state needs.
+pub const SHARED_SUFFIX: &str = ".shared";
+/// A task state part named `op<i>` + this holds the bytes copied and referenced (2 × u64 LE).
+pub const SIZES_SUFFIX: &str = ".sizes";
+
 /// One task's state in a checkpoint: named parts (source position, each operator, sink).
 pub type TaskState = BTreeMap<String, Vec<u8>>;
 
@@ -170,6 +175,22 @@ impl CheckpointStore for LocalStore {
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
         let mut files = Vec::new();
         let mut bytes_written = 0u64;
+        let mut bytes_referenced = 0u64;
+        let mut shared = Vec::new();
+        for parts in tasks.values() {
+            for (part, bytes) in parts {
+                if part.ends_with(SHARED_SUFFIX) {
+                    shared.extend(String::from_utf8_lossy(bytes).lines().map(String::from));
+                } else if part.ends_with(SIZES_SUFFIX) && bytes.len() == 16 {
+                    let mut copied = [0u8; 8];
+                    let mut referenced = [0u8; 8];
+                    copied.copy_from_slice(&bytes[..8]);
+                    referenced.copy_from_slice(&bytes[8..]);
+                    bytes_written += u64::from_le_bytes(copied);
+                    bytes_referenced += u64::from_le_bytes(referenced);
+                }
+            }
+        }
         for (i, (task, parts)) in tasks.iter().enumerate() {
             for (j, (part, bytes)) in parts.iter().enumerate() {
                 let name = format!("state-{i}-{j}.bin");
@@ -177,6 +198,7 @@ impl CheckpointStore for LocalStore {
                 let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
                 f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io("write", &path, e))?;
                 bytes_written += bytes.len() as u64;
+                bytes_referenced += bytes.len() as u64;
                 files.push(serde_json::json!({
                     "task": task, "part": part, "file": name, "bytes": bytes.len(),
                     "checksum": format!("{:016x}", checksum(bytes)),
@@ -188,7 +210,7 @@ impl CheckpointStore for LocalStore {
         if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
             std::thread::sleep(Duration::from_millis(ms));
         }
-        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files });
+        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });
         let tmp = dir.join("manifest.json.tmp");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
@@ -196,12 +218,7 @@ impl CheckpointStore for LocalStore {
         std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| io("publish", &tmp, e))?;
         sync_dir(&dir);
         sync_dir(&self.dir);
-        Ok(CheckpointStats {
-            id: epoch,
-            duration_ms: started.elapsed().as_millis() as u64,
-            bytes_written,
-            bytes_referenced: bytes_written,
-        })
+        Ok(CheckpointStats { id: epoch, duration_ms: started.elapsed().as_millis() as u64, bytes_written, bytes_referenced })
     }
 
     fn latest(&self, fingerprint: &str) -> Result<Option<Restored>> {
@@ -231,6 +248,54 @@ impl CheckpointStore for LocalStore {
     }
 
     fn prune(&self, retained: usize) -> Result<()> {
+        self.prune_checkpoints(retained)?;
+        self.prune_shared()
+    }
+
+    fn clear(&self) -> Result<()> {
+        for epoch in self.epochs()? {
+            let dir = self.chk(epoch);
+            std::fs::remove_dir_all(&dir).map_err(|e| io("delete", &dir, e))?;
+        }
+        let shared = self.dir.join("shared");
+        if shared.exists() {
+            std::fs::remove_dir_all(&shared).map_err(|e| io("delete", &shared, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl LocalStore {
+    /// Delete shared files no retained checkpoint refers to. Only files older than the newest
+    /// manifest go: newer ones may belong to a checkpoint being taken (one runs at a time,
+    /// and the next is triggered after the last manifest was written).
+    fn prune_shared(&self) -> Result<()> {
+        let shared_dir = self.dir.join("shared");
+        let Ok(entries) = std::fs::read_dir(&shared_dir) else { return Ok(()) };
+        let mut keep = std::collections::BTreeSet::new();
+        let mut newest: Option<std::time::SystemTime> = None;
+        for epoch in self.epochs()? {
+            let manifest = self.chk(epoch).join("manifest.json");
+            let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+            if newest.is_none() {
+                newest = std::fs::metadata(&manifest).and_then(|m| m.modified()).ok();
+            }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                keep.extend(v["shared"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)));
+            }
+        }
+        let Some(newest) = newest else { return Ok(()) };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < newest);
+            if old && !keep.contains(&name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(())
+    }
+
+    fn prune_checkpoints(&self, retained: usize) -> Result<()> {
         let mut complete = 0;
         for epoch in self.epochs()? {
             let dir = self.chk(epoch);
@@ -248,13 +313,6 @@ impl CheckpointStore for LocalStore {
         Ok(())
     }
 
-    fn clear(&self) -> Result<()> {
-        for epoch in self.epochs()? {
-            let dir = self.chk(epoch);
-            std::fs::remove_dir_all(&dir).map_err(|e| io("delete", &dir, e))?;
-        }
-        Ok(())
-    }
 }
 
 /// A request for barrier `epoch`; `stop`: the job stops once this checkpoint is complete.
@@ -296,16 +354,23 @@ pub async fn coordinate(
     let mut next_trigger = tokio::time::Instant::now() + config.interval;
     let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
     let mut stopping = false;
+    let mut stop_pending = false;
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
             Some(()) = stop.recv(), if !stopping => {
                 stopping = true;
-                if trigger.send(Trigger { epoch, stop: true }).is_err() {
-                    return;
+                // One checkpoint at a time (shared files of a running one must not look
+                // unreferenced): the last barrier waits for the one in flight.
+                if started.is_empty() {
+                    if trigger.send(Trigger { epoch, stop: true }).is_err() {
+                        return;
+                    }
+                    started.insert(epoch, tokio::time::Instant::now());
+                    epoch += 1;
+                } else {
+                    stop_pending = true;
                 }
-                started.insert(epoch, tokio::time::Instant::now());
-                epoch += 1;
             }
             _ = tokio::time::sleep_until(next_trigger), if !stopping => {
                 // One checkpoint at a time; a late one is given up after the timeout.
@@ -376,6 +441,14 @@ pub async fn coordinate(
                         Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
                         Err(e) => log::warn!("checkpoint {n} failed: {e}"),
                     }
+                }
+                if stop_pending && started.is_empty() {
+                    stop_pending = false;
+                    if trigger.send(Trigger { epoch, stop: true }).is_err() {
+                        return;
+                    }
+                    started.insert(epoch, tokio::time::Instant::now());
+                    epoch += 1;
                 }
             }
         }

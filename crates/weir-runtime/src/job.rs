@@ -17,7 +17,7 @@ use weir_core::{
 use crate::checkpoint::{Ack, CheckpointMode, CheckpointStats, CheckpointConfig, CheckpointStore, Restored, TaskCheckpoint, TaskState, Trigger};
 use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
-use crate::plan::{Node, OperatorSpec};
+use crate::plan::{InstanceContext, Node, OperatorSpec};
 use crate::values::ValuesSource;
 use crate::CHANNEL_CAPACITY;
 
@@ -176,6 +176,8 @@ pub struct JobOptions {
     /// With checkpoints: restarts after failures, and the wait before the first (doubling).
     pub restart_attempts: u32,
     pub restart_backoff: Duration,
+    /// Keep window state in RocksDB under this local directory (else in memory).
+    pub rocksdb: Option<std::path::PathBuf>,
 }
 
 impl Default for JobOptions {
@@ -187,6 +189,7 @@ impl Default for JobOptions {
             restore: None,
             restart_attempts: 3,
             restart_backoff: Duration::from_secs(1),
+            rocksdb: None,
         }
     }
 }
@@ -220,6 +223,16 @@ impl Builder<'_> {
         let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks });
         self.keys.push(key);
         (cp, restored)
+    }
+
+    /// RocksDB state: the local working root of this job, and the checkpoints' shared files.
+    fn rocksdb_dirs(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        let local = self.options.rocksdb.clone()?;
+        let shared = match &self.options.checkpoint {
+            Some((config, _)) => config.dir.join("shared"),
+            None => local.join("shared"),
+        };
+        Some((local, shared))
     }
 
     fn aligned(&self) -> bool {
@@ -307,7 +320,8 @@ impl Builder<'_> {
             let (checkpoint, restored) = self.checkpoint_of(format!("stage{stage}-task{index}"));
             let mut ops = Vec::with_capacity(specs.len());
             for (i, s) in specs.iter().enumerate() {
-                let mut op = s.instantiate();
+                let ctx = InstanceContext { key: format!("stage{stage}-task{index}-op{i}"), rocksdb: self.rocksdb_dirs() };
+                let mut op = s.instantiate_in(&ctx)?;
                 if let Some(state) = restored.as_ref().and_then(|r| r.get(&format!("op{i}"))) {
                     op.restore(state)?;
                 }
@@ -436,6 +450,12 @@ impl Chain {
                             let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
                             if let Some(s) = op.snapshot()? {
                                 state.insert(format!("op{i}"), s);
+                                let (files, copied, referenced) = op.snapshot_files();
+                                if !files.is_empty() || copied > 0 {
+                                    state.insert(format!("op{i}{}", crate::checkpoint::SHARED_SUFFIX), files.join("\n").into_bytes());
+                                    let sizes = [copied.to_le_bytes(), referenced.to_le_bytes()].concat();
+                                    state.insert(format!("op{i}{}", crate::checkpoint::SIZES_SUFFIX), sizes);
+                                }
                             }
                         }
                         op.process_barrier(b, &mut next)?
@@ -892,6 +912,10 @@ pub fn spawn_job(
         let elapsed = inner.started.elapsed();
         if let Ok(mut f) = inner.finished.lock() {
             *f = Some(elapsed);
+        }
+        // Local RocksDB copies are scratch: the checkpoints hold the state.
+        if let Some(dir) = &options.rocksdb {
+            let _ = std::fs::remove_dir_all(dir);
         }
         log_summary(&inner, &outcome, elapsed);
         let _ = state_tx.send(outcome);

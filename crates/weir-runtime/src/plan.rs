@@ -10,7 +10,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
-use crate::operators::{Filter, Limit, Project, Select, WatermarkGenerator, WindowAggregate, WindowAssign, WindowKind};
+use crate::operators::{Filter, Limit, Project, RocksWindowAggregate, Select, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign, WindowKind};
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
 #[derive(Debug, Clone)]
@@ -39,7 +39,35 @@ pub enum OperatorSpec {
     },
 }
 
+/// Where a running operator keeps state, when the job's state backend is RocksDB.
+#[derive(Debug, Clone)]
+pub struct InstanceContext {
+    /// Unique per operator instance of the job, stable across restarts.
+    pub key: String,
+    /// `Some((local root, shared checkpoint directory))` with the RocksDB state backend.
+    pub rocksdb: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
 impl OperatorSpec {
+    /// A running copy, with its state where `ctx` says.
+    pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
+        if let (OperatorSpec::WindowAggregate { group_exprs, group_schema, window_end, aggregates, filters, schema, .. }, Some((local, shared))) =
+            (self, &ctx.rocksdb)
+        {
+            let dirs = StateDirs { local: local.join(&ctx.key), shared: shared.clone() };
+            return Ok(Box::new(RocksWindowAggregate::new(
+                group_exprs.clone(),
+                group_schema.clone(),
+                *window_end,
+                aggregates.clone(),
+                filters.clone(),
+                schema.clone(),
+                dirs,
+            )?));
+        }
+        Ok(self.instantiate())
+    }
+
     pub fn instantiate(&self) -> Box<dyn Operator> {
         match self.clone() {
             OperatorSpec::Project { exprs, schema, .. } => Box::new(Project::new(exprs, schema)),

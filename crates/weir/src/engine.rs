@@ -329,6 +329,9 @@ impl Engine {
             None => format!("insert-into-{}", table.name),
         };
         let mut options = state.settings.job_options();
+        if let Some(root) = options.rocksdb.take() {
+            options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
+        }
         // Checkpoints: resume from the latest one of this job unless told to start over.
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
             "{}parallelism {}",

@@ -14,6 +14,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("checkpoint.mode", "exactly-once", "'exactly-once' (aligned barriers) or 'at-least-once'"),
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
+    ("state.backend", "memory", "where window state lives: 'memory' or 'rocksdb' (state larger than memory, incremental checkpoints)"),
+    ("state.dir", "", "local working directory of RocksDB state (default: the system's temporary directory)"),
     ("restart.attempts", "3", "a checkpointed job that fails restarts from its latest checkpoint this many times"),
     ("restart.backoff", "1s", "wait before the first restart; doubles each time, up to a minute"),
     ("pipeline.name", "", "name of the next job started by INSERT (default: insert-into-<table>)"),
@@ -36,6 +38,9 @@ impl Settings {
         }
         if key == "parallelism" && !matches!(value.parse::<usize>(), Ok(1..=1024)) {
             return Err(WeirError::user(format!("setting 'parallelism' must be a number from 1 to 1024, not '{value}'")).at(at));
+        }
+        if key == "state.backend" && !matches!(value, "memory" | "rocksdb") {
+            return Err(WeirError::user(format!("setting 'state.backend' must be 'memory' or 'rocksdb', not '{value}'")).at(at));
         }
         if key == "restart.attempts" && value.parse::<u32>().is_err() {
             return Err(WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at));
@@ -81,6 +86,10 @@ impl Settings {
                 .filter(|d| !d.is_zero()),
             restart_attempts: self.value("restart.attempts").parse().unwrap_or(3),
             restart_backoff: parse_duration(&self.value("restart.backoff")).unwrap_or(std::time::Duration::from_secs(1)),
+            rocksdb: (self.value("state.backend") == "rocksdb").then(|| match self.get("state.dir") {
+                Some(dir) => std::path::PathBuf::from(dir),
+                None => std::env::temp_dir().join("weir-state"),
+            }),
             ..Default::default()
         }
     }

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use crate::weir_bin;
 
-fn job(dir: &Path, out: &str, checkpoints: &str) -> String {
+fn job(dir: &Path, out: &str, checkpoints: &str, backend: &str) -> String {
     format!(
         "SET 'parallelism' = '2';
+SET 'state.backend' = '{backend}';
+SET 'state.dir' = '{state}';
 SET 'checkpoint.interval' = '100ms';
 SET 'checkpoint.dir' = '{ck}';
 CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP(3), WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
@@ -24,7 +26,8 @@ FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
 GROUP BY auction, window_start, window_end;
 ",
         ck = dir.join(checkpoints).display(),
-        out = dir.join(out).display()
+        out = dir.join(out).display(),
+        state = dir.join("state").display(),
     )
 }
 
@@ -65,9 +68,18 @@ fn checkpoint_in_progress(checkpoints: &Path) -> bool {
 
 #[test]
 fn killed_and_restarted_runs_publish_exactly_the_rows_of_an_uninterrupted_run() {
+    crash_test("memory");
+}
+
+#[test]
+fn killed_and_restarted_runs_with_rocksdb_state_publish_exactly_the_rows_of_an_uninterrupted_run() {
+    crash_test("rocksdb");
+}
+
+fn crash_test(backend: &str) {
     let dir = crate::slt::tempdir();
-    std::fs::write(dir.join("reference.sql"), job(&dir, "reference", "reference-checkpoints")).expect("write sql");
-    std::fs::write(dir.join("job.sql"), job(&dir, "out", "checkpoints")).expect("write sql");
+    std::fs::write(dir.join("reference.sql"), job(&dir, "reference", "reference-checkpoints", backend)).expect("write sql");
+    std::fs::write(dir.join("job.sql"), job(&dir, "out", "checkpoints", backend)).expect("write sql");
 
     let reference = Command::new(weir_bin()).arg("run").arg(dir.join("reference.sql")).output().expect("reference run");
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
@@ -115,7 +127,7 @@ fn killed_and_restarted_runs_publish_exactly_the_rows_of_an_uninterrupted_run() 
             finished += 1;
         }
     }
-    println!("{kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own");
+    println!("{backend}: {kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own");
     assert!(kills >= 10, "only {kills} kills");
     assert!(during_write >= 2, "only {during_write} kills during a checkpoint write");
 

@@ -100,13 +100,13 @@ async fn windows_match_batch_sql_on_the_same_file() {
     for ((name, weir_sql), reference) in WEIR.iter().zip(REFERENCE) {
         let want = rows(&ctx.sql(reference).await.expect("reference plan").collect().await.expect("reference run"));
         assert!(want.len() > 20, "{name}: reference has only {} rows", want.len());
-        for parallelism in [1, 2] {
-            run(&engine, &format!("SET 'parallelism' = '{parallelism}'")).await;
+        for (parallelism, backend) in [(1, "memory"), (2, "memory"), (1, "rocksdb"), (2, "rocksdb")] {
+            run(&engine, &format!("SET 'parallelism' = '{parallelism}'; SET 'state.backend' = '{backend}'")).await;
             let got = engine.query(weir_sql).await.unwrap_or_else(|e| panic!("{name}: {e}"));
             let got = rows(&got.collect().await.unwrap_or_else(|e| panic!("{name}: {e}")));
-            assert_eq!(got.len(), want.len(), "{name} at parallelism {parallelism}: row count");
+            assert_eq!(got.len(), want.len(), "{name} at parallelism {parallelism}, {backend} state: row count");
             for (g, w) in got.iter().zip(&want) {
-                assert_eq!(g, w, "{name} at parallelism {parallelism}");
+                assert_eq!(g, w, "{name} at parallelism {parallelism}, {backend} state");
             }
         }
     }

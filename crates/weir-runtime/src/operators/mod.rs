@@ -6,9 +6,11 @@ mod limit;
 mod project;
 mod watermark;
 mod window;
+mod window_rocks;
 
 pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use watermark::WatermarkGenerator;
 pub use window::{millis, WindowAggregate, WindowAssign, WindowKind};
+pub use window_rocks::{RocksWindowAggregate, StateDirs};

@@ -1,0 +1,305 @@
+//! The window aggregate with its state in RocksDB (`SET 'state.backend' = 'rocksdb'`).
+//!
+//! Each batch is first aggregated by itself in memory (vectorized group lookup and
+//! accumulators); then every distinct (window, key) of the batch touches RocksDB once: one
+//! `multi_get` for their stored accumulator states, a merge, one write batch back. Keys are
+//! the window end (8 bytes, ordered) followed by the group columns in Arrow's row format, so
+//! a fired window is read with one range scan and deleted with one range delete. Memory holds
+//! only the current batch and the set of open windows: state larger than memory lives on
+//! disk. Checkpoints copy only the SST files that earlier checkpoints do not hold.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::group_values::new_group_values;
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
+use weir_state::{StateStore, StoreSnapshot};
+
+use super::window::{accumulators, evaluate, millis, Evaluated};
+
+/// The operator's keys in its store.
+const TABLE: u32 = 1;
+
+/// Where a task's RocksDB lives and where checkpoints keep SST files.
+#[derive(Debug, Clone)]
+pub struct StateDirs {
+    /// Local working copy (scratch: rebuilt from checkpoints on restart).
+    pub local: PathBuf,
+    /// Shared SST files of the job's checkpoints.
+    pub shared: PathBuf,
+}
+
+pub struct RocksWindowAggregate {
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    group_schema: SchemaRef,
+    window_end: usize,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    schema: SchemaRef,
+    dirs: StateDirs,
+    /// `None` only while being replaced by a restored store.
+    store: Option<StateStore>,
+    keys: RowConverter,
+    states: RowConverter,
+    /// State columns per aggregate.
+    state_widths: Vec<usize>,
+    open: BTreeSet<i64>,
+    /// The last snapshot's shared files and byte counts.
+    last_snapshot: (Vec<String>, u64, u64),
+    watermark: Watermark,
+    late: u64,
+    snapshots: u64,
+    groups: Vec<usize>,
+}
+
+/// Window ends as key prefixes that sort like the numbers.
+fn prefix(end: i64) -> [u8; 8] {
+    ((end as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+impl RocksWindowAggregate {
+    pub fn new(
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        group_schema: SchemaRef,
+        window_end: usize,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+        dirs: StateDirs,
+    ) -> Result<Self> {
+        let keys = RowConverter::new(group_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let mut state_fields = Vec::new();
+        let mut state_widths = Vec::new();
+        for agg in &aggregates {
+            let fields = agg.state_fields()?;
+            state_widths.push(fields.len());
+            state_fields.extend(fields.iter().map(|f| SortField::new(f.data_type().clone())));
+        }
+        let states = RowConverter::new(state_fields)?;
+        let store = StateStore::open(dirs.local.join("db"))?;
+        Ok(Self {
+            group_exprs,
+            group_schema,
+            window_end,
+            aggregates,
+            filters,
+            schema,
+            dirs,
+            store: Some(store),
+            keys,
+            states,
+            state_widths,
+            open: BTreeSet::new(),
+            last_snapshot: (Vec::new(), 0, 0),
+            watermark: Watermark::MIN,
+            late: 0,
+            snapshots: 0,
+            groups: Vec::new(),
+        })
+    }
+
+    fn store(&self) -> Result<&StateStore> {
+        self.store.as_ref().ok_or_else(|| WeirError::internal("window state store is closed"))
+    }
+
+    fn store_mut(&mut self) -> Result<&mut StateStore> {
+        self.store.as_mut().ok_or_else(|| WeirError::internal("window state store is closed"))
+    }
+
+    /// Split concatenated state columns by aggregate.
+    fn split_states(&self, columns: Vec<ArrayRef>) -> Vec<Vec<ArrayRef>> {
+        let mut out = Vec::with_capacity(self.state_widths.len());
+        let mut it = columns.into_iter();
+        for w in &self.state_widths {
+            out.push(it.by_ref().take(*w).collect());
+        }
+        out
+    }
+
+    fn flush(&mut self, evaluated: Evaluated) -> Result<()> {
+        let Evaluated { keys, args, filters, .. } = evaluated;
+        // 1. The batch by itself.
+        let mut values = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
+        values.intern(&keys, &mut self.groups)?;
+        let n = values.len();
+        let mut accs = accumulators(&self.aggregates)?;
+        for ((acc, a), f) in accs.iter_mut().zip(&args).zip(&filters) {
+            acc.update_batch(a, &self.groups, f.as_ref(), n)?;
+        }
+        let key_columns = values.emit(EmitTo::All)?;
+        let mut batch_states = Vec::new();
+        for acc in &mut accs {
+            batch_states.extend(acc.state(EmitTo::All)?);
+        }
+        // 2. One read of the stored states of its distinct keys.
+        let ends = millis(&key_columns[self.window_end])?;
+        let rows = self.keys.convert_columns(&key_columns)?;
+        let db_keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let mut k = prefix(ends.value(i)).to_vec();
+                k.extend_from_slice(rows.row(i).as_ref());
+                k
+            })
+            .collect();
+        let refs: Vec<&[u8]> = db_keys.iter().map(|k| k.as_slice()).collect();
+        let stored = self.store()?.table(TABLE).multi_get(&refs)?;
+        // 3. Merge batch and stored states, vectorized.
+        let all: Vec<usize> = (0..n).collect();
+        let mut merged = accumulators(&self.aggregates)?;
+        for (acc, state) in merged.iter_mut().zip(self.split_states(batch_states)) {
+            acc.merge_batch(&state, &all, n)?;
+        }
+        let existing: Vec<usize> = stored.iter().enumerate().filter(|(_, v)| v.is_some()).map(|(i, _)| i).collect();
+        if !existing.is_empty() {
+            let parser = self.states.parser();
+            let rows = stored.iter().flatten().map(|v| parser.parse(v));
+            let columns = self.states.convert_rows(rows)?;
+            for (acc, state) in merged.iter_mut().zip(self.split_states(columns)) {
+                acc.merge_batch(&state, &existing, n)?;
+            }
+        }
+        let mut new_states = Vec::new();
+        for acc in &mut merged {
+            new_states.extend(acc.state(EmitTo::All)?);
+        }
+        // 4. One write back.
+        let encoded = self.states.convert_columns(&new_states)?;
+        let values: Vec<datafusion::arrow::row::Row<'_>> = (0..n).map(|i| encoded.row(i)).collect();
+        let changes: Vec<(&[u8], Option<&[u8]>)> = refs.iter().zip(&values).map(|(k, v)| (*k, Some(v.as_ref()))).collect();
+        self.store()?.table(TABLE).write(&changes)?;
+        self.open.extend(ends.values().iter().copied());
+        Ok(())
+    }
+
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let due: Vec<i64> = self.open.range(..=bound).copied().collect();
+        for end in due {
+            self.open.remove(&end);
+            let (from, to) = (prefix(end), prefix(end.saturating_add(1)));
+            let entries = self.store()?.table(TABLE).scan(&from, &to)?;
+            if entries.is_empty() {
+                continue;
+            }
+            let m = entries.len();
+            let key_parser = self.keys.parser();
+            let key_columns = self.keys.convert_rows(entries.iter().map(|(k, _)| key_parser.parse(&k[8..])))?;
+            let state_parser = self.states.parser();
+            let state_columns = self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?;
+            let all: Vec<usize> = (0..m).collect();
+            let mut accs = accumulators(&self.aggregates)?;
+            let mut columns = key_columns;
+            for (acc, state) in accs.iter_mut().zip(self.split_states(state_columns)) {
+                acc.merge_batch(&state, &all, m)?;
+                columns.push(acc.evaluate(EmitTo::All)?);
+            }
+            let options = RecordBatchOptions::new().with_row_count(Some(m));
+            out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)));
+            self.store()?.table(TABLE).delete_range(&from, &to)?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for RocksWindowAggregate {
+    fn name(&self) -> String {
+        "WindowAggregate (RocksDB)".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+        let evaluated =
+            evaluate(&chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, self.watermark, &mut self.late)?;
+        match evaluated {
+            Some(e) => self.flush(e),
+            None => Ok(()),
+        }
+    }
+
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.fire(watermark, out)?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.fire(Watermark::END_OF_TIME, out)
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.late
+    }
+
+    /// A header (JSON: the store's files, open windows, watermark, late count), then the
+    /// small per-checkpoint files' bytes; the SST files went to the shared directory.
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        self.snapshots += 1;
+        let own = self.dirs.local.join(format!("own-{}", self.snapshots));
+        let _ = std::fs::remove_dir_all(&own);
+        let shared = self.dirs.shared.clone();
+        let snap = self.store_mut()?.checkpoint(&shared, &own)?;
+        let mut files = Vec::new();
+        for name in &snap.own {
+            let path = own.join(name);
+            files.push(std::fs::read(&path).map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?);
+        }
+        let _ = std::fs::remove_dir_all(&own);
+        self.last_snapshot = (snap.shared.values().cloned().collect(), snap.bytes_copied, snap.bytes_referenced);
+        let header = serde_json::json!({
+            "store": snap.to_json(),
+            "sizes": files.iter().map(|f| f.len()).collect::<Vec<_>>(),
+            "open": self.open.iter().collect::<Vec<_>>(),
+            "watermark": self.watermark.0,
+            "late": self.late,
+            "bytes_copied": snap.bytes_copied,
+        })
+        .to_string();
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        for f in files {
+            bytes.extend_from_slice(&f);
+        }
+        Ok(Some(bytes))
+    }
+
+    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
+        self.last_snapshot.clone()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let damaged = || WeirError::internal("RocksDB window state in a checkpoint is damaged");
+        let len = u64::from_le_bytes(state.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?) as usize;
+        let header: serde_json::Value =
+            serde_json::from_slice(state.get(8..8 + len).ok_or_else(damaged)?).map_err(|_| damaged())?;
+        let snap = StoreSnapshot::from_json(header["store"].as_str().ok_or_else(damaged)?)?;
+        let own = self.dirs.local.join("restore-own");
+        let _ = std::fs::remove_dir_all(&own);
+        std::fs::create_dir_all(&own).map_err(|e| WeirError::external(format!("cannot create '{}': {e}", own.display())))?;
+        let mut at = 8 + len;
+        for (name, size) in snap.own.iter().zip(header["sizes"].as_array().ok_or_else(damaged)?) {
+            let size = size.as_u64().ok_or_else(damaged)? as usize;
+            let bytes = state.get(at..at + size).ok_or_else(damaged)?;
+            std::fs::write(own.join(name), bytes).map_err(|e| WeirError::external(format!("cannot write state file: {e}")))?;
+            at += size;
+        }
+        // The empty store opened at start holds the directory's lock: close it first.
+        self.store = None;
+        self.store = Some(StateStore::restore(self.dirs.local.join("db"), &snap, &self.dirs.shared, &own)?);
+        let _ = std::fs::remove_dir_all(&own);
+        self.open = header["open"].as_array().ok_or_else(damaged)?.iter().filter_map(|v| v.as_i64()).collect();
+        self.watermark = Watermark(header["watermark"].as_i64().ok_or_else(damaged)?);
+        self.late = header["late"].as_u64().ok_or_else(damaged)?;
+        Ok(())
+    }
+}
