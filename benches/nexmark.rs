@@ -15,7 +15,6 @@ use std::io::Write;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-
 /// Flink's Nexmark SQL (blackhole sink), as in ../shared/flink-anchor/sql and nexmark-flink.
 fn query(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name {
@@ -120,7 +119,10 @@ async fn child(source: &str, query_name: &str, parallelism: usize, checkpoint: O
         );
         if let Some(interval) = checkpoint {
             let dir = std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id()));
-            setup.push_str(&format!("; SET 'checkpoint.interval' = '{interval}'; SET 'checkpoint.dir' = '{}'", dir.display()));
+            setup.push_str(&format!(
+                "; SET 'checkpoint.interval' = '{interval}'; SET 'checkpoint.dir' = '{}'",
+                dir.display()
+            ));
         }
         engine.execute_all(&setup).await.map_err(|e| e.to_string())?;
         let job = engine.submit(&format!("INSERT INTO sink {select}")).await.map_err(|e| e.to_string())?;
@@ -212,7 +214,10 @@ fn main() -> ExitCode {
     let repeat: usize = arg(&args, "--repeat").and_then(|r| r.parse().ok()).unwrap_or(1);
     let out = arg(&args, "--out");
     let Ok(exe) = std::env::current_exe() else { return ExitCode::FAILURE };
-    println!("{:<6} {:<40} {:>3} {:>10} {:>12} {:>14} {:>9}", "query", "source", "p", "events", "events/s", "events/CPU-s", "peak MB");
+    println!(
+        "{:<6} {:<40} {:>3} {:>10} {:>12} {:>14} {:>9}",
+        "query", "source", "p", "events", "events/s", "events/CPU-s", "peak MB"
+    );
     for source in sources.split(',') {
         let qs: Vec<&str> = if source.starts_with("parse:") { vec!["parse"] } else { queries.split(',').collect() };
         for q in qs {

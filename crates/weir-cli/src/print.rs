@@ -87,5 +87,9 @@ impl TablePrinter {
 }
 
 pub fn rows_text(rows: usize) -> String {
-    if rows == 1 { "1 row".to_string() } else { format!("{rows} rows") }
+    if rows == 1 {
+        "1 row".to_string()
+    } else {
+        format!("{rows} rows")
+    }
 }

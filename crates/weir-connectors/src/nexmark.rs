@@ -26,7 +26,8 @@ const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
 const CITIES: [&str; 10] =
     ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
 const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
-const FIRST_NAMES: [&str; 11] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
+const FIRST_NAMES: [&str; 11] =
+    ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
 const LAST_NAMES: [&str; 9] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,16 +43,35 @@ impl Kind {
         use Col::*;
         match self {
             Kind::Bid => &[
-                ("auction", Int), ("bidder", Int), ("price", Int), ("channel", Text), ("url", Text),
-                ("date_time", Time), ("extra", Text),
+                ("auction", Int),
+                ("bidder", Int),
+                ("price", Int),
+                ("channel", Text),
+                ("url", Text),
+                ("date_time", Time),
+                ("extra", Text),
             ],
             Kind::Auction => &[
-                ("id", Int), ("item_name", Text), ("description", Text), ("initial_bid", Int), ("reserve", Int),
-                ("date_time", Time), ("expires", Time), ("seller", Int), ("category", Int), ("extra", Text),
+                ("id", Int),
+                ("item_name", Text),
+                ("description", Text),
+                ("initial_bid", Int),
+                ("reserve", Int),
+                ("date_time", Time),
+                ("expires", Time),
+                ("seller", Int),
+                ("category", Int),
+                ("extra", Text),
             ],
             Kind::Person => &[
-                ("id", Int), ("name", Text), ("email_address", Text), ("credit_card", Text), ("city", Text),
-                ("state", Text), ("date_time", Time), ("extra", Text),
+                ("id", Int),
+                ("name", Text),
+                ("email_address", Text),
+                ("credit_card", Text),
+                ("city", Text),
+                ("state", Text),
+                ("date_time", Time),
+                ("extra", Text),
             ],
         }
     }
@@ -192,7 +212,8 @@ impl NexmarkSource {
     fn generate(&self, first_epoch: u64, last_epoch: u64) -> Result<RecordBatch> {
         let offsets = self.kind.offsets();
         let last_event = self.events.unwrap_or(u64::MAX);
-        let mut ns: Vec<u64> = Vec::with_capacity(((last_epoch - first_epoch) * (offsets.end - offsets.start)) as usize);
+        let mut ns: Vec<u64> =
+            Vec::with_capacity(((last_epoch - first_epoch) * (offsets.end - offsets.start)) as usize);
         for epoch in first_epoch..last_epoch {
             for off in offsets.clone() {
                 let n = epoch * PROPORTION + off;
@@ -252,9 +273,8 @@ impl Source for NexmarkSource {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let bytes: [u8; 8] = position
-            .try_into()
-            .map_err(|_| WeirError::internal("a nexmark position in a checkpoint is damaged"))?;
+        let bytes: [u8; 8] =
+            position.try_into().map_err(|_| WeirError::internal("a nexmark position in a checkpoint is damaged"))?;
         self.next_block = u64::from_le_bytes(bytes);
         Ok(())
     }
@@ -299,7 +319,8 @@ impl Gen {
 
     fn column(&self, c: usize, ns: &[u64]) -> ArrayRef {
         let name = self.kind.columns()[c].0;
-        let ints = |f: &dyn Fn(u64) -> i64| Arc::new(Int64Array::from_iter_values(ns.iter().map(|&n| f(n)))) as ArrayRef;
+        let ints =
+            |f: &dyn Fn(u64) -> i64| Arc::new(Int64Array::from_iter_values(ns.iter().map(|&n| f(n)))) as ArrayRef;
         let millis = |f: &dyn Fn(u64) -> i64| {
             Arc::new(TimestampMillisecondArray::from_iter_values(ns.iter().map(|&n| f(n)))) as ArrayRef
         };
@@ -376,8 +397,12 @@ impl Gen {
                     out.extend_from_slice(format!("{:04}", self.below(n, 24 + group, 10_000)).as_bytes());
                 }
             }),
-            (Kind::Person, "city") => strings(ns, |n, out| out.extend_from_slice(CITIES[self.below(n, 28, 10) as usize].as_bytes())),
-            (Kind::Person, "state") => strings(ns, |n, out| out.extend_from_slice(STATES[self.below(n, 29, 6) as usize].as_bytes())),
+            (Kind::Person, "city") => {
+                strings(ns, |n, out| out.extend_from_slice(CITIES[self.below(n, 28, 10) as usize].as_bytes()))
+            }
+            (Kind::Person, "state") => {
+                strings(ns, |n, out| out.extend_from_slice(STATES[self.below(n, 29, 6) as usize].as_bytes()))
+            }
             (Kind::Person, "extra") => strings(ns, |n, out| self.text(n, 30, 125, out)),
             _ => Arc::new(Int64Array::from(vec![None::<i64>; ns.len()])),
         }

@@ -40,9 +40,7 @@ impl ConnectorFactory for Connectors {
                 table.options.check_known(&table.name, &known)
             }
             "nexmark" => crate::nexmark::validate(table),
-            "print" => table
-                .options
-                .check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
+            "print" => table.options.check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
             _ => table.options.check_known(&table.name, &["connector"]),
         }
     }
@@ -65,13 +63,12 @@ impl ConnectorFactory for Connectors {
 
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
         if !table.partition_keys.is_empty() {
-            return Err(WeirError::not_supported(format!(
-                "writing to the partitioned table '{}'",
-                table.name
-            )));
+            return Err(WeirError::not_supported(format!("writing to the partitioned table '{}'", table.name)));
         }
         match self.connector(table)? {
-            "nexmark" => Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name))),
+            "nexmark" => {
+                Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name)))
+            }
             "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),

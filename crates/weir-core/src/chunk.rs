@@ -105,9 +105,6 @@ impl Chunk {
 
     /// The first `n` rows.
     pub fn slice(&self, offset: usize, len: usize) -> Chunk {
-        Chunk {
-            batch: self.batch.slice(offset, len),
-            ops: self.ops.as_ref().map(|o| Arc::new(o.slice(offset, len))),
-        }
+        Chunk { batch: self.batch.slice(offset, len), ops: self.ops.as_ref().map(|o| Arc::new(o.slice(offset, len))) }
     }
 }

@@ -123,7 +123,9 @@ impl From<ArrowError> for WeirError {
                 Err(e) => Self::external(e.to_string()),
             },
             // Cast and parse failures come from data or from a query the user wrote.
-            ArrowError::CastError(m) | ArrowError::ParseError(m) | ArrowError::InvalidArgumentError(m)
+            ArrowError::CastError(m)
+            | ArrowError::ParseError(m)
+            | ArrowError::InvalidArgumentError(m)
             | ArrowError::ComputeError(m) => Self::user(m),
             ArrowError::DivideByZero => Self::user("division by zero"),
             other => Self::internal(other.to_string()),

@@ -27,8 +27,7 @@ impl Options {
 
     /// A required option; the error names the table and the key.
     pub fn required(&self, table: &str, key: &str) -> Result<&str> {
-        self.get(key)
-            .ok_or_else(|| WeirError::user(format!("table '{table}' needs the option '{key}'")))
+        self.get(key).ok_or_else(|| WeirError::user(format!("table '{table}' needs the option '{key}'")))
     }
 
     /// A boolean option, `default` when absent.
@@ -37,10 +36,10 @@ impl Options {
             None => Ok(default),
             Some(v) if v == "true" => Ok(true),
             Some(v) if v == "false" => Ok(false),
-            Some(v) => Err(WeirError::user(format!(
-                "table '{table}': option '{key}' must be 'true' or 'false', not '{v}'"
-            ))
-            .at(self.location(key))),
+            Some(v) => {
+                Err(WeirError::user(format!("table '{table}': option '{key}' must be 'true' or 'false', not '{v}'"))
+                    .at(self.location(key)))
+            }
         }
     }
 

@@ -138,7 +138,8 @@ impl LocalStore {
     fn read(&self, epoch: u64, fingerprint: &str) -> std::result::Result<Restored, String> {
         let dir = self.chk(epoch);
         let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;
-        let manifest: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
+        let manifest: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
         if manifest["fingerprint"].as_str() != Some(fingerprint) {
             return Err("taken by a different plan or parallelism".into());
         }
@@ -210,7 +211,8 @@ impl CheckpointStore for LocalStore {
         if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
             std::thread::sleep(Duration::from_millis(ms));
         }
-        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });
+        let manifest =
+            serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });
         let tmp = dir.join("manifest.json.tmp");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
@@ -218,7 +220,12 @@ impl CheckpointStore for LocalStore {
         std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| io("publish", &tmp, e))?;
         sync_dir(&dir);
         sync_dir(&self.dir);
-        Ok(CheckpointStats { id: epoch, duration_ms: started.elapsed().as_millis() as u64, bytes_written, bytes_referenced })
+        Ok(CheckpointStats {
+            id: epoch,
+            duration_ms: started.elapsed().as_millis() as u64,
+            bytes_written,
+            bytes_referenced,
+        })
     }
 
     fn latest(&self, fingerprint: &str) -> Result<Option<Restored>> {
@@ -231,7 +238,10 @@ impl CheckpointStore for LocalStore {
             match self.read(epoch, fingerprint) {
                 Ok(r) => return Ok(Some(r)),
                 Err(why) => {
-                    log::warn!("checkpoint {epoch} in '{}' is not usable ({why}); trying the one before", self.dir.display());
+                    log::warn!(
+                        "checkpoint {epoch} in '{}' is not usable ({why}); trying the one before",
+                        self.dir.display()
+                    );
                     refused.push(format!("{epoch}: {why}"));
                 }
             }
@@ -312,7 +322,6 @@ impl LocalStore {
         }
         Ok(())
     }
-
 }
 
 /// A request for barrier `epoch`; `stop`: the job stops once this checkpoint is complete.

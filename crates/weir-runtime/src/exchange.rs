@@ -87,17 +87,13 @@ mod tests {
 
     #[test]
     fn equal_keys_go_to_one_part_and_nothing_is_lost() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, true),
-            Field::new("s", DataType::Utf8, true),
-        ]));
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("s", DataType::Utf8, true)]));
         let keys: Vec<Option<i64>> = (0..10_000).map(|i| if i % 97 == 0 { None } else { Some(i % 100) }).collect();
         let strings: Vec<String> = (0..10_000).map(|i| format!("v{}", i % 7)).collect();
-        let batch = RecordBatch::try_new(
-            schema,
-            vec![Arc::new(Int64Array::from(keys)), Arc::new(StringArray::from(strings))],
-        )
-        .expect("batch");
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys)), Arc::new(StringArray::from(strings))])
+                .expect("batch");
         let chunk = Chunk::inserts(batch);
         // By one column and by two.
         for key_columns in [vec![0], vec![0, 1]] {
@@ -110,7 +106,10 @@ mod tests {
                 for row in 0..part.num_rows() {
                     let key: Vec<String> = key_columns
                         .iter()
-                        .map(|c| datafusion::arrow::util::display::array_value_to_string(part.batch.column(*c), row).expect("value"))
+                        .map(|c| {
+                            datafusion::arrow::util::display::array_value_to_string(part.batch.column(*c), row)
+                                .expect("value")
+                        })
                         .collect();
                     let previous = owner.insert(key.join("|"), p);
                     assert!(previous.is_none_or(|q| q == p), "key {key:?} in parts {previous:?} and {p}");
@@ -122,7 +121,8 @@ mod tests {
         // The same split every time (fixed seed).
         let a = hash_partition(&chunk, &[0], 4).expect("partition");
         let b = hash_partition(&chunk, &[0], 4).expect("partition");
-        let sizes = |p: &Vec<Option<Chunk>>| p.iter().map(|c| c.as_ref().map_or(0, |c| c.num_rows())).collect::<Vec<_>>();
+        let sizes =
+            |p: &Vec<Option<Chunk>>| p.iter().map(|c| c.as_ref().map_or(0, |c| c.num_rows())).collect::<Vec<_>>();
         assert_eq!(sizes(&a), sizes(&b));
     }
 }

@@ -10,11 +10,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use weir_core::metrics::MetricsSnapshot;
 use weir_core::{
-    Chunk, ConnectorFactory, Message, Operator, OperatorMetrics, Result, Sink, Source, Split,
-    Watermark, WeirError,
+    Chunk, ConnectorFactory, Message, Operator, OperatorMetrics, Result, Sink, Source, Split, Watermark, WeirError,
 };
 
-use crate::checkpoint::{Ack, CheckpointMode, CheckpointStats, CheckpointConfig, CheckpointStore, Restored, TaskCheckpoint, TaskState, Trigger};
+use crate::checkpoint::{
+    Ack, CheckpointConfig, CheckpointMode, CheckpointStats, CheckpointStore, Restored, TaskCheckpoint, TaskState,
+    Trigger,
+};
 use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
 use crate::plan::{InstanceContext, Node, OperatorSpec};
@@ -141,13 +143,7 @@ impl JobHandle {
     }
 
     pub fn status(&self) -> JobStatus {
-        let elapsed = self
-            .inner
-            .finished
-            .lock()
-            .ok()
-            .and_then(|f| *f)
-            .unwrap_or_else(|| self.inner.started.elapsed());
+        let elapsed = self.inner.finished.lock().ok().and_then(|f| *f).unwrap_or_else(|| self.inner.started.elapsed());
         JobStatus {
             id: self.inner.id,
             name: self.inner.name.clone(),
@@ -248,7 +244,11 @@ impl Builder<'_> {
     /// Tasks computing `node`, `parallelism` of each. Without `exchange`, returns the channel
     /// each task's output arrives on, by task index (`[task][0]`). With an exchange to `n`
     /// tasks of the next stage, returns what each of those receives (`[next task][task]`).
-    fn build(&mut self, node: &Node, exchange: Option<(&Partitioning, usize)>) -> Result<Vec<Vec<mpsc::Receiver<Message>>>> {
+    fn build(
+        &mut self,
+        node: &Node,
+        exchange: Option<(&Partitioning, usize)>,
+    ) -> Result<Vec<Vec<mpsc::Receiver<Message>>>> {
         // The operators above the node that starts the task, bottom up. An operator that needs
         // all rows in one task starts a task of its own, fed by all tasks of its input.
         let mut specs: Vec<&OperatorSpec> = Vec::new();
@@ -320,7 +320,8 @@ impl Builder<'_> {
             let (checkpoint, restored) = self.checkpoint_of(format!("stage{stage}-task{index}"));
             let mut ops = Vec::with_capacity(specs.len());
             for (i, s) in specs.iter().enumerate() {
-                let ctx = InstanceContext { key: format!("stage{stage}-task{index}-op{i}"), rocksdb: self.rocksdb_dirs() };
+                let ctx =
+                    InstanceContext { key: format!("stage{stage}-task{index}-op{i}"), rocksdb: self.rocksdb_dirs() };
                 let mut op = s.instantiate_in(&ctx)?;
                 if let Some(state) = restored.as_ref().and_then(|r| r.get(&format!("op{i}"))) {
                     op.restore(state)?;
@@ -341,17 +342,23 @@ impl Builder<'_> {
                         source.seek(position)?;
                     }
                     let trigger = self.trigger.clone();
-                    let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
+                    let metrics =
+                        source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
                     let idle = self.options.idle_timeout;
                     let chain = chain.with_metrics(metrics.clone());
-                    self.tasks.push((format!("source {} [{index}]", table.name), Box::pin(run_source(source, metrics, chain, idle, trigger))));
+                    self.tasks.push((
+                        format!("source {} [{index}]", table.name),
+                        Box::pin(run_source(source, metrics, chain, idle, trigger)),
+                    ));
                 }
                 Node::Values { batches, schema } => {
                     let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
-                    let metrics = source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
+                    let metrics =
+                        source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
                     let chain = chain.with_metrics(metrics.clone());
                     let trigger = self.trigger.clone();
-                    self.tasks.push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
+                    self.tasks
+                        .push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -452,7 +459,10 @@ impl Chain {
                                 state.insert(format!("op{i}"), s);
                                 let (files, copied, referenced) = op.snapshot_files();
                                 if !files.is_empty() || copied > 0 {
-                                    state.insert(format!("op{i}{}", crate::checkpoint::SHARED_SUFFIX), files.join("\n").into_bytes());
+                                    state.insert(
+                                        format!("op{i}{}", crate::checkpoint::SHARED_SUFFIX),
+                                        files.join("\n").into_bytes(),
+                                    );
                                     let sizes = [copied.to_le_bytes(), referenced.to_le_bytes()].concat();
                                     state.insert(format!("op{i}{}", crate::checkpoint::SIZES_SUFFIX), sizes);
                                 }
@@ -529,7 +539,8 @@ async fn send_one(tx: &mpsc::Sender<Message>, msg: Message, metrics: &Option<Arc
             let waited = Instant::now();
             let sent = tx.send(msg).await.is_ok();
             if let Some(m) = metrics {
-                m.backpressure_nanos.fetch_add(waited.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                m.backpressure_nanos
+                    .fetch_add(waited.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             }
             sent
         }
@@ -548,11 +559,12 @@ async fn run_source(
         if let Some(t) = &mut trigger {
             if t.has_changed().unwrap_or(false) {
                 let Trigger { epoch, stop } = *t.borrow_and_update();
-                let position = source.position().ok_or_else(|| {
-                    WeirError::not_supported("checkpoints of a job with a source that cannot rewind")
-                })?;
+                let position = source
+                    .position()
+                    .ok_or_else(|| WeirError::not_supported("checkpoints of a job with a source that cannot rewind"))?;
                 chain.extra.insert("source".into(), position);
-                let kind = if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
+                let kind =
+                    if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
                 if !chain.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
                     return Ok(());
                 }
@@ -688,7 +700,10 @@ async fn run_sink(
                 }
                 let state = sink.pre_commit(b.epoch).await?;
                 if let Some(cp) = &checkpoint {
-                    cp.ack(Some(b.epoch), state.map(|s| TaskState::from([("sink".to_string(), s)])).unwrap_or_default());
+                    cp.ack(
+                        Some(b.epoch),
+                        state.map(|s| TaskState::from([("sink".to_string(), s)])).unwrap_or_default(),
+                    );
                 }
             }
             Message::Idle => {}
@@ -740,7 +755,8 @@ fn build_attempt(
         // Every task feeds one sink task through a merge (watermarks, barriers aligned).
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (checkpoint, _) = builder.checkpoint_of("merge-to-sink".to_string());
-        let chain = Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None, checkpoint, extra: TaskState::new() };
+        let chain =
+            Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None, checkpoint, extra: TaskState::new() };
         let all = std::mem::take(&mut inputs);
         let aligned = builder.aligned();
         builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain, aligned))));
@@ -753,11 +769,13 @@ fn build_attempt(
         let (checkpoint, restored) = builder.checkpoint_of(format!("sink-task{index}"));
         // With checkpoints a sink always restores: from the checkpoint, or from nothing
         // (epoch 0) to clear what an earlier attempt left unpublished.
-        let restored = checkpointing
-            .as_ref()
-            .map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
+        let restored =
+            checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
-        builder.tasks.push((format!("sink [{index}]"), Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed))));
+        builder.tasks.push((
+            format!("sink [{index}]"),
+            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
+        ));
     }
     let stop = match checkpointing {
         Some((config, store)) => {
@@ -790,7 +808,12 @@ enum Ended {
 }
 
 /// Run an attempt's tasks until they end, fail, or the job is cancelled.
-async fn supervise(attempt: Attempt, name: &str, cancel: &mut watch::Receiver<bool>, stop_requested: &std::sync::atomic::AtomicBool) -> Ended {
+async fn supervise(
+    attempt: Attempt,
+    name: &str,
+    cancel: &mut watch::Receiver<bool>,
+    stop_requested: &std::sync::atomic::AtomicBool,
+) -> Ended {
     let mut set = JoinSet::new();
     let sinks = attempt.tasks.iter().filter(|(name, _)| name.starts_with("sink [")).count();
     for (task_name, task) in attempt.tasks {
@@ -879,10 +902,14 @@ pub fn spawn_job(
                 Ended::Cancelled => break JobState::Cancelled,
                 Ended::Failed(e) => {
                     let done = inner.restarts.load(std::sync::atomic::Ordering::SeqCst);
-                    let Some((config, store)) = options.checkpoint.as_ref().filter(|_| done < options.restart_attempts) else {
+                    let Some((config, store)) = options.checkpoint.as_ref().filter(|_| done < options.restart_attempts)
+                    else {
                         break JobState::Failed(e);
                     };
-                    log::warn!("job '{}' failed ({e}); restarting from its latest checkpoint in {backoff:?}", inner.name);
+                    log::warn!(
+                        "job '{}' failed ({e}); restarting from its latest checkpoint in {backoff:?}",
+                        inner.name
+                    );
                     inner.restarts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
@@ -935,7 +962,14 @@ fn log_summary(inner: &JobInner, outcome: &JobState, elapsed: Duration) {
         let s = m.snapshot();
         text.push_str(&format!(
             "\n  {}: rows in {} out {}, batches in {} out {}, watermark {:?}, backpressure {} ms, skipped {}",
-            s.name, s.rows_in, s.rows_out, s.batches_in, s.batches_out, s.watermark, s.backpressure_ms, s.records_skipped
+            s.name,
+            s.rows_in,
+            s.rows_out,
+            s.batches_in,
+            s.batches_out,
+            s.watermark,
+            s.backpressure_ms,
+            s.records_skipped
         ));
     }
     log::info!("{text}");

@@ -17,8 +17,8 @@ mod values;
 #[cfg(test)]
 mod runtime_tests;
 
-pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use exchange::{hash_partition, Partitioning};
+pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
 pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use values::ValuesSource;

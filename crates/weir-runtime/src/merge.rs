@@ -105,9 +105,7 @@ impl InputMerger {
     }
 
     fn emit_watermark(&mut self, out: &mut Vec<Message>) {
-        let open = (0..self.watermarks.len())
-            .filter(|&i| !self.ended[i] && !self.idle[i])
-            .map(|i| self.watermarks[i]);
+        let open = (0..self.watermarks.len()).filter(|&i| !self.ended[i] && !self.idle[i]).map(|i| self.watermarks[i]);
         let Some(min) = open.min() else { return };
         if min > self.emitted {
             self.emitted = min;

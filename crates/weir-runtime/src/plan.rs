@@ -10,7 +10,10 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
-use crate::operators::{Filter, Limit, Project, RocksWindowAggregate, Select, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign, WindowKind};
+use crate::operators::{
+    Filter, Limit, Project, RocksWindowAggregate, Select, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
+    WindowKind,
+};
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
 #[derive(Debug, Clone)]
@@ -51,8 +54,12 @@ pub struct InstanceContext {
 impl OperatorSpec {
     /// A running copy, with its state where `ctx` says.
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
-        if let (OperatorSpec::WindowAggregate { group_exprs, group_schema, window_end, aggregates, filters, schema, .. }, Some((local, shared))) =
-            (self, &ctx.rocksdb)
+        if let (
+            OperatorSpec::WindowAggregate {
+                group_exprs, group_schema, window_end, aggregates, filters, schema, ..
+            },
+            Some((local, shared)),
+        ) = (self, &ctx.rocksdb)
         {
             let dirs = StateDirs { local: local.join(&ctx.key), shared: shared.clone() };
             return Ok(Box::new(RocksWindowAggregate::new(
@@ -75,10 +82,18 @@ impl OperatorSpec {
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
-            OperatorSpec::WindowAssign { kind, time_column, schema } => Box::new(WindowAssign::new(kind, time_column, schema)),
-            OperatorSpec::WindowAggregate { group_exprs, group_schema, window_end, aggregates, filters, schema, .. } => {
-                Box::new(WindowAggregate::new(group_exprs, group_schema, window_end, aggregates, filters, schema))
+            OperatorSpec::WindowAssign { kind, time_column, schema } => {
+                Box::new(WindowAssign::new(kind, time_column, schema))
             }
+            OperatorSpec::WindowAggregate {
+                group_exprs,
+                group_schema,
+                window_end,
+                aggregates,
+                filters,
+                schema,
+                ..
+            } => Box::new(WindowAggregate::new(group_exprs, group_schema, window_end, aggregates, filters, schema)),
         }
     }
 
@@ -110,22 +125,36 @@ impl OperatorSpec {
 #[derive(Debug, Clone)]
 pub enum Node {
     /// Read a table through its connector, only the `projection` columns.
-    Source { table: Arc<TableDef>, projection: Option<Vec<usize>>, schema: SchemaRef },
+    Source {
+        table: Arc<TableDef>,
+        projection: Option<Vec<usize>>,
+        schema: SchemaRef,
+    },
     /// Literal rows (`VALUES`, or `SELECT` without `FROM`).
-    Values { batches: Vec<RecordBatch>, schema: SchemaRef },
-    Operator { spec: OperatorSpec, input: Box<Node> },
+    Values {
+        batches: Vec<RecordBatch>,
+        schema: SchemaRef,
+    },
+    Operator {
+        spec: OperatorSpec,
+        input: Box<Node>,
+    },
     /// `UNION ALL` of inputs with the same schema.
-    Union { inputs: Vec<Node>, schema: SchemaRef },
+    Union {
+        inputs: Vec<Node>,
+        schema: SchemaRef,
+    },
     /// Rows of every task of `input` spread over the next stage's tasks.
-    Exchange { partitioning: Partitioning, input: Box<Node> },
+    Exchange {
+        partitioning: Partitioning,
+        input: Box<Node>,
+    },
 }
 
 impl Node {
     pub fn schema(&self) -> SchemaRef {
         match self {
-            Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => {
-                schema.clone()
-            }
+            Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),
             Node::Exchange { input, .. } => input.schema(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
@@ -148,12 +177,8 @@ impl Node {
                 let cols: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 let connector = table.options.get("connector").unwrap_or("?");
                 let format = table.options.get("format").map(|f| format!(" {f}")).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "{pad}Source: {} ({connector}{format}) columns [{}]",
-                    table.name,
-                    cols.join(", ")
-                );
+                let _ =
+                    writeln!(out, "{pad}Source: {} ({connector}{format}) columns [{}]", table.name, cols.join(", "));
             }
             Node::Values { batches, .. } => {
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
@@ -212,4 +237,3 @@ impl StreamPlan {
         out
     }
 }
-

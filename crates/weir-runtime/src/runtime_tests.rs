@@ -91,17 +91,17 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
         options: Options::default(),
         definition: String::new(),
     });
-    let root = Node::Source { table, projection: None, schema: schema() }.with_operator(OperatorSpec::Watermark {
-        expr: Arc::new(Column::new("ts", 0)),
-        display: "ts".into(),
-    });
+    let root = Node::Source { table, projection: None, schema: schema() }
+        .with_operator(OperatorSpec::Watermark { expr: Arc::new(Column::new("ts", 0)), display: "ts".into() });
     let seen = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let mut sink = Some(Watermarks { start, seen: seen.clone() });
     let spec = SinkSpec {
         name: "watermarks".into(),
         parallel: false,
-        make: Box::new(move |_| Ok(Box::new(sink.take().ok_or_else(|| WeirError::internal("one sink"))?) as Box<dyn Sink>)),
+        make: Box::new(move |_| {
+            Ok(Box::new(sink.take().ok_or_else(|| WeirError::internal("one sink"))?) as Box<dyn Sink>)
+        }),
     };
     let options = JobOptions { parallelism: 2, idle_timeout: Some(Duration::from_secs(2)), ..Default::default() };
     let job = spawn_job(1, "idle".into(), &root, spec, Arc::new(Partitions), options).expect("job");
@@ -154,10 +154,8 @@ async fn a_hash_exchange_sends_each_key_to_one_task_and_loses_nothing() {
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .expect("batches");
-    let root = Node::Exchange {
-        partitioning: Partitioning::Hash(vec![0]),
-        input: Box::new(Node::Values { batches, schema }),
-    };
+    let root =
+        Node::Exchange { partitioning: Partitioning::Hash(vec![0]), input: Box::new(Node::Values { batches, schema }) };
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sinks = seen.clone();
     let spec = SinkSpec {

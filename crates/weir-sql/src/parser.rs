@@ -28,20 +28,44 @@ pub struct ParsedStatement {
 #[derive(Debug, Clone)]
 pub enum Statement {
     CreateTable(CreateTable),
-    CreateView { name: Ident, query: Box<Query>, or_replace: bool, if_not_exists: bool, query_text: String },
-    Drop { kind: ObjectKind, name: Ident, if_exists: bool },
+    CreateView {
+        name: Ident,
+        query: Box<Query>,
+        or_replace: bool,
+        if_not_exists: bool,
+        query_text: String,
+    },
+    Drop {
+        kind: ObjectKind,
+        name: Ident,
+        if_exists: bool,
+    },
     ShowTables,
     ShowViews,
     ShowJobs,
     /// `SHOW JOB 'name'` or `SHOW JOB id`.
-    ShowJob { job: String },
+    ShowJob {
+        job: String,
+    },
     /// `SHOW CHECKPOINTS 'name'`: the job's completed checkpoints.
-    ShowCheckpoints { job: String },
-    ShowCreate { kind: ObjectKind, name: Ident },
-    Describe { name: Ident },
+    ShowCheckpoints {
+        job: String,
+    },
+    ShowCreate {
+        kind: ObjectKind,
+        name: Ident,
+    },
+    Describe {
+        name: Ident,
+    },
     /// `SET` alone lists the settings.
-    Set { key: Option<(String, Location)>, value: Option<String> },
-    Reset { key: Option<String> },
+    Set {
+        key: Option<(String, Location)>,
+        value: Option<String>,
+    },
+    Reset {
+        key: Option<String>,
+    },
     Explain(Box<ParsedStatement>),
     /// A bare `SELECT` (or `VALUES`, `WITH …`): rows go back to the caller.
     Query(Box<SqlStatement>),
@@ -109,10 +133,7 @@ impl Lines {
 
     fn offset(&self, text: &str, at: SqlLocation) -> usize {
         let Some(&start) = self.0.get((at.line as usize).saturating_sub(1)) else { return text.len() };
-        text[start..]
-            .char_indices()
-            .nth((at.column as usize).saturating_sub(1))
-            .map_or(text.len(), |(i, _)| start + i)
+        text[start..].char_indices().nth((at.column as usize).saturating_sub(1)).map_or(text.len(), |(i, _)| start + i)
     }
 }
 
@@ -121,10 +142,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()
-        .map_err(|e| {
-            WeirError::user(format!("SQL syntax error: {}", e.message))
-                .at(Some(location(e.location)))
-        })?;
+        .map_err(|e| WeirError::user(format!("SQL syntax error: {}", e.message)).at(Some(location(e.location))))?;
     let lines = Lines::new(text);
     let mut statements = Vec::new();
     let mut current: Vec<TokenWithSpan> = Vec::new();
@@ -156,7 +174,8 @@ pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<Parse
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
     let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
-    let statement = StatementParser { p: &mut p, tokens: &tokens, text: &text }.parse().map_err(|e| e.at(Some(start)))?;
+    let statement =
+        StatementParser { p: &mut p, tokens: &tokens, text: &text }.parse().map_err(|e| e.at(Some(start)))?;
     Ok(ParsedStatement { statement, text, location: start, tokens })
 }
 
@@ -528,17 +547,22 @@ fn rewrite_window_tvfs(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>>
             loop {
                 keys.push(at(j).and_then(name_of).ok_or_else(|| err(j, "a column name after PARTITION BY"))?);
                 j += 1;
-                if at(j).is_some_and(|t| t.token == Token::Comma) && !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR")) {
+                if at(j).is_some_and(|t| t.token == Token::Comma)
+                    && !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR"))
+                {
                     j += 1;
                     continue;
                 }
                 break;
             }
         }
-        if !at(j).is_some_and(|t| t.token == Token::Comma) || !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR")) {
+        if !at(j).is_some_and(|t| t.token == Token::Comma)
+            || !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR"))
+        {
             return Err(err(j, ", DESCRIPTOR(time column)"));
         }
-        if !at(j + 2).is_some_and(|t| t.token == Token::LParen) || !at(j + 4).is_some_and(|t| t.token == Token::RParen) {
+        if !at(j + 2).is_some_and(|t| t.token == Token::LParen) || !at(j + 4).is_some_and(|t| t.token == Token::RParen)
+        {
             return Err(err(j + 2, "DESCRIPTOR(time column)"));
         }
         let column = at(j + 3).and_then(name_of).ok_or_else(|| err(j + 3, "a column name in DESCRIPTOR"))?;

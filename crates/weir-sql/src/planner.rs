@@ -162,11 +162,13 @@ impl Planner {
                 return Err(WeirError::user(format!("table '{name}': option '{key}' is given twice")).at(Some(*at)));
             }
         }
-        let table = TableDef { name: name.clone(), schema, watermark, partition_keys, options, definition: text.to_string() };
+        let table =
+            TableDef { name: name.clone(), schema, watermark, partition_keys, options, definition: text.to_string() };
         self.connectors.validate(&table)?;
         if let Some(wm) = &table.watermark {
             let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {
-                e.context(format!("table '{name}': WATERMARK expression '{}'", wm.sql)).at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i)))
+                e.context(format!("table '{name}': WATERMARK expression '{}'", wm.sql))
+                    .at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i)))
             })?;
             let df_schema = DFSchema::try_from(table.schema.as_ref().clone())?;
             let data_type = expr.data_type(df_schema.as_arrow())?;
@@ -251,7 +253,12 @@ impl Planner {
         Ok(true)
     }
 
-    async fn logical_plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<LogicalPlan> {
+    async fn logical_plan(
+        &self,
+        statement: &SqlStatement,
+        tokens: &[TokenWithSpan],
+        start: Location,
+    ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let mut statement = statement.clone();
         crate::flink_functions::rewrite(&mut statement)?;
@@ -262,7 +269,12 @@ impl Planner {
     }
 
     /// Plan a bare query (rows to the caller) or an `INSERT INTO` (rows to a table).
-    pub async fn plan(&self, statement: &SqlStatement, tokens: &[TokenWithSpan], start: Location) -> Result<StreamPlan> {
+    pub async fn plan(
+        &self,
+        statement: &SqlStatement,
+        tokens: &[TokenWithSpan],
+        start: Location,
+    ) -> Result<StreamPlan> {
         let plan = self.logical_plan(statement, tokens, start).await.map_err(|e| match statement {
             SqlStatement::Insert(insert) if !e.message.contains(" not found") => {
                 e.context(format!("INSERT INTO {}", insert.table))
@@ -304,7 +316,8 @@ impl Planner {
             LogicalPlan::Filter(f) => {
                 let input = self.to_node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
-                input.with_operator(OperatorSpec::Filter { predicate, display: f.predicate.human_display().to_string() })
+                input
+                    .with_operator(OperatorSpec::Filter { predicate, display: f.predicate.human_display().to_string() })
             }
             LogicalPlan::SubqueryAlias(a) => self.to_node(&a.input)?,
             LogicalPlan::TableScan(scan) => self.scan_node(scan)?,
@@ -315,25 +328,37 @@ impl Planner {
                     .inputs
                     .iter()
                     // Each input takes the union's column names and nullability.
-                    .map(|i| Ok(self.to_node(i)?.with_operator(OperatorSpec::Select { indices: indices.clone(), schema: schema.clone() })))
+                    .map(|i| {
+                        Ok(self
+                            .to_node(i)?
+                            .with_operator(OperatorSpec::Select { indices: indices.clone(), schema: schema.clone() }))
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Node::Union { inputs, schema }
             }
             LogicalPlan::Limit(l) => {
                 let skip = match l.get_skip_type()? {
                     SkipType::Literal(n) => n,
-                    SkipType::UnsupportedExpr => return Err(WeirError::not_supported("an OFFSET that is not a constant")),
+                    SkipType::UnsupportedExpr => {
+                        return Err(WeirError::not_supported("an OFFSET that is not a constant"))
+                    }
                 };
                 let fetch = match l.get_fetch_type()? {
                     FetchType::Literal(n) => n,
-                    FetchType::UnsupportedExpr => return Err(WeirError::not_supported("a LIMIT that is not a constant")),
+                    FetchType::UnsupportedExpr => {
+                        return Err(WeirError::not_supported("a LIMIT that is not a constant"))
+                    }
                 };
                 self.to_node(&l.input)?.with_operator(OperatorSpec::Limit { skip, fetch })
             }
             LogicalPlan::EmptyRelation(e) => {
                 let schema = Arc::new(e.schema.as_arrow().clone());
                 let batches = if e.produce_one_row {
-                    vec![RecordBatch::try_new_with_options(schema.clone(), vec![], &RecordBatchOptions::new().with_row_count(Some(1)))?]
+                    vec![RecordBatch::try_new_with_options(
+                        schema.clone(),
+                        vec![],
+                        &RecordBatchOptions::new().with_row_count(Some(1)),
+                    )?]
                 } else {
                     vec![]
                 };
@@ -435,9 +460,18 @@ impl Planner {
         let (node, read) = self.watermarked_source(table, &wanted)?;
         let read_schema = node.schema();
         let mut fields: Vec<_> = read_schema.fields().iter().cloned().collect();
-        fields.extend(WINDOW_COLUMNS.iter().map(|name| Arc::new(window.schema.field_with_name(name).cloned().unwrap_or_else(|_| Field::new(*name, DataType::Null, true)))));
+        fields.extend(WINDOW_COLUMNS.iter().map(|name| {
+            Arc::new(
+                window
+                    .schema
+                    .field_with_name(name)
+                    .cloned()
+                    .unwrap_or_else(|_| Field::new(*name, DataType::Null, true)),
+            )
+        }));
         let assigned = Arc::new(Schema::new(fields));
-        let time_column = read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
+        let time_column =
+            read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
         let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
         // Back to exactly the columns the scan asked for, in its order.
         let indices = wanted_all

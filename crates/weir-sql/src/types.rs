@@ -41,8 +41,14 @@ pub fn arrow_type(t: &SqlType) -> Result<DataType> {
         S::Float(ExactNumberInfo::Precision(p)) if *p <= 24 => DataType::Float32,
         S::Float(_) => DataType::Float64,
         S::Decimal(info) | S::Numeric(info) | S::Dec(info) => decimal(info)?,
-        S::String(_) | S::Varchar(_) | S::Char(_) | S::Character(_) | S::CharVarying(_)
-        | S::CharacterVarying(_) | S::Text | S::Nvarchar(_) => DataType::Utf8,
+        S::String(_)
+        | S::Varchar(_)
+        | S::Char(_)
+        | S::Character(_)
+        | S::CharVarying(_)
+        | S::CharacterVarying(_)
+        | S::Text
+        | S::Nvarchar(_) => DataType::Utf8,
         S::Bytes(_) | S::Binary(_) | S::Varbinary(_) | S::Bytea | S::Blob(_) => DataType::Binary,
         S::Date => DataType::Date32,
         S::Time(p, TimezoneInfo::None) => match unit_for_precision(*p, TimeUnit::Second)? {
@@ -60,9 +66,10 @@ pub fn arrow_type(t: &SqlType) -> Result<DataType> {
         S::Custom(name, args) if name.to_string().eq_ignore_ascii_case("TIMESTAMP_LTZ") => {
             let p = match args.first() {
                 None => None,
-                Some(a) => Some(a.parse::<u64>().map_err(|_| {
-                    WeirError::user(format!("TIMESTAMP_LTZ precision '{a}' is not a number"))
-                })?),
+                Some(a) => Some(
+                    a.parse::<u64>()
+                        .map_err(|_| WeirError::user(format!("TIMESTAMP_LTZ precision '{a}' is not a number")))?,
+                ),
             };
             DataType::Timestamp(unit_for_precision(p, TimeUnit::Microsecond)?, Some("UTC".into()))
         }

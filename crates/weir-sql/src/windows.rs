@@ -120,7 +120,9 @@ impl TableFunctionImpl for WindowFunction {
                 let slide = millis_arg(&kind, "slide", &exprs[2])?;
                 let size = millis_arg(&kind, "size", &exprs[3])?;
                 if size % slide != 0 {
-                    return Err(plan_err(format!("HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)")));
+                    return Err(plan_err(format!(
+                        "HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)"
+                    )));
                 }
                 WindowKind::Hop { slide, size }
             }
@@ -128,7 +130,9 @@ impl TableFunctionImpl for WindowFunction {
                 let step = millis_arg(&kind, "step", &exprs[2])?;
                 let max = millis_arg(&kind, "max size", &exprs[3])?;
                 if max % step != 0 {
-                    return Err(plan_err(format!("CUMULATE: the max size ({max} ms) must be a multiple of the step ({step} ms)")));
+                    return Err(plan_err(format!(
+                        "CUMULATE: the max size ({max} ms) must be a multiple of the step ({step} ms)"
+                    )));
                 }
                 WindowKind::Cumulate { step, max }
             }

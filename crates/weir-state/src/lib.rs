@@ -52,7 +52,8 @@ impl StoreSnapshot {
             .iter()
             .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(damaged)?.to_string())))
             .collect::<Result<_>>()?;
-        let own = v["own"].as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
+        let own =
+            v["own"].as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
         Ok(Self { shared, own, bytes_copied: 0, bytes_referenced: 0 })
     }
 }
@@ -91,7 +92,12 @@ impl StateStore {
     }
 
     /// A store rebuilt from a checkpoint: its files copied from `shared` and `checkpoint`.
-    pub fn restore(path: impl Into<PathBuf>, snapshot: &StoreSnapshot, shared: &Path, checkpoint: &Path) -> Result<Self> {
+    pub fn restore(
+        path: impl Into<PathBuf>,
+        snapshot: &StoreSnapshot,
+        shared: &Path,
+        checkpoint: &Path,
+    ) -> Result<Self> {
         let path = path.into();
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|e| io("create", &path, e))?;
@@ -258,7 +264,8 @@ mod tests {
         for chunk in keys.chunks(10_000) {
             let ks: Vec<[u8; 8]> = chunk.iter().map(|i| i.to_be_bytes()).collect();
             let vs: Vec<Vec<u8>> = chunk.iter().map(|i| value(*i, version)).collect();
-            let changes: Vec<(&[u8], Option<&[u8]>)> = ks.iter().zip(&vs).map(|(k, v)| (&k[..], Some(&v[..]))).collect();
+            let changes: Vec<(&[u8], Option<&[u8]>)> =
+                ks.iter().zip(&vs).map(|(k, v)| (&k[..], Some(&v[..]))).collect();
             table.write(&changes).expect("write");
         }
     }
@@ -280,7 +287,13 @@ mod tests {
             load(&store.table(7), (0..1_000_000).filter(|i| (i + round) % 100 == 0), round);
             let s = store.checkpoint(&shared, &dir.join(format!("chk-{}", round + 1))).expect("checkpoint");
             let share = s.bytes_copied as f64 / s.bytes_referenced as f64;
-            println!("checkpoint {}: copied {} of {} bytes ({:.1}%)", round + 1, s.bytes_copied, s.bytes_referenced, share * 100.0);
+            println!(
+                "checkpoint {}: copied {} of {} bytes ({:.1}%)",
+                round + 1,
+                s.bytes_copied,
+                s.bytes_referenced,
+                share * 100.0
+            );
             assert!(share < 0.10, "checkpoint {} copied {:.1}% of the state", round + 1, share * 100.0);
             snapshots.push(s);
         }
@@ -299,7 +312,8 @@ mod tests {
         // Restore the last checkpoint elsewhere and read it back.
         let last = snapshots.last().expect("snapshot").clone();
         let description = StoreSnapshot::from_json(&last.to_json()).expect("round trip");
-        let restored = StateStore::restore(dir.join("db2"), &description, &shared, &dir.join("chk-4")).expect("restore");
+        let restored =
+            StateStore::restore(dir.join("db2"), &description, &shared, &dir.join("chk-4")).expect("restore");
         let keys: Vec<[u8; 8]> = [0u64, 97, 98, 99, 500_000, 999_999].iter().map(|i| i.to_be_bytes()).collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let got = restored.table(7).multi_get(&refs).expect("read");
@@ -311,7 +325,11 @@ mod tests {
             })
             .collect();
         assert_eq!(got, expected);
-        assert_eq!(restored.table(8).multi_get(&refs).expect("read").iter().flatten().count(), 0, "operators share keys");
+        assert_eq!(
+            restored.table(8).multi_get(&refs).expect("read").iter().flatten().count(),
+            0,
+            "operators share keys"
+        );
 
         // A fired window's keys go with one range delete.
         restored.table(7).delete_range(&0u64.to_be_bytes(), &500_000u64.to_be_bytes()).expect("range delete");

@@ -54,9 +54,8 @@ impl Default for Engine {
 }
 
 fn text_batch(columns: &[&str], rows: Vec<Vec<String>>) -> Result<RecordBatch> {
-    let schema = Arc::new(Schema::new(
-        columns.iter().map(|c| Field::new(*c, DataType::Utf8, false)).collect::<Vec<_>>(),
-    ));
+    let schema =
+        Arc::new(Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Utf8, false)).collect::<Vec<_>>()));
     let arrays = (0..columns.len())
         .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r[i].as_str()))) as ArrayRef)
         .collect();
@@ -191,7 +190,8 @@ impl Engine {
                 } else {
                     catalog.views.keys().map(|n| vec![n.clone()]).collect()
                 };
-                let column = if matches!(statement.statement, Statement::ShowTables) { "table name" } else { "view name" };
+                let column =
+                    if matches!(statement.statement, Statement::ShowTables) { "table name" } else { "view name" };
                 Ok(Outcome::Table(vec![text_batch(&[column], names)?]))
             }
             Statement::ShowCreate { kind, name } => {
@@ -199,15 +199,15 @@ impl Engine {
                 let key = weir_sql::catalog::normalize(name);
                 let text = match (kind, table) {
                     (ObjectKind::Table, Some(t)) => t.definition.clone(),
-                    (ObjectKind::View, None) => state
-                        .planner
-                        .catalog
-                        .views
-                        .get(&key)
-                        .map(|v| v.definition.clone())
-                        .unwrap_or_default(),
-                    (ObjectKind::Table, None) => return Err(WeirError::user(format!("'{key}' is a view: SHOW CREATE VIEW"))),
-                    (ObjectKind::View, Some(_)) => return Err(WeirError::user(format!("'{key}' is a table: SHOW CREATE TABLE"))),
+                    (ObjectKind::View, None) => {
+                        state.planner.catalog.views.get(&key).map(|v| v.definition.clone()).unwrap_or_default()
+                    }
+                    (ObjectKind::Table, None) => {
+                        return Err(WeirError::user(format!("'{key}' is a view: SHOW CREATE VIEW")))
+                    }
+                    (ObjectKind::View, Some(_)) => {
+                        return Err(WeirError::user(format!("'{key}' is a table: SHOW CREATE TABLE")))
+                    }
                 };
                 Ok(Outcome::Table(vec![text_batch(&["statement"], vec![vec![text]])?]))
             }
@@ -450,6 +450,7 @@ fn checkpoints_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
     let int = |f: &dyn Fn(&weir_runtime::checkpoint::CheckpointStats) -> u64| {
         Arc::new(Int64Array::from_iter_values(cps.iter().map(|c| f(c) as i64))) as ArrayRef
     };
-    let columns = vec![int(&|c| c.id), int(&|c| c.duration_ms), int(&|c| c.bytes_written), int(&|c| c.bytes_referenced)];
+    let columns =
+        vec![int(&|c| c.id), int(&|c| c.duration_ms), int(&|c| c.bytes_written), int(&|c| c.bytes_referenced)];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

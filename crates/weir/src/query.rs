@@ -61,7 +61,12 @@ pub(crate) fn caller_channel() -> (CallerSink, mpsc::Sender<Result<RecordBatch>>
 
 impl QueryStream {
     /// The stream of `job`; the job's error, if it fails, is the stream's last item.
-    pub(crate) fn new(schema: SchemaRef, tx: mpsc::Sender<Result<RecordBatch>>, rx: mpsc::Receiver<Result<RecordBatch>>, job: JobHandle) -> Self {
+    pub(crate) fn new(
+        schema: SchemaRef,
+        tx: mpsc::Sender<Result<RecordBatch>>,
+        rx: mpsc::Receiver<Result<RecordBatch>>,
+        job: JobHandle,
+    ) -> Self {
         let watched = job.clone();
         tokio::spawn(async move {
             if let Err(e) = watched.wait().await {
@@ -78,10 +83,7 @@ impl Sink for CallerSink {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("returning updates to the caller yet"));
         }
-        self.tx
-            .send(Ok(chunk.batch))
-            .await
-            .map_err(|_| WeirError::user("the query's results are no longer being read"))
+        self.tx.send(Ok(chunk.batch)).await.map_err(|_| WeirError::user("the query's results are no longer being read"))
     }
 
     async fn finish(&mut self) -> Result<()> {

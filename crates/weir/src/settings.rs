@@ -8,13 +8,21 @@ use weir_core::{parse_duration, Location, Result, WeirError};
 /// Known settings: key, default, description.
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("parallelism", "", "tasks per operator of the next job (default: the number of cores)"),
-    ("source.idle-timeout", "0", "a source task with no data for this long (e.g. '5s') stops holding back watermarks; 0: never"),
+    (
+        "source.idle-timeout",
+        "0",
+        "a source task with no data for this long (e.g. '5s') stops holding back watermarks; 0: never",
+    ),
     ("checkpoint.interval", "0", "take a checkpoint this often (e.g. '10s'); 0: no checkpoints"),
     ("checkpoint.dir", "", "where checkpoints are kept (a local directory); each job uses <dir>/<job name>"),
     ("checkpoint.mode", "exactly-once", "'exactly-once' (aligned barriers) or 'at-least-once'"),
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
-    ("state.backend", "memory", "where window state lives: 'memory' or 'rocksdb' (state larger than memory, incremental checkpoints)"),
+    (
+        "state.backend",
+        "memory",
+        "where window state lives: 'memory' or 'rocksdb' (state larger than memory, incremental checkpoints)",
+    ),
     ("state.dir", "", "local working directory of RocksDB state (default: the system's temporary directory)"),
     ("restart.attempts", "3", "a checkpointed job that fails restarts from its latest checkpoint this many times"),
     ("restart.backoff", "1s", "wait before the first restart; doubles each time, up to a minute"),
@@ -37,22 +45,36 @@ impl Settings {
             return Err(WeirError::user(format!("setting '{key}' must be 'true' or 'false', not '{value}'")).at(at));
         }
         if key == "parallelism" && !matches!(value.parse::<usize>(), Ok(1..=1024)) {
-            return Err(WeirError::user(format!("setting 'parallelism' must be a number from 1 to 1024, not '{value}'")).at(at));
+            return Err(WeirError::user(format!(
+                "setting 'parallelism' must be a number from 1 to 1024, not '{value}'"
+            ))
+            .at(at));
         }
         if key == "state.backend" && !matches!(value, "memory" | "rocksdb") {
-            return Err(WeirError::user(format!("setting 'state.backend' must be 'memory' or 'rocksdb', not '{value}'")).at(at));
+            return Err(WeirError::user(format!(
+                "setting 'state.backend' must be 'memory' or 'rocksdb', not '{value}'"
+            ))
+            .at(at));
         }
         if key == "restart.attempts" && value.parse::<u32>().is_err() {
-            return Err(WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at));
+            return Err(
+                WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at)
+            );
         }
         if matches!(key, "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout" | "restart.backoff") {
             parse_duration(value).map_err(|e| e.at(at))?;
         }
         if key == "checkpoint.mode" && !matches!(value, "exactly-once" | "at-least-once") {
-            return Err(WeirError::user(format!("setting 'checkpoint.mode' must be 'exactly-once' or 'at-least-once', not '{value}'")).at(at));
+            return Err(WeirError::user(format!(
+                "setting 'checkpoint.mode' must be 'exactly-once' or 'at-least-once', not '{value}'"
+            ))
+            .at(at));
         }
         if key == "checkpoint.retained" && !matches!(value.parse::<usize>(), Ok(1..)) {
-            return Err(WeirError::user(format!("setting 'checkpoint.retained' must be a number of at least 1, not '{value}'")).at(at));
+            return Err(WeirError::user(format!(
+                "setting 'checkpoint.retained' must be a number of at least 1, not '{value}'"
+            ))
+            .at(at));
         }
         self.values.insert(key.to_string(), value.to_string());
         Ok(())
@@ -80,12 +102,10 @@ impl Settings {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         weir_runtime::JobOptions {
             parallelism: self.get("parallelism").and_then(|p| p.parse().ok()).unwrap_or(cores),
-            idle_timeout: self
-                .get("source.idle-timeout")
-                .and_then(|t| parse_duration(t).ok())
-                .filter(|d| !d.is_zero()),
+            idle_timeout: self.get("source.idle-timeout").and_then(|t| parse_duration(t).ok()).filter(|d| !d.is_zero()),
             restart_attempts: self.value("restart.attempts").parse().unwrap_or(3),
-            restart_backoff: parse_duration(&self.value("restart.backoff")).unwrap_or(std::time::Duration::from_secs(1)),
+            restart_backoff: parse_duration(&self.value("restart.backoff"))
+                .unwrap_or(std::time::Duration::from_secs(1)),
             rocksdb: (self.value("state.backend") == "rocksdb").then(|| match self.get("state.dir") {
                 Some(dir) => std::path::PathBuf::from(dir),
                 None => std::env::temp_dir().join("weir-state"),
@@ -95,25 +115,35 @@ impl Settings {
     }
 
     fn value(&self, key: &str) -> String {
-        self.get(key)
-            .map(str::to_string)
-            .unwrap_or_else(|| SETTINGS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default())
+        self.get(key).map(str::to_string).unwrap_or_else(|| {
+            SETTINGS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default()
+        })
     }
 
     /// Checkpointing for a job named `job`, if `checkpoint.interval` and `checkpoint.dir` are set.
-    pub fn checkpoint_config(&self, job: &str, fingerprint: String) -> Result<Option<weir_runtime::checkpoint::CheckpointConfig>> {
+    pub fn checkpoint_config(
+        &self,
+        job: &str,
+        fingerprint: String,
+    ) -> Result<Option<weir_runtime::checkpoint::CheckpointConfig>> {
         use weir_runtime::checkpoint::{CheckpointConfig, CheckpointMode};
         let interval = parse_duration(&self.value("checkpoint.interval"))?;
         if interval.is_zero() {
             return Ok(None);
         }
         let Some(dir) = self.get("checkpoint.dir") else {
-            return Err(WeirError::user("'checkpoint.interval' is set but 'checkpoint.dir' is not: SET 'checkpoint.dir' = '…'"));
+            return Err(WeirError::user(
+                "'checkpoint.interval' is set but 'checkpoint.dir' is not: SET 'checkpoint.dir' = '…'",
+            ));
         };
         Ok(Some(CheckpointConfig {
             interval,
             dir: std::path::Path::new(dir).join(job),
-            mode: if self.value("checkpoint.mode") == "at-least-once" { CheckpointMode::AtLeastOnce } else { CheckpointMode::ExactlyOnce },
+            mode: if self.value("checkpoint.mode") == "at-least-once" {
+                CheckpointMode::AtLeastOnce
+            } else {
+                CheckpointMode::ExactlyOnce
+            },
             timeout: parse_duration(&self.value("checkpoint.timeout"))?,
             retained: self.value("checkpoint.retained").parse().unwrap_or(3),
             fingerprint,

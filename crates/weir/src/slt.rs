@@ -112,8 +112,8 @@ pub fn slt_files(path: &Path) -> Result<Vec<PathBuf>> {
     if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let entries = std::fs::read_dir(path)
-        .map_err(|e| WeirError::user(format!("cannot read '{}': {e}", path.display())))?;
+    let entries =
+        std::fs::read_dir(path).map_err(|e| WeirError::user(format!("cannot read '{}': {e}", path.display())))?;
     let mut files = Vec::new();
     for entry in entries {
         let p = entry.map_err(|e| WeirError::external(e.to_string()))?.path();

@@ -61,7 +61,13 @@ fn checkpoint_in_progress(checkpoints: &Path) -> bool {
     let Ok(jobs) = std::fs::read_dir(checkpoints) else { return false };
     jobs.flatten().any(|job| {
         std::fs::read_dir(job.path())
-            .map(|d| d.flatten().any(|c| c.path().is_dir() && !c.path().join("manifest.json").exists() && c.path().join("state-0-0.bin").exists()))
+            .map(|d| {
+                d.flatten().any(|c| {
+                    c.path().is_dir()
+                        && !c.path().join("manifest.json").exists()
+                        && c.path().join("state-0-0.bin").exists()
+                })
+            })
             .unwrap_or(false)
     })
 }
@@ -78,7 +84,8 @@ fn killed_and_restarted_runs_with_rocksdb_state_publish_exactly_the_rows_of_an_u
 
 fn crash_test(backend: &str) {
     let dir = crate::slt::tempdir();
-    std::fs::write(dir.join("reference.sql"), job(&dir, "reference", "reference-checkpoints", backend)).expect("write sql");
+    std::fs::write(dir.join("reference.sql"), job(&dir, "reference", "reference-checkpoints", backend))
+        .expect("write sql");
     std::fs::write(dir.join("job.sql"), job(&dir, "out", "checkpoints", backend)).expect("write sql");
 
     let reference = Command::new(weir_bin()).arg("run").arg(dir.join("reference.sql")).output().expect("reference run");
@@ -86,7 +93,8 @@ fn crash_test(backend: &str) {
     let (want, _) = published(&dir.join("reference"));
     assert!(want.len() > 10_000, "reference has {} rows", want.len());
 
-    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+    let mut seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
     println!("random seed {seed}");
     let mut random = move |below: u64| {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -127,7 +135,9 @@ fn crash_test(backend: &str) {
             finished += 1;
         }
     }
-    println!("{backend}: {kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own");
+    println!(
+        "{backend}: {kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own"
+    );
     assert!(kills >= 10, "only {kills} kills");
     assert!(during_write >= 2, "only {during_write} kills during a checkpoint write");
 

@@ -1,13 +1,13 @@
 //! Weir's integration tests: one binary (links once), one module per concern.
 
-mod parallel;
-mod windows;
 mod crash;
-mod restart;
-mod stop;
+mod parallel;
 mod quickstart;
 mod repl;
+mod restart;
 mod slt;
+mod stop;
+mod windows;
 
 use std::path::PathBuf;
 

@@ -13,7 +13,8 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
     let options = weir::display_options();
     let mut out = Vec::new();
     for b in batches {
-        let f: Vec<_> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
+        let f: Vec<_> =
+            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
         for r in 0..b.num_rows() {
             out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
         }
@@ -48,7 +49,15 @@ async fn results_do_not_depend_on_parallelism() {
     // 40,000 rows, about 2.2 MB: large enough to be read by byte ranges.
     let mut csv = String::new();
     for i in 0..40_000u64 {
-        let _ = writeln!(csv, "{i},n{},{},2023-01-01 00:{:02}:{:02}.{:03}", i * 7919 % 1000, i * 31 % 1000, (i / 60_000) % 60, (i / 1000) % 60, i % 1000);
+        let _ = writeln!(
+            csv,
+            "{i},n{},{},2023-01-01 00:{:02}:{:02}.{:03}",
+            i * 7919 % 1000,
+            i * 31 % 1000,
+            (i / 60_000) % 60,
+            (i / 1000) % 60,
+            i % 1000
+        );
     }
     std::fs::write(dir.join("rows.csv"), &csv).expect("write csv");
     let engine = Engine::new().with_base_dir(&dir);
@@ -92,13 +101,8 @@ async fn results_do_not_depend_on_parallelism() {
     let job = stream.job().clone();
     let read = rows(&stream.collect().await.expect("rows"));
     assert_eq!(read.len(), 40_000);
-    let per_task: Vec<u64> = job
-        .status()
-        .operators
-        .iter()
-        .filter(|o| o.name.starts_with("Source: csv_t"))
-        .map(|o| o.rows_out)
-        .collect();
+    let per_task: Vec<u64> =
+        job.status().operators.iter().filter(|o| o.name.starts_with("Source: csv_t")).map(|o| o.rows_out).collect();
     assert_eq!(per_task.len(), 2);
     assert!(per_task.iter().all(|n| *n > 10_000), "uneven split: {per_task:?}");
     assert_eq!(per_task.iter().sum::<u64>(), 40_000);
@@ -107,8 +111,12 @@ async fn results_do_not_depend_on_parallelism() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_holds_back_an_unbounded_source() {
     let engine = Engine::new();
-    run(&engine, "SET 'parallelism' = '2';
-        CREATE TABLE bid (auction BIGINT, price BIGINT, extra STRING) WITH ('connector' = 'nexmark', 'table' = 'bid')").await;
+    run(
+        &engine,
+        "SET 'parallelism' = '2';
+        CREATE TABLE bid (auction BIGINT, price BIGINT, extra STRING) WITH ('connector' = 'nexmark', 'table' = 'bid')",
+    )
+    .await;
     let mut stream = engine.query("SELECT auction, price, extra FROM bid WHERE price > 0").await.expect("query");
     let job = stream.job().clone();
     let mut consumed = 0u64;

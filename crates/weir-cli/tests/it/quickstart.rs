@@ -67,8 +67,11 @@ async fn quickstart_cli_and_embedded_api_agree() {
 fn run_reports_errors_with_file_line_and_column() {
     let dir = crate::slt::tempdir();
     let file = dir.join("bad.sql");
-    std::fs::write(&file, "CREATE TABLE t (a INT) WITH ('connector' = 'blackhole');\n\nSELECT a,\n       nosuch\nFROM t;\n")
-        .expect("write sql");
+    std::fs::write(
+        &file,
+        "CREATE TABLE t (a INT) WITH ('connector' = 'blackhole');\n\nSELECT a,\n       nosuch\nFROM t;\n",
+    )
+    .expect("write sql");
     let out = Command::new(weir_bin()).arg("run").arg(&file).output().expect("run weir");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -98,7 +101,10 @@ fn run_fails_on_malformed_input_naming_file_and_line() {
     assert!(left.is_empty(), "files left after failure: {left:?}");
 
     // Skipping instead: the good rows are written and the skip is reported.
-    let lenient = sql.replace("'format' = 'csv');\nCREATE TABLE out", "'format' = 'csv', 'format.ignore-parse-errors' = 'true');\nCREATE TABLE out");
+    let lenient = sql.replace(
+        "'format' = 'csv');\nCREATE TABLE out",
+        "'format' = 'csv', 'format.ignore-parse-errors' = 'true');\nCREATE TABLE out",
+    );
     std::fs::write(dir.join("job.sql"), lenient).expect("write sql");
     let out = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("run weir");
     let stderr = String::from_utf8_lossy(&out.stderr);

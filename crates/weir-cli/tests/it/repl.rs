@@ -12,9 +12,11 @@ fn repl_runs_a_multi_line_query_and_reports_an_error() {
     let mut p = rexpect::session::spawn_command(command, Some(30_000)).expect("spawn weir");
     p.exp_string("weir> ").expect("first prompt");
 
-    p.send_line("CREATE TABLE people (id INT, name STRING, age INT, joined TIMESTAMP(3), active BOOLEAN)").expect("send");
+    p.send_line("CREATE TABLE people (id INT, name STRING, age INT, joined TIMESTAMP(3), active BOOLEAN)")
+        .expect("send");
     p.exp_string("   -> ").expect("continuation prompt");
-    p.send_line("WITH ('connector' = 'filesystem', 'path' = 'sql-tests/data/people.csv', 'format' = 'csv');").expect("send");
+    p.send_line("WITH ('connector' = 'filesystem', 'path' = 'sql-tests/data/people.csv', 'format' = 'csv');")
+        .expect("send");
     p.exp_string("Table 'people' created.").expect("created");
 
     p.exp_string("weir> ").expect("prompt");

@@ -58,7 +58,12 @@ async fn a_stopped_job_resumes_where_it_stopped() {
     assert_eq!(job.status().checkpoints.len(), 1);
     let (published, hidden) = rows(&dir.join("out"));
     assert_eq!(hidden, 0, "unpublished files after the stop");
-    assert!(!published.is_empty() && published.len() < want.len(), "{} of {} rows published at the stop", published.len(), want.len());
+    assert!(
+        !published.is_empty() && published.len() < want.len(),
+        "{} of {} rows published at the stop",
+        published.len(),
+        want.len()
+    );
 
     let engine = Engine::new();
     run(&engine, &job_sql(&dir, "out")).await;

@@ -11,7 +11,8 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
     let options = weir::display_options();
     let mut out = Vec::new();
     for b in batches {
-        let f: Vec<_> = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
+        let f: Vec<_> =
+            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
         for r in 0..b.num_rows() {
             out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
         }
@@ -73,7 +74,9 @@ async fn windows_match_batch_sql_on_the_same_file() {
     let dir = crate::slt::tempdir();
     let engine = Engine::new().with_base_dir(&dir);
     // 300,000 Nexmark events (276,000 bids, 300 s of event time) written to one CSV file.
-    run(&engine, "SET 'parallelism' = '1'; SET 'table.dml-sync' = 'true';
+    run(
+        &engine,
+        "SET 'parallelism' = '1'; SET 'table.dml-sync' = 'true';
         CREATE TABLE gen (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
           WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '300000');
         CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
@@ -81,7 +84,9 @@ async fn windows_match_batch_sql_on_the_same_file() {
         INSERT INTO out SELECT * FROM gen;
         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
           WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
-          WITH ('connector' = 'filesystem', 'path' = 'bids', 'format' = 'csv');").await;
+          WITH ('connector' = 'filesystem', 'path' = 'bids', 'format' = 'csv');",
+    )
+    .await;
 
     let ctx = SessionContext::new();
     let schema = datafusion::arrow::datatypes::Schema::new(vec![
@@ -90,7 +95,10 @@ async fn windows_match_batch_sql_on_the_same_file() {
         datafusion::arrow::datatypes::Field::new("price", datafusion::arrow::datatypes::DataType::Int64, true),
         datafusion::arrow::datatypes::Field::new(
             "date_time",
-            datafusion::arrow::datatypes::DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+            datafusion::arrow::datatypes::DataType::Timestamp(
+                datafusion::arrow::datatypes::TimeUnit::Millisecond,
+                None,
+            ),
             true,
         ),
     ]);

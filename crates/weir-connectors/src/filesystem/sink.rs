@@ -58,7 +58,11 @@ impl FileSink {
     fn open_file(&mut self) -> Result<&mut Box<dyn BatchWriter>> {
         if self.open.is_none() {
             std::fs::create_dir_all(&self.dir).map_err(|e| {
-                WeirError::external(format!("table '{}': cannot create directory '{}': {e}", self.table, self.dir.display()))
+                WeirError::external(format!(
+                    "table '{}': cannot create directory '{}': {e}",
+                    self.table,
+                    self.dir.display()
+                ))
             })?;
             let unique = format!(
                 "{}-{}-{}",
@@ -109,7 +113,10 @@ impl FileSink {
 impl Sink for FileSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
         if !chunk.is_append_only() {
-            return Err(WeirError::not_supported(format!("writing updates or deletes to the filesystem table '{}'", self.table)));
+            return Err(WeirError::not_supported(format!(
+                "writing updates or deletes to the filesystem table '{}'",
+                self.table
+            )));
         }
         if chunk.num_rows() == 0 {
             return Ok(());

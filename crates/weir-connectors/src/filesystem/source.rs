@@ -28,15 +28,14 @@ pub struct FileSource {
 
 /// The files that make up a table: `path` itself, or the visible files of the directory.
 fn list_files(table: &str, path: &Path) -> Result<Vec<PathBuf>> {
-    let meta = std::fs::metadata(path).map_err(|e| {
-        WeirError::user(format!("table '{table}': cannot read path '{}': {e}", path.display()))
-    })?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| WeirError::user(format!("table '{table}': cannot read path '{}': {e}", path.display())))?;
     if !meta.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files = Vec::new();
-    let entries = std::fs::read_dir(path)
-        .map_err(|e| WeirError::external(format!("cannot list '{}': {e}", path.display())))?;
+    let entries =
+        std::fs::read_dir(path).map_err(|e| WeirError::external(format!("cannot list '{}': {e}", path.display())))?;
     for entry in entries {
         let entry = entry.map_err(|e| WeirError::external(format!("cannot list '{}': {e}", path.display())))?;
         let name = entry.file_name();
@@ -124,7 +123,14 @@ impl Source for FileSource {
                     self.skipped_in_done_files += self.skipped_current;
                     self.skipped_current = 0;
                     let resume = self.resume_at.take();
-                    let reader = self.format.reader(&path, portion, resume, &self.table_schema, &self.projection, DEFAULT_BATCH_SIZE)?;
+                    let reader = self.format.reader(
+                        &path,
+                        portion,
+                        resume,
+                        &self.table_schema,
+                        &self.projection,
+                        DEFAULT_BATCH_SIZE,
+                    )?;
                     (index, reader)
                 }
             };

@@ -117,8 +117,7 @@ impl RecordReader {
 
     /// Split up to `batch_size` records into string columns, with each record's line.
     fn read_strings(&mut self) -> Result<(Vec<StringArray>, Vec<u64>)> {
-        let mut builders: Vec<StringBuilder> =
-            self.projection.iter().map(|_| StringBuilder::new()).collect();
+        let mut builders: Vec<StringBuilder> = self.projection.iter().map(|_| StringBuilder::new()).collect();
         let mut lines = Vec::new();
         while lines.len() < self.batch_size {
             let line = self.reader.position().line();

@@ -87,9 +87,7 @@ impl JsonReader {
     }
 
     fn decode(&self, text: &[u8], rows: usize) -> Result<Option<RecordBatch>> {
-        let mut decoder = ReaderBuilder::new(self.schema.clone())
-            .with_batch_size(rows.max(1))
-            .build_decoder()?;
+        let mut decoder = ReaderBuilder::new(self.schema.clone()).with_batch_size(rows.max(1)).build_decoder()?;
         let mut offset = 0;
         while offset < text.len() {
             let read = decoder.decode(&text[offset..])?;
@@ -129,7 +127,7 @@ impl JsonReader {
                          (set 'format.ignore-parse-errors' = 'true' to skip such records)",
                         self.path.display(),
                         e.message.trim_start_matches("Json error: ")
-                    )))
+                    )));
                 }
             }
         }

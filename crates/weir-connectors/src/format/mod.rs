@@ -22,9 +22,15 @@ pub enum Portion {
     Whole,
     /// The records that start in `[start, end)` (text formats; a record belongs to the range
     /// where it starts, so adjacent ranges read every record exactly once).
-    Bytes { start: u64, end: u64 },
+    Bytes {
+        start: u64,
+        end: u64,
+    },
     /// Row groups `g` with `g % count == index` (Parquet).
-    RowGroups { index: usize, count: usize },
+    RowGroups {
+        index: usize,
+        count: usize,
+    },
 }
 
 /// What to do with a record that does not parse.
@@ -101,8 +107,10 @@ impl Format {
                 let row_group_rows = match opts.get("parquet.row-group-size") {
                     None => 1 << 20,
                     Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        WeirError::user(format!("table '{name}': parquet.row-group-size must be a positive number of rows, not '{v}'"))
-                            .at(opts.location("parquet.row-group-size"))
+                        WeirError::user(format!(
+                            "table '{name}': parquet.row-group-size must be a positive number of rows, not '{v}'"
+                        ))
+                        .at(opts.location("parquet.row-group-size"))
                     })?,
                 };
                 Ok(Format::Parquet { compression, row_group_rows })
@@ -143,13 +151,14 @@ impl Format {
         projection: &[usize],
         batch_size: usize,
     ) -> Result<Box<dyn BatchReader>> {
-        let mut file = File::open(path).map_err(|e| {
-            WeirError::external(format!("cannot open '{}': {e}", path.display()))
-        })?;
+        let mut file =
+            File::open(path).map_err(|e| WeirError::external(format!("cannot open '{}': {e}", path.display())))?;
         let range = match (portion, resume) {
             // Resuming: the offset is a record start already.
             (Portion::Bytes { end, .. }, Some(at)) => Some(resume_range(&mut file, path, at, end)?),
-            (_, Some(at)) if !matches!(self, Format::Parquet { .. }) => Some(resume_range(&mut file, path, at, u64::MAX)?),
+            (_, Some(at)) if !matches!(self, Format::Parquet { .. }) => {
+                Some(resume_range(&mut file, path, at, u64::MAX)?)
+            }
             (Portion::Bytes { start, end }, None) => Some(text_range(&mut file, path, start, end)?),
             _ => None,
         };
@@ -164,26 +173,24 @@ impl Format {
                 projection,
                 batch_size,
             )?),
-            Format::Json { policy } => Box::new(json::JsonReader::new(
+            Format::Json { policy } => {
+                Box::new(json::JsonReader::new(file, path, range, *policy, table_schema, projection, batch_size)?)
+            }
+            Format::Parquet { .. } => Box::new(parquet::ParquetReader::new(
                 file,
                 path,
-                range,
-                *policy,
+                portion,
+                resume,
                 table_schema,
                 projection,
                 batch_size,
             )?),
-            Format::Parquet { .. } => {
-                Box::new(parquet::ParquetReader::new(file, path, portion, resume, table_schema, projection, batch_size)?)
-            }
         })
     }
 
     pub fn writer(&self, file: File, schema: &SchemaRef) -> Result<Box<dyn BatchWriter>> {
         Ok(match self {
-            Format::Csv { delimiter, header, .. } => {
-                Box::new(csv::csv_writer(file, *delimiter, *header))
-            }
+            Format::Csv { delimiter, header, .. } => Box::new(csv::csv_writer(file, *delimiter, *header)),
             Format::Json { .. } => Box::new(json::json_writer(file)),
             Format::Parquet { compression, row_group_rows } => {
                 Box::new(parquet::ParquetFileWriter::new(file, schema, *compression, *row_group_rows)?)

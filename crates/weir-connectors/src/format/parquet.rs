@@ -46,11 +46,7 @@ impl ParquetReader {
         let mut roots = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
             let index = file_schema.index_of(field.name()).map_err(|_| {
-                WeirError::user(format!(
-                    "Parquet file '{}' has no column '{}'",
-                    path.display(),
-                    field.name()
-                ))
+                WeirError::user(format!("Parquet file '{}' has no column '{}'", path.display(), field.name()))
             })?;
             roots.push(index);
         }
@@ -66,11 +62,8 @@ impl ParquetReader {
             Some(rows) => builder.with_offset(rows as usize),
             None => builder,
         };
-        let reader = builder
-            .with_projection(mask)
-            .with_batch_size(batch_size)
-            .build()
-            .map_err(|e| parquet_error(path, e))?;
+        let reader =
+            builder.with_projection(mask).with_batch_size(batch_size).build().map_err(|e| parquet_error(path, e))?;
         Ok(Self { reader, rows: resume.unwrap_or(0), path: path.to_path_buf(), schema })
     }
 }

@@ -5,11 +5,10 @@
 //! output while it was present in the input: comparing the two validity masks finds every bad
 //! value without a per-value parse loop of our own.
 
-
+use datafusion::arrow::array::Scalar;
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, StringArray};
 use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::compute::{and_not, cast_with_options, is_null, nullif, or, CastOptions};
-use datafusion::arrow::array::Scalar;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use weir_core::Result;
 

@@ -49,7 +49,8 @@ impl Operator for WatermarkGenerator {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let bytes: [u8; 8] = state.try_into().map_err(|_| WeirError::internal("watermark state in a checkpoint is damaged"))?;
+        let bytes: [u8; 8] =
+            state.try_into().map_err(|_| WeirError::internal("watermark state in a checkpoint is damaged"))?;
         self.current = Watermark(i64::from_le_bytes(bytes));
         Ok(())
     }

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array,
+};
 use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::compute::{cast, filter, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -116,11 +118,17 @@ impl Operator for WindowAssign {
             return Ok(());
         }
         let indices = UInt32Array::from(rows);
-        let mut columns: Vec<ArrayRef> = if n == chunk.num_rows() && indices.values().iter().enumerate().all(|(i, r)| *r as usize == i) {
-            chunk.batch.columns().to_vec()
-        } else {
-            chunk.batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<_, _>>()?
-        };
+        let mut columns: Vec<ArrayRef> =
+            if n == chunk.num_rows() && indices.values().iter().enumerate().all(|(i, r)| *r as usize == i) {
+                chunk.batch.columns().to_vec()
+            } else {
+                chunk
+                    .batch
+                    .columns()
+                    .iter()
+                    .map(|c| take(c.as_ref(), &indices, None))
+                    .collect::<std::result::Result<_, _>>()?
+            };
         let times: Vec<i64> = ends.iter().map(|e| e - 1).collect();
         columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
         columns.push(Arc::new(TimestampMillisecondArray::from(ends)));
@@ -205,7 +213,13 @@ impl WindowAggregate {
         Ok(())
     }
 
-    fn update(&mut self, end: i64, keys: &[ArrayRef], args: &[Vec<ArrayRef>], filters: &[Option<BooleanArray>]) -> Result<()> {
+    fn update(
+        &mut self,
+        end: i64,
+        keys: &[ArrayRef],
+        args: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
         if !self.windows.contains_key(&end) {
             let window = self.new_window()?;
             self.windows.insert(end, window);
@@ -226,8 +240,15 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated =
-            evaluate(&chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, self.watermark, &mut self.late)?;
+        let evaluated = evaluate(
+            &chunk,
+            &self.group_exprs,
+            &self.aggregates,
+            &self.filters,
+            self.window_end,
+            self.watermark,
+            &mut self.late,
+        )?;
         let Some(Evaluated { keys, args, filters, ends }) = evaluated else { return Ok(()) };
         // Usually a batch falls in one or two windows: split it by window end.
         let mut distinct: Vec<i64> = ends.iter().flatten().collect();
@@ -408,7 +429,10 @@ pub(crate) fn select_rows(
 ) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>, Vec<Option<BooleanArray>>)> {
     let sub = |a: &ArrayRef| filter(a.as_ref(), mask);
     let k = keys.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()?;
-    let a = args.iter().map(|v| v.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let a = args
+        .iter()
+        .map(|v| v.iter().map(sub).collect::<std::result::Result<Vec<_>, _>>())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let f = filters
         .iter()
         .map(|f| match f {

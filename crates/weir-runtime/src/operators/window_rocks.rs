@@ -76,7 +76,8 @@ impl RocksWindowAggregate {
         schema: SchemaRef,
         dirs: StateDirs,
     ) -> Result<Self> {
-        let keys = RowConverter::new(group_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let keys =
+            RowConverter::new(group_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
         let mut state_fields = Vec::new();
         let mut state_widths = Vec::new();
         for agg in &aggregates {
@@ -174,7 +175,8 @@ impl RocksWindowAggregate {
         // 4. One write back.
         let encoded = self.states.convert_columns(&new_states)?;
         let values: Vec<datafusion::arrow::row::Row<'_>> = (0..n).map(|i| encoded.row(i)).collect();
-        let changes: Vec<(&[u8], Option<&[u8]>)> = refs.iter().zip(&values).map(|(k, v)| (*k, Some(v.as_ref()))).collect();
+        let changes: Vec<(&[u8], Option<&[u8]>)> =
+            refs.iter().zip(&values).map(|(k, v)| (*k, Some(v.as_ref()))).collect();
         self.store()?.table(TABLE).write(&changes)?;
         self.open.extend(ends.values().iter().copied());
         Ok(())
@@ -203,7 +205,11 @@ impl RocksWindowAggregate {
                 columns.push(acc.evaluate(EmitTo::All)?);
             }
             let options = RecordBatchOptions::new().with_row_count(Some(m));
-            out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)));
+            out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                columns,
+                &options,
+            )?)));
             self.store()?.table(TABLE).delete_range(&from, &to)?;
         }
         Ok(())
@@ -216,8 +222,15 @@ impl Operator for RocksWindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated =
-            evaluate(&chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, self.watermark, &mut self.late)?;
+        let evaluated = evaluate(
+            &chunk,
+            &self.group_exprs,
+            &self.aggregates,
+            &self.filters,
+            self.window_end,
+            self.watermark,
+            &mut self.late,
+        )?;
         match evaluated {
             Some(e) => self.flush(e),
             None => Ok(()),
@@ -252,7 +265,10 @@ impl Operator for RocksWindowAggregate {
         let mut files = Vec::new();
         for name in &snap.own {
             let path = own.join(name);
-            files.push(std::fs::read(&path).map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?);
+            files.push(
+                std::fs::read(&path)
+                    .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?,
+            );
         }
         let _ = std::fs::remove_dir_all(&own);
         self.last_snapshot = (snap.shared.values().cloned().collect(), snap.bytes_copied, snap.bytes_referenced);
@@ -285,12 +301,14 @@ impl Operator for RocksWindowAggregate {
         let snap = StoreSnapshot::from_json(header["store"].as_str().ok_or_else(damaged)?)?;
         let own = self.dirs.local.join("restore-own");
         let _ = std::fs::remove_dir_all(&own);
-        std::fs::create_dir_all(&own).map_err(|e| WeirError::external(format!("cannot create '{}': {e}", own.display())))?;
+        std::fs::create_dir_all(&own)
+            .map_err(|e| WeirError::external(format!("cannot create '{}': {e}", own.display())))?;
         let mut at = 8 + len;
         for (name, size) in snap.own.iter().zip(header["sizes"].as_array().ok_or_else(damaged)?) {
             let size = size.as_u64().ok_or_else(damaged)? as usize;
             let bytes = state.get(at..at + size).ok_or_else(damaged)?;
-            std::fs::write(own.join(name), bytes).map_err(|e| WeirError::external(format!("cannot write state file: {e}")))?;
+            std::fs::write(own.join(name), bytes)
+                .map_err(|e| WeirError::external(format!("cannot write state file: {e}")))?;
             at += size;
         }
         // The empty store opened at start holds the directory's lock: close it first.
