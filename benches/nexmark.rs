@@ -3,7 +3,8 @@
 //!     cargo bench -p weir-cli --bench nexmark -- --source csv:/tmp/nexmark/bids_5m.csv \
 //!         --queries q0,q1,q2 --parallelism 1 --repeat 3 --out /tmp/weir-nexmark.jsonl
 //!
-//! `--checkpoint-interval 1s` runs the jobs with checkpoints (in a temporary directory).
+//! `--checkpoint-interval 1s` runs the jobs with checkpoints (in a temporary directory);
+//! `--state-backend rocksdb` keeps window state in RocksDB.
 //!
 //! Sources: `csv:PATH`, `json:PATH`, `parquet:PATH`, `generator:BIDS` (the built-in Nexmark
 //! source, producing BIDS bids) and `parse:PATH` (arrow-csv alone parsing the file, one
@@ -104,7 +105,13 @@ fn usage() -> Usage {
 }
 
 /// One measured run, in this process.
-async fn child(source: &str, query_name: &str, parallelism: usize, checkpoint: Option<&str>) -> Result<String, String> {
+async fn child(
+    source: &str,
+    query_name: &str,
+    parallelism: usize,
+    checkpoint: Option<&str>,
+    backend: &str,
+) -> Result<String, String> {
     let before = usage();
     let started = Instant::now();
     let (mut checkpoints, mut checkpoint_bytes, mut checkpoint_ms) = (0usize, 0u64, 0u64);
@@ -117,6 +124,7 @@ async fn child(source: &str, query_name: &str, parallelism: usize, checkpoint: O
             "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
             bid_table(source)?
         );
+        setup.push_str(&format!("; SET 'state.backend' = '{backend}'"));
         if let Some(interval) = checkpoint {
             let dir = std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id()));
             setup.push_str(&format!(
@@ -139,7 +147,7 @@ async fn child(source: &str, query_name: &str, parallelism: usize, checkpoint: O
     Ok(format!(
         "{{\"engine\":\"weir\",\"query\":\"{query_name}\",\"source\":\"{source}\",\"parallelism\":{parallelism},\
 \"events\":{events},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3},\"events_per_s\":{:.0},\"events_per_cpu_s\":{:.0},\"peak_rss_mb\":{:.1},\
-\"checkpoint_interval\":\"{}\",\"checkpoints\":{checkpoints},\"checkpoint_avg_bytes\":{checkpoint_bytes},\"checkpoint_avg_ms\":{checkpoint_ms}}}",
+\"state_backend\":\"{backend}\",\"checkpoint_interval\":\"{}\",\"checkpoints\":{checkpoints},\"checkpoint_avg_bytes\":{checkpoint_bytes},\"checkpoint_avg_ms\":{checkpoint_ms}}}",
         events as f64 / wall,
         events as f64 / cpu,
         after.peak_rss_mb,
@@ -193,7 +201,8 @@ fn main() -> ExitCode {
         };
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
         let checkpoint = arg(&args, "--checkpoint-interval");
-        return match runtime.block_on(child(&source, &q, parallelism, checkpoint.as_deref())) {
+        let backend = arg(&args, "--state-backend").unwrap_or_else(|| "memory".into());
+        return match runtime.block_on(child(&source, &q, parallelism, checkpoint.as_deref(), &backend)) {
             Ok(line) => {
                 println!("{line}");
                 ExitCode::SUCCESS
@@ -227,6 +236,9 @@ fn main() -> ExitCode {
                 cmd.args(["--child", "--source", source, "--query", q, "--parallelism", &parallelism.to_string()]);
                 if let Some(interval) = arg(&args, "--checkpoint-interval") {
                     cmd.args(["--checkpoint-interval", &interval]);
+                }
+                if let Some(backend) = arg(&args, "--state-backend") {
+                    cmd.args(["--state-backend", &backend]);
                 }
                 let output = cmd.output();
                 let output = match output {

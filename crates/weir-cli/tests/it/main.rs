@@ -20,3 +20,30 @@ pub fn repo() -> PathBuf {
 pub fn weir_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_weir"))
 }
+
+/// Rows of batches as `a|b|c` strings, sorted: results compared whatever their order.
+pub fn rows(batches: &[weir::arrow::record_batch::RecordBatch]) -> Vec<String> {
+    let options = weir::display_options();
+    let mut out = Vec::new();
+    for b in batches {
+        let f: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        for r in 0..b.num_rows() {
+            out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Run statements; wait for the jobs they start.
+pub async fn run(engine: &weir::Engine, sql: &str) {
+    for outcome in engine.execute_all(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")) {
+        if let weir::Outcome::Job(job) = outcome {
+            job.wait().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    }
+}

@@ -5,31 +5,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use futures::StreamExt;
-use weir::arrow::record_batch::RecordBatch;
-use weir::arrow::util::display::ArrayFormatter;
-use weir::{Engine, Outcome};
+use weir::Engine;
 
-fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let options = weir::display_options();
-    let mut out = Vec::new();
-    for b in batches {
-        let f: Vec<_> =
-            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter")).collect();
-        for r in 0..b.num_rows() {
-            out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
-        }
-    }
-    out.sort();
-    out
-}
+use crate::{rows, run};
 
-async fn run(engine: &Engine, sql: &str) {
-    for outcome in engine.execute_all(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")) {
-        if let Outcome::Job(job) = outcome {
-            job.wait().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        }
-    }
-}
 
 async fn query(engine: &Engine, sql: &str) -> Vec<String> {
     let stream = engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
