@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, Limit, Project, RocksWindowAggregate, Select, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowKind,
+    WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -31,15 +30,7 @@ pub enum OperatorSpec {
     /// Add `window_start`, `window_end`, `window_time` (a row per window it belongs to).
     WindowAssign { kind: WindowKind, time_column: usize, schema: SchemaRef },
     /// Aggregate each window's groups; emit a window when the watermark passes its end.
-    WindowAggregate {
-        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-        group_schema: SchemaRef,
-        window_end: usize,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
-        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-        display: String,
-    },
+    WindowAggregate { spec: WindowSpec, display: String },
 }
 
 /// Where a running operator keeps state, when the job's state backend is RocksDB.
@@ -54,23 +45,9 @@ pub struct InstanceContext {
 impl OperatorSpec {
     /// A running copy, with its state where `ctx` says.
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
-        if let (
-            OperatorSpec::WindowAggregate {
-                group_exprs, group_schema, window_end, aggregates, filters, schema, ..
-            },
-            Some((local, shared)),
-        ) = (self, &ctx.rocksdb)
-        {
+        if let (OperatorSpec::WindowAggregate { spec, .. }, Some((local, shared))) = (self, &ctx.rocksdb) {
             let dirs = StateDirs { local: local.join(&ctx.key), shared: shared.clone() };
-            return Ok(Box::new(RocksWindowAggregate::new(
-                group_exprs.clone(),
-                group_schema.clone(),
-                *window_end,
-                aggregates.clone(),
-                filters.clone(),
-                schema.clone(),
-                dirs,
-            )?));
+            return Ok(Box::new(RocksWindowAggregate::new(spec.clone(), dirs)?));
         }
         Ok(self.instantiate())
     }
@@ -85,15 +62,7 @@ impl OperatorSpec {
             OperatorSpec::WindowAssign { kind, time_column, schema } => {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }
-            OperatorSpec::WindowAggregate {
-                group_exprs,
-                group_schema,
-                window_end,
-                aggregates,
-                filters,
-                schema,
-                ..
-            } => Box::new(WindowAggregate::new(group_exprs, group_schema, window_end, aggregates, filters, schema)),
+            OperatorSpec::WindowAggregate { spec, .. } => Box::new(WindowAggregate::new(spec)),
         }
     }
 
@@ -159,8 +128,8 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
                 | OperatorSpec::Select { schema, .. }
-                | OperatorSpec::WindowAssign { schema, .. }
-                | OperatorSpec::WindowAggregate { schema, .. } => schema.clone(),
+                | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
+                OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }

@@ -26,6 +26,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
 use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError};
+use weir_runtime::operators::WindowSpec;
 use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
@@ -535,15 +536,8 @@ impl Planner {
         );
         // Each group's rows must meet in one task: exchange by the group columns.
         let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
-        Ok(exchange.with_operator(OperatorSpec::WindowAggregate {
-            group_exprs,
-            group_schema,
-            window_end,
-            aggregates,
-            filters,
-            schema: Arc::new(output),
-            display,
-        }))
+        let spec = WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output) };
+        Ok(exchange.with_operator(OperatorSpec::WindowAggregate { spec, display }))
     }
 
     /// `VALUES (…), (…)`: each expression evaluated once, column by column.

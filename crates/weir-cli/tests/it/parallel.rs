@@ -9,7 +9,6 @@ use weir::Engine;
 
 use crate::{rows, run};
 
-
 async fn query(engine: &Engine, sql: &str) -> Vec<String> {
     let stream = engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     rows(&stream.collect().await.unwrap_or_else(|e| panic!("{sql}: {e}")))

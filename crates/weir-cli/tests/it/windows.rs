@@ -7,7 +7,6 @@ use weir::Engine;
 
 use crate::{rows, run};
 
-
 const WEIR: &[(&str, &str)] = &[
     (
         "tumble",

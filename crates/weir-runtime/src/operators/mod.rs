@@ -12,5 +12,5 @@ pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use watermark::WatermarkGenerator;
-pub use window::{millis, WindowAggregate, WindowAssign, WindowKind};
+pub use window::{millis, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
 pub use window_rocks::{RocksWindowAggregate, StateDirs};

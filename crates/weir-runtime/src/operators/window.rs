@@ -151,13 +151,7 @@ struct WindowGroups {
 /// results are emitted once, when the watermark passes its end (append-only, final). Rows
 /// whose window has already fired are late: dropped and counted.
 pub struct WindowAggregate {
-    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    group_schema: SchemaRef,
-    /// Which group expression is `window_end`.
-    window_end: usize,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    schema: SchemaRef,
+    spec: WindowSpec,
     /// Open windows by their end (milliseconds).
     windows: BTreeMap<i64, WindowGroups>,
     watermark: Watermark,
@@ -165,32 +159,41 @@ pub struct WindowAggregate {
     groups: Vec<usize>,
 }
 
+/// What a window aggregate computes, whatever keeps its state.
+#[derive(Debug, Clone)]
+pub struct WindowSpec {
+    pub group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// Name and type of each group column.
+    pub group_schema: SchemaRef,
+    /// Which group expression is `window_end`.
+    pub window_end: usize,
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE …)` of each aggregate.
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Output: the group columns, then one column per aggregate.
+    pub schema: SchemaRef,
+}
+
+impl WindowSpec {
+    /// Evaluate a chunk: group keys, arguments, filters, window ends; late rows dropped and
+    /// added to `late`. `None` if no row is left.
+    pub(crate) fn evaluate(&self, chunk: &Chunk, watermark: Watermark, late: &mut u64) -> Result<Option<Evaluated>> {
+        evaluate(chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, watermark, late)
+    }
+
+    pub(crate) fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        accumulators(&self.aggregates)
+    }
+}
+
 impl WindowAggregate {
-    pub fn new(
-        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-        group_schema: SchemaRef,
-        window_end: usize,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
-        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-    ) -> Self {
-        Self {
-            group_exprs,
-            group_schema,
-            window_end,
-            aggregates,
-            filters,
-            schema,
-            windows: BTreeMap::new(),
-            watermark: Watermark::MIN,
-            late: 0,
-            groups: Vec::new(),
-        }
+    pub fn new(spec: WindowSpec) -> Self {
+        Self { spec, windows: BTreeMap::new(), watermark: Watermark::MIN, late: 0, groups: Vec::new() }
     }
 
     fn new_window(&self) -> Result<WindowGroups> {
-        let values = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
-        Ok(WindowGroups { values, accumulators: accumulators(&self.aggregates)? })
+        let values = new_group_values(self.spec.group_schema.clone(), &GroupOrdering::None)?;
+        Ok(WindowGroups { values, accumulators: self.spec.accumulators()? })
     }
 
     /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
@@ -207,7 +210,7 @@ impl WindowAggregate {
             // Group columns come back in the group schema's types; the output may differ
             // only in nullability.
             let options = RecordBatchOptions::new().with_row_count(Some(rows));
-            let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?;
+            let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
             out.push(Message::Chunk(Chunk::inserts(batch)));
         }
         Ok(())
@@ -240,15 +243,7 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = evaluate(
-            &chunk,
-            &self.group_exprs,
-            &self.aggregates,
-            &self.filters,
-            self.window_end,
-            self.watermark,
-            &mut self.late,
-        )?;
+        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late)?;
         let Some(Evaluated { keys, args, filters, ends }) = evaluated else { return Ok(()) };
         // Usually a batch falls in one or two windows: split it by window end.
         let mut distinct: Vec<i64> = ends.iter().flatten().collect();
@@ -320,7 +315,7 @@ impl Operator for WindowAggregate {
         self.watermark = Watermark(i64::from_le_bytes(head[..8].try_into().map_err(|_| damaged())?));
         self.late = u64::from_le_bytes(head[8..].try_into().map_err(|_| damaged())?);
         let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
-        let groups = self.group_exprs.len();
+        let groups = self.spec.group_exprs.len();
         for batch in reader {
             let batch = batch?;
             if batch.num_rows() == 0 {
@@ -328,9 +323,9 @@ impl Operator for WindowAggregate {
             }
             let end = batch.column(0).as_any().downcast_ref::<Int64Array>().ok_or_else(damaged)?.value(0);
             let keys: Vec<ArrayRef> = batch.columns()[1..1 + groups].to_vec();
-            let mut states = Vec::with_capacity(self.aggregates.len());
+            let mut states = Vec::with_capacity(self.spec.aggregates.len());
             let mut at = 1 + groups;
-            for agg in &self.aggregates {
+            for agg in &self.spec.aggregates {
                 let n = agg.state_fields()?.len();
                 states.push(batch.columns()[at..at + n].to_vec());
                 at += n;
@@ -345,8 +340,8 @@ impl WindowAggregate {
     fn snapshot_schema(&self) -> Result<SchemaRef> {
         use datafusion::arrow::datatypes::{Field, Schema};
         let mut fields = vec![Field::new("window_end", DataType::Int64, false)];
-        fields.extend(self.group_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
-        for agg in &self.aggregates {
+        fields.extend(self.spec.group_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
+        for agg in &self.spec.aggregates {
             fields.extend(agg.state_fields()?.iter().map(|f| f.as_ref().clone().with_nullable(true)));
         }
         Ok(Arc::new(Schema::new(fields)))

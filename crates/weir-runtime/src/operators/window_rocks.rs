@@ -10,21 +10,17 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
-use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 use weir_state::{StateStore, StoreSnapshot};
 
-use super::window::{accumulators, evaluate, millis, Evaluated};
+use super::window::{millis, Evaluated, WindowSpec};
 
 /// The operator's keys in its store.
 const TABLE: u32 = 1;
@@ -39,12 +35,7 @@ pub struct StateDirs {
 }
 
 pub struct RocksWindowAggregate {
-    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    group_schema: SchemaRef,
-    window_end: usize,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    schema: SchemaRef,
+    spec: WindowSpec,
     dirs: StateDirs,
     /// `None` only while being replaced by a restored store.
     store: Option<StateStore>,
@@ -67,20 +58,13 @@ fn prefix(end: i64) -> [u8; 8] {
 }
 
 impl RocksWindowAggregate {
-    pub fn new(
-        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-        group_schema: SchemaRef,
-        window_end: usize,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
-        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-        dirs: StateDirs,
-    ) -> Result<Self> {
-        let keys =
-            RowConverter::new(group_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+    pub fn new(spec: WindowSpec, dirs: StateDirs) -> Result<Self> {
+        let keys = RowConverter::new(
+            spec.group_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect(),
+        )?;
         let mut state_fields = Vec::new();
         let mut state_widths = Vec::new();
-        for agg in &aggregates {
+        for agg in &spec.aggregates {
             let fields = agg.state_fields()?;
             state_widths.push(fields.len());
             state_fields.extend(fields.iter().map(|f| SortField::new(f.data_type().clone())));
@@ -88,12 +72,7 @@ impl RocksWindowAggregate {
         let states = RowConverter::new(state_fields)?;
         let store = StateStore::open(dirs.local.join("db"))?;
         Ok(Self {
-            group_exprs,
-            group_schema,
-            window_end,
-            aggregates,
-            filters,
-            schema,
+            spec,
             dirs,
             store: Some(store),
             keys,
@@ -129,10 +108,10 @@ impl RocksWindowAggregate {
     fn flush(&mut self, evaluated: Evaluated) -> Result<()> {
         let Evaluated { keys, args, filters, .. } = evaluated;
         // 1. The batch by itself.
-        let mut values = new_group_values(self.group_schema.clone(), &GroupOrdering::None)?;
+        let mut values = new_group_values(self.spec.group_schema.clone(), &GroupOrdering::None)?;
         values.intern(&keys, &mut self.groups)?;
         let n = values.len();
-        let mut accs = accumulators(&self.aggregates)?;
+        let mut accs = self.spec.accumulators()?;
         for ((acc, a), f) in accs.iter_mut().zip(&args).zip(&filters) {
             acc.update_batch(a, &self.groups, f.as_ref(), n)?;
         }
@@ -142,7 +121,7 @@ impl RocksWindowAggregate {
             batch_states.extend(acc.state(EmitTo::All)?);
         }
         // 2. One read of the stored states of its distinct keys.
-        let ends = millis(&key_columns[self.window_end])?;
+        let ends = millis(&key_columns[self.spec.window_end])?;
         let rows = self.keys.convert_columns(&key_columns)?;
         let db_keys: Vec<Vec<u8>> = (0..n)
             .map(|i| {
@@ -155,7 +134,7 @@ impl RocksWindowAggregate {
         let stored = self.store()?.table(TABLE).multi_get(&refs)?;
         // 3. Merge batch and stored states, vectorized.
         let all: Vec<usize> = (0..n).collect();
-        let mut merged = accumulators(&self.aggregates)?;
+        let mut merged = self.spec.accumulators()?;
         for (acc, state) in merged.iter_mut().zip(self.split_states(batch_states)) {
             acc.merge_batch(&state, &all, n)?;
         }
@@ -198,7 +177,7 @@ impl RocksWindowAggregate {
             let state_parser = self.states.parser();
             let state_columns = self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?;
             let all: Vec<usize> = (0..m).collect();
-            let mut accs = accumulators(&self.aggregates)?;
+            let mut accs = self.spec.accumulators()?;
             let mut columns = key_columns;
             for (acc, state) in accs.iter_mut().zip(self.split_states(state_columns)) {
                 acc.merge_batch(&state, &all, m)?;
@@ -206,7 +185,7 @@ impl RocksWindowAggregate {
             }
             let options = RecordBatchOptions::new().with_row_count(Some(m));
             out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(
-                self.schema.clone(),
+                self.spec.schema.clone(),
                 columns,
                 &options,
             )?)));
@@ -222,15 +201,7 @@ impl Operator for RocksWindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = evaluate(
-            &chunk,
-            &self.group_exprs,
-            &self.aggregates,
-            &self.filters,
-            self.window_end,
-            self.watermark,
-            &mut self.late,
-        )?;
+        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late)?;
         match evaluated {
             Some(e) => self.flush(e),
             None => Ok(()),
