@@ -334,9 +334,10 @@ impl Engine {
         }
         // Checkpoints: resume from the latest one of this job unless told to start over.
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{}parallelism {}",
+            "{}parallelism {}, state in {}",
             StreamPlan { root: root.clone(), sink: plan.sink.clone() }.explain(),
-            options.parallelism
+            options.parallelism,
+            if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
         ));
         if let Some(config) = state.settings.checkpoint_config(&name, fingerprint)? {
             use weir_runtime::checkpoint::{CheckpointStore, LocalStore};
