@@ -842,8 +842,13 @@ async fn supervise(
                     }
                 }
                 Some(Ok(Err((task, e)))) => {
-                    log::debug!("job {name} failed in task {task}: {e}");
                     set.abort_all();
+                    // A task that fails because the job is being cancelled (its reader went
+                    // away) does not make the job a failure.
+                    if *cancel.borrow() {
+                        break Ended::Cancelled;
+                    }
+                    log::debug!("job {name} failed in task {task}: {e}");
                     break Ended::Failed(e);
                 }
                 Some(Err(join)) => {
