@@ -15,6 +15,7 @@ mod print;
 mod registry;
 
 pub use format::{Format, ParsePolicy, Portion};
+pub use print::format_rows;
 pub use registry::Connectors;
 
 /// Rows per batch a source produces.

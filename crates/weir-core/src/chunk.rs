@@ -103,7 +103,7 @@ impl Chunk {
         Chunk { batch, ops: self.ops.clone() }
     }
 
-    /// The first `n` rows.
+    /// `len` rows from `offset`, ops included.
     pub fn slice(&self, offset: usize, len: usize) -> Chunk {
         Chunk { batch: self.batch.slice(offset, len), ops: self.ops.as_ref().map(|o| Arc::new(o.slice(offset, len))) }
     }

@@ -468,3 +468,50 @@ pub async fn coordinate(
 pub fn fingerprint(text: &str) -> String {
     format!("{:016x}", checksum(text.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(bytes: &[u8]) -> BTreeMap<String, TaskState> {
+        BTreeMap::from([("stage0-task0".to_string(), TaskState::from([("source".to_string(), bytes.to_vec())]))])
+    }
+
+    fn scratch() -> PathBuf {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        std::env::temp_dir().join(format!("weir-checkpoints-{nanos}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn a_damaged_or_unfinished_latest_checkpoint_falls_back_to_the_one_before() {
+        let dir = scratch();
+        let store = LocalStore::new(&dir);
+        assert!(store.latest("plan").expect("empty store").is_none());
+        store.write(1, "plan", &state(b"one")).expect("write 1");
+        store.write(2, "plan", &state(b"two")).expect("write 2");
+        assert_eq!(store.latest("plan").expect("latest").map(|r| r.epoch), Some(2));
+
+        // A checkpoint that died before its manifest does not exist.
+        std::fs::create_dir_all(dir.join("chk-0000000003")).expect("unfinished dir");
+        assert_eq!(store.latest("plan").expect("latest").map(|r| r.epoch), Some(2));
+
+        // A damaged state file: checksum mismatch, the one before is used.
+        let damaged = dir.join("chk-0000000002").join("state-0-0.bin");
+        std::fs::write(&damaged, b"tw0").expect("damage");
+        let restored = store.latest("plan").expect("latest").expect("a checkpoint");
+        assert_eq!(restored.epoch, 1);
+        assert_eq!(restored.tasks["stage0-task0"]["source"], b"one".to_vec());
+
+        // Checkpoints of another plan are refused loudly, not skipped into a fresh start.
+        let err = store.latest("other plan").expect_err("another plan");
+        assert!(err.message.contains("start with --from-scratch"), "{}", err.message);
+
+        // Retention keeps the newest complete ones; clear removes everything.
+        store.write(4, "plan", &state(b"four")).expect("write 4");
+        store.prune(1).expect("prune");
+        assert!(!dir.join("chk-0000000001").exists() && dir.join("chk-0000000004").exists());
+        store.clear().expect("clear");
+        assert!(store.latest("plan").expect("cleared").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -28,3 +28,9 @@ pub use weir_sql::ParsedStatement;
 
 /// The arrow crate Weir's batches come from.
 pub use datafusion::arrow;
+
+/// The rows of `batch` as the `print` connector writes them: `+I[v1, v2]`, one line each.
+pub fn print_lines(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<String>> {
+    let text = weir_connectors::format_rows(&weir_core::Chunk::inserts(batch.clone()), "")?;
+    Ok(text.lines().map(String::from).collect())
+}

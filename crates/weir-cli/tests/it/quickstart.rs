@@ -7,22 +7,9 @@ use futures::StreamExt;
 
 use crate::{repo, weir_bin};
 
-/// Rows as the print sink shows them: `+I[v1, v2, …]`.
+/// Rows as the print sink shows them: `+I[v1, v2, …]`, by the print connector's own formatting.
 fn print_lines(batches: &[weir::arrow::record_batch::RecordBatch]) -> Vec<String> {
-    let options = weir::display_options();
-    let mut lines = Vec::new();
-    for batch in batches {
-        let formatters: Vec<_> = batch
-            .columns()
-            .iter()
-            .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
-            .collect();
-        for row in 0..batch.num_rows() {
-            let values: Vec<String> = formatters.iter().map(|f| f.value(row).to_string()).collect();
-            lines.push(format!("+I[{}]", values.join(", ")));
-        }
-    }
-    lines
+    batches.iter().flat_map(|b| weir::print_lines(b).expect("format rows")).collect()
 }
 
 fn cli_rows() -> Vec<String> {
