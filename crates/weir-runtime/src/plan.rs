@@ -10,7 +10,7 @@ use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, Limit, Project, RocksWindowAggregate, Select, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
+    Filter, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
     WindowKind, WindowSpec,
 };
 
@@ -31,6 +31,8 @@ pub enum OperatorSpec {
     WindowAssign { kind: WindowKind, time_column: usize, schema: SchemaRef },
     /// Aggregate each window's groups; emit a window when the watermark passes its end.
     WindowAggregate { spec: WindowSpec, display: String },
+    /// Aggregate each key's session windows; emit a session when the watermark passes its end.
+    SessionAggregate { spec: SessionSpec, display: String },
 }
 
 /// Where a running operator keeps state, when the job's state backend is RocksDB.
@@ -45,15 +47,22 @@ pub struct InstanceContext {
 impl OperatorSpec {
     /// A running copy, with its state where `ctx` says.
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
-        if let (OperatorSpec::WindowAggregate { spec, .. }, Some((local, shared))) = (self, &ctx.rocksdb) {
-            let dirs = StateDirs { local: local.join(&ctx.key), shared: shared.clone() };
-            return Ok(Box::new(RocksWindowAggregate::new(spec.clone(), dirs)?));
+        let dirs = ctx.rocksdb.as_ref().map(|(local, shared)| StateDirs { local: local.join(&ctx.key), shared: shared.clone() });
+        match (self, dirs) {
+            (OperatorSpec::WindowAggregate { spec, .. }, Some(dirs)) => {
+                return Ok(Box::new(RocksWindowAggregate::new(spec.clone(), dirs)?))
+            }
+            (OperatorSpec::SessionAggregate { spec, .. }, dirs) => {
+                return Ok(Box::new(SessionAggregate::new(spec.clone(), dirs)?))
+            }
+            _ => {}
         }
-        Ok(self.instantiate())
+        self.instantiate()
     }
 
-    pub fn instantiate(&self) -> Box<dyn Operator> {
-        match self.clone() {
+    /// A running copy with its state in memory.
+    pub fn instantiate(&self) -> weir_core::Result<Box<dyn Operator>> {
+        Ok(match self.clone() {
             OperatorSpec::Project { exprs, schema, .. } => Box::new(Project::new(exprs, schema)),
             OperatorSpec::Filter { predicate, .. } => Box::new(Filter::new(predicate)),
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
@@ -63,7 +72,8 @@ impl OperatorSpec {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }
             OperatorSpec::WindowAggregate { spec, .. } => Box::new(WindowAggregate::new(spec)),
-        }
+            OperatorSpec::SessionAggregate { spec, .. } => Box::new(SessionAggregate::new(spec, None)?),
+        })
     }
 
     /// Whether the operator needs every row in one task (a global `LIMIT`): its input is
@@ -87,6 +97,7 @@ impl OperatorSpec {
             OperatorSpec::Watermark { display, .. } => format!("Watermark: {display}"),
             OperatorSpec::WindowAssign { kind, .. } => format!("Window: {}", kind.describe()),
             OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
+            OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
         }
     }
 }
@@ -130,6 +141,7 @@ impl Node {
                 | OperatorSpec::Select { schema, .. }
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
+                OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
                 _ => input.schema(),
             },
         }

@@ -26,13 +26,73 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
 use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError};
-use weir_runtime::operators::WindowSpec;
+use weir_runtime::operators::{SessionSpec, WindowKind, WindowSpec};
 use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
 use crate::parser::{find_identifier, location, CreateTable, ObjectKind};
 use crate::types::arrow_type;
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
+
+/// The window table function a scan reads, if it reads one.
+fn scanned_window(plan: &LogicalPlan) -> Option<Arc<dyn TableProvider>> {
+    let LogicalPlan::TableScan(scan) = plan else { return None };
+    let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
+    (provider.as_ref() as &dyn std::any::Any).is::<WindowTable>().then_some(provider)
+}
+
+/// Which output columns of `plan` are a window's `window_start` and `window_end`: those of a
+/// window table function, followed through projections (renamed or not), filters, window
+/// aggregates and window joins. `None` if the rows do not carry a window.
+fn window_columns(plan: &LogicalPlan) -> Option<(usize, usize)> {
+    fn column_index(e: &Expr, schema: &DFSchema) -> Option<usize> {
+        match e {
+            Expr::Column(c) => schema.index_of_column(c).ok(),
+            Expr::Alias(a) => column_index(&a.expr, schema),
+            _ => None,
+        }
+    }
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            scanned_window(plan)?;
+            let schema = scan.projected_schema.as_arrow();
+            Some((schema.index_of("window_start").ok()?, schema.index_of("window_end").ok()?))
+        }
+        LogicalPlan::Projection(p) => {
+            let (start, end) = window_columns(&p.input)?;
+            let find = |target| p.expr.iter().position(|e| column_index(e, p.input.schema()) == Some(target));
+            Some((find(start)?, find(end)?))
+        }
+        LogicalPlan::Aggregate(a) => {
+            let (start, end) = window_columns(&a.input)?;
+            let find = |target| a.group_expr.iter().position(|e| column_index(e, a.input.schema()) == Some(target));
+            Some((find(start)?, find(end)?))
+        }
+        LogicalPlan::Filter(f) => window_columns(&f.input),
+        LogicalPlan::SubqueryAlias(a) => window_columns(&a.input),
+        LogicalPlan::Join(j) => window_columns(&j.left),
+        _ => None,
+    }
+}
+
+/// The gap and partition keys of the `SESSION` window table function `plan` reads directly
+/// (through projections and filters).
+fn session_window(plan: &LogicalPlan) -> Option<(i64, Vec<String>)> {
+    match plan {
+        LogicalPlan::Projection(p) => session_window(&p.input),
+        LogicalPlan::Filter(f) => session_window(&f.input),
+        LogicalPlan::SubqueryAlias(a) => session_window(&a.input),
+        LogicalPlan::TableScan(_) => {
+            let provider = scanned_window(plan)?;
+            let window = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<WindowTable>()?;
+            match window.kind {
+                WindowKind::Session { gap } => Some((gap, window.partition_keys.clone())),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
 #[derive(Debug)]
@@ -87,6 +147,9 @@ pub struct Planner {
     connectors: Arc<dyn ConnectorFactory>,
     /// Table schemas for the window table functions, which run inside DataFusion's planner.
     schemas: TableSchemas,
+    /// Set while planning the input of a session window aggregate: the only place a
+    /// `SESSION` window table function may appear.
+    session_input: std::sync::atomic::AtomicBool,
 }
 
 impl Planner {
@@ -98,7 +161,7 @@ impl Planner {
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
         }
-        Self { ctx, catalog: Catalog::default(), connectors, schemas }
+        Self { ctx, catalog: Catalog::default(), connectors, schemas, session_input: Default::default() }
     }
 
     pub fn connectors(&self) -> &Arc<dyn ConnectorFactory> {
@@ -438,6 +501,11 @@ impl Planner {
 
     /// A window table function: the table's source and watermark, then window assignment.
     fn window_node(&self, window: &WindowTable, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
+        if matches!(window.kind, WindowKind::Session { .. }) && !self.session_input.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            return Err(WeirError::not_supported(
+                "SESSION windows outside a window aggregate (GROUP BY window_start, window_end, partition keys)",
+            ));
+        }
         let table = self
             .catalog
             .tables
@@ -483,12 +551,19 @@ impl Planner {
         Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
     }
 
-    /// `GROUP BY window_start, window_end, keys…` over a window table function.
+    /// `GROUP BY window_start, window_end, keys…` over a window table function (or over the
+    /// output of a window aggregate or window join, whose rows carry their window).
     fn aggregate_node(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Node> {
         let input_schema = agg.input.schema();
+        let outside = || {
+            WeirError::not_supported(
+                "aggregation outside a window yet: GROUP BY window_start, window_end of TUMBLE, HOP, CUMULATE or SESSION",
+            )
+        };
+        let (start_column, end_column) = window_columns(&agg.input).ok_or_else(outside)?;
         let mut key_columns = Vec::with_capacity(agg.group_expr.len());
-        let mut window_end = None;
-        let mut has_start = false;
+        let (mut window_start, mut window_end, mut window_time) = (None, None, None);
+        let mut other_keys = Vec::new();
         for (i, e) in agg.group_expr.iter().enumerate() {
             let Expr::Column(c) = e else {
                 return Err(WeirError::not_supported(format!(
@@ -496,19 +571,38 @@ impl Planner {
                     e.human_display()
                 )));
             };
-            key_columns.push(input_schema.index_of_column(c)?);
-            match c.name.as_str() {
-                "window_end" => window_end = Some(i),
-                "window_start" => has_start = true,
-                _ => {}
+            let index = input_schema.index_of_column(c)?;
+            key_columns.push(index);
+            if index == start_column {
+                window_start = Some(i);
+            } else if index == end_column {
+                window_end = Some(i);
+            } else if c.name == "window_time" {
+                window_time = Some(i);
+            } else {
+                other_keys.push((index, c.name.clone()));
             }
         }
-        let Some(window_end) = window_end.filter(|_| has_start) else {
-            return Err(WeirError::not_supported(
-                "aggregation outside a window yet: GROUP BY window_start, window_end of TUMBLE, HOP or CUMULATE",
-            ));
-        };
-        let input = self.to_node(&agg.input)?;
+        let (Some(window_start), Some(window_end)) = (window_start, window_end) else { return Err(outside()) };
+        let session = session_window(&agg.input);
+        if let Some((_, partition_keys)) = &session {
+            let mut grouped: Vec<&str> = other_keys.iter().map(|(_, n)| n.as_str()).collect();
+            let mut wanted: Vec<&str> = partition_keys.iter().map(|k| k.as_str()).collect();
+            grouped.sort_unstable();
+            wanted.sort_unstable();
+            if grouped != wanted {
+                return Err(WeirError::user(format!(
+                    "a SESSION window aggregate groups by window_start, window_end and exactly its PARTITION BY \
+                     columns ({}), not by {}",
+                    if wanted.is_empty() { "none".to_string() } else { wanted.join(", ") },
+                    if grouped.is_empty() { "no key".to_string() } else { grouped.join(", ") },
+                )));
+            }
+            self.session_input.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let input = self.to_node(&agg.input);
+        self.session_input.store(false, std::sync::atomic::Ordering::Relaxed);
+        let input = input?;
         let group_exprs = agg.group_expr.iter().map(|e| self.physical(e, input_schema)).collect::<Result<Vec<_>>>()?;
         let output = agg.schema.as_arrow().clone();
         let group_schema = Arc::new(Schema::new(output.fields()[..agg.group_expr.len()].to_vec()));
@@ -534,9 +628,16 @@ impl Planner {
             agg.group_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
             agg.aggr_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", ")
         );
+        let spec = WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output) };
+        if let Some((gap, _)) = session {
+            // A key's sessions must meet in one task: exchange by the keys only.
+            let keys = other_keys.iter().map(|(i, _)| *i).collect();
+            let exchange = Node::Exchange { partitioning: Partitioning::Hash(keys), input: Box::new(input) };
+            let spec = SessionSpec { spec, window_start, window_time, gap };
+            return Ok(exchange.with_operator(OperatorSpec::SessionAggregate { spec, display }));
+        }
         // Each group's rows must meet in one task: exchange by the group columns.
         let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
-        let spec = WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output) };
         Ok(exchange.with_operator(OperatorSpec::WindowAggregate { spec, display }))
     }
 

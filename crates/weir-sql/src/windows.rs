@@ -30,6 +30,8 @@ pub struct WindowTable {
     pub table: String,
     pub time_column: String,
     pub kind: WindowKind,
+    /// `SESSION(TABLE t PARTITION BY …)`: sessions are per value of these columns.
+    pub partition_keys: Vec<String>,
     pub schema: SchemaRef,
 }
 
@@ -114,6 +116,7 @@ impl TableFunctionImpl for WindowFunction {
             }
             Err(_) => return Err(plan_err(format!("{kind}: table '{table}' has no column '{column}'"))),
         }
+        let mut partition_keys = Vec::new();
         let window = match self.kind {
             "tumble" => WindowKind::Tumble { size: millis_arg(&kind, "size", &exprs[2])? },
             "hop" => {
@@ -136,7 +139,17 @@ impl TableFunctionImpl for WindowFunction {
                 }
                 WindowKind::Cumulate { step, max }
             }
-            _ => return Err(DataFusionError::NotImplemented(format!("{kind} windows yet"))),
+            "session" => {
+                let keys = string_arg(&kind, &exprs[2])?;
+                partition_keys = keys.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect();
+                for key in &partition_keys {
+                    if schema.field_with_name(key).is_err() {
+                        return Err(plan_err(format!("SESSION: table '{table}' has no column '{key}' (PARTITION BY)")));
+                    }
+                }
+                WindowKind::Session { gap: millis_arg(&kind, "gap", &exprs[3])? }
+            }
+            _ => return Err(DataFusionError::NotImplemented(format!("{kind} windows"))),
         };
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         for name in WINDOW_COLUMNS {
@@ -145,6 +158,12 @@ impl TableFunctionImpl for WindowFunction {
             }
             fields.push(Field::new(name, DataType::Timestamp(TimeUnit::Millisecond, None), false));
         }
-        Ok(Arc::new(WindowTable { table, time_column: column, kind: window, schema: Arc::new(Schema::new(fields)) }))
+        Ok(Arc::new(WindowTable {
+            table,
+            time_column: column,
+            kind: window,
+            partition_keys,
+            schema: Arc::new(Schema::new(fields)),
+        }))
     }
 }

@@ -1,6 +1,6 @@
 //! Window results against an independent path: the same data, written to a CSV file, and the
 //! same windows computed by plain DataFusion batch SQL (date_bin and a join with the window
-//! offsets) on that file. Every row must match, at parallelism 1 and 2.
+//! offsets; window functions for sessions) on that file. Every row must match, at parallelism 1 and 2.
 
 use datafusion::prelude::{CsvReadOptions, SessionContext};
 use weir::Engine;
@@ -26,6 +26,12 @@ const WEIR: &[(&str, &str)] = &[
          FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND)) \
          GROUP BY window_start, window_end",
     ),
+    (
+        "session",
+        "SELECT bidder, window_start, window_end, COUNT(*), SUM(price) \
+         FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) \
+         GROUP BY bidder, window_start, window_end",
+    ),
 ];
 
 /// The same windows in batch SQL: each row joined with the offsets of its windows.
@@ -45,6 +51,16 @@ const REFERENCE: &[&str] = &[
        FROM bid CROSS JOIN (VALUES (INTERVAL '5 seconds'), (INTERVAL '10 seconds'), (INTERVAL '15 seconds'), \
                                    (INTERVAL '20 seconds')) AS o(d)) \
      WHERE we > date_time GROUP BY ws, we",
+    // Sessions: per bidder, a new session starts at a time more than the gap after the
+    // previous one (numbered per distinct time, so that equal times never split).
+    "SELECT b.bidder, MIN(b.date_time) AS ws, MAX(b.date_time) + INTERVAL '1 second' AS we, COUNT(*), SUM(price) \
+     FROM bid b JOIN ( \
+       SELECT bidder, t, SUM(new) OVER (PARTITION BY bidder ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid FROM ( \
+         SELECT bidder, t, CASE WHEN arrow_cast(t, 'Int64') - arrow_cast(LAG(t) OVER (PARTITION BY bidder ORDER BY t), 'Int64') <= 1000 \
+                                THEN 0 ELSE 1 END AS new \
+         FROM (SELECT DISTINCT bidder, date_time AS t FROM bid))) s \
+     ON b.bidder = s.bidder AND b.date_time = s.t \
+     GROUP BY b.bidder, s.sid",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

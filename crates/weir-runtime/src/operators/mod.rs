@@ -4,6 +4,8 @@
 mod filter;
 mod limit;
 mod project;
+mod rocks_state;
+mod session;
 mod watermark;
 mod window;
 mod window_rocks;
@@ -13,4 +15,6 @@ pub use limit::Limit;
 pub use project::{Project, Select};
 pub use watermark::WatermarkGenerator;
 pub use window::{millis, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
-pub use window_rocks::{RocksWindowAggregate, StateDirs};
+pub use rocks_state::StateDirs;
+pub use session::{SessionAggregate, SessionSpec};
+pub use window_rocks::RocksWindowAggregate;

@@ -27,6 +27,9 @@ pub enum WindowKind {
     Hop { slide: i64, size: i64 },
     /// `CUMULATE(step, max)`: windows `[floor_max(ts), floor_max(ts) + k * step)` that contain ts.
     Cumulate { step: i64, max: i64 },
+    /// `SESSION(gap)`: each row starts as the window `[ts, ts + gap)`; the session aggregate
+    /// merges a key's windows that overlap or touch into sessions.
+    Session { gap: i64 },
 }
 
 impl WindowKind {
@@ -58,6 +61,7 @@ impl WindowKind {
                     end += step;
                 }
             }
+            WindowKind::Session { gap } => out.push((ts, ts.saturating_add(gap))),
         }
     }
 
@@ -66,6 +70,7 @@ impl WindowKind {
             WindowKind::Tumble { size } => format!("TUMBLE({size} ms)"),
             WindowKind::Hop { slide, size } => format!("HOP(slide {slide} ms, size {size} ms)"),
             WindowKind::Cumulate { step, max } => format!("CUMULATE(step {step} ms, max {max} ms)"),
+            WindowKind::Session { gap } => format!("SESSION(gap {gap} ms)"),
         }
     }
 }

@@ -9,7 +9,6 @@
 //! disk. Checkpoints copy only the SST files that earlier checkpoints do not hold.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::record_batch::RecordBatchOptions;
@@ -17,44 +16,26 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
-use weir_state::{StateStore, StoreSnapshot};
+use weir_core::{Chunk, Message, Operator, Result, Watermark};
+use weir_state::StateStore;
 
+use super::rocks_state::{header_i64, header_u64, ordered as prefix, RocksState, StateDirs};
 use super::window::{millis, Evaluated, WindowSpec};
 
 /// The operator's keys in its store.
 const TABLE: u32 = 1;
 
-/// Where a task's RocksDB lives and where checkpoints keep SST files.
-#[derive(Debug, Clone)]
-pub struct StateDirs {
-    /// Local working copy (scratch: rebuilt from checkpoints on restart).
-    pub local: PathBuf,
-    /// Shared SST files of the job's checkpoints.
-    pub shared: PathBuf,
-}
-
 pub struct RocksWindowAggregate {
     spec: WindowSpec,
-    dirs: StateDirs,
-    /// `None` only while being replaced by a restored store.
-    store: Option<StateStore>,
+    state: RocksState,
     keys: RowConverter,
     states: RowConverter,
     /// State columns per aggregate.
     state_widths: Vec<usize>,
     open: BTreeSet<i64>,
-    /// The last snapshot's shared files and byte counts.
-    last_snapshot: (Vec<String>, u64, u64),
     watermark: Watermark,
     late: u64,
-    snapshots: u64,
     groups: Vec<usize>,
-}
-
-/// Window ends as key prefixes that sort like the numbers.
-fn prefix(end: i64) -> [u8; 8] {
-    ((end as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 impl RocksWindowAggregate {
@@ -70,29 +51,21 @@ impl RocksWindowAggregate {
             state_fields.extend(fields.iter().map(|f| SortField::new(f.data_type().clone())));
         }
         let states = RowConverter::new(state_fields)?;
-        let store = StateStore::open(dirs.local.join("db"))?;
         Ok(Self {
             spec,
-            dirs,
-            store: Some(store),
+            state: RocksState::open(dirs)?,
             keys,
             states,
             state_widths,
             open: BTreeSet::new(),
-            last_snapshot: (Vec::new(), 0, 0),
             watermark: Watermark::MIN,
             late: 0,
-            snapshots: 0,
             groups: Vec::new(),
         })
     }
 
     fn store(&self) -> Result<&StateStore> {
-        self.store.as_ref().ok_or_else(|| WeirError::internal("window state store is closed"))
-    }
-
-    fn store_mut(&mut self) -> Result<&mut StateStore> {
-        self.store.as_mut().ok_or_else(|| WeirError::internal("window state store is closed"))
+        self.state.store()
     }
 
     /// Split concatenated state columns by aggregate.
@@ -225,70 +198,25 @@ impl Operator for RocksWindowAggregate {
         self.late
     }
 
-    /// A header (JSON: the store's files, open windows, watermark, late count), then the
-    /// small per-checkpoint files' bytes; the SST files went to the shared directory.
+    /// The store's checkpoint, with the open windows, watermark and late count.
     fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
-        self.snapshots += 1;
-        let own = self.dirs.local.join(format!("own-{}", self.snapshots));
-        let _ = std::fs::remove_dir_all(&own);
-        let shared = self.dirs.shared.clone();
-        let snap = self.store_mut()?.checkpoint(&shared, &own)?;
-        let mut files = Vec::new();
-        for name in &snap.own {
-            let path = own.join(name);
-            files.push(
-                std::fs::read(&path)
-                    .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?,
-            );
-        }
-        let _ = std::fs::remove_dir_all(&own);
-        self.last_snapshot = (snap.shared.values().cloned().collect(), snap.bytes_copied, snap.bytes_referenced);
         let header = serde_json::json!({
-            "store": snap.to_json(),
-            "sizes": files.iter().map(|f| f.len()).collect::<Vec<_>>(),
             "open": self.open.iter().collect::<Vec<_>>(),
             "watermark": self.watermark.0,
             "late": self.late,
-            "bytes_copied": snap.bytes_copied,
-        })
-        .to_string();
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(header.as_bytes());
-        for f in files {
-            bytes.extend_from_slice(&f);
-        }
-        Ok(Some(bytes))
+        });
+        Ok(Some(self.state.snapshot(header)?))
     }
 
     fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
-        self.last_snapshot.clone()
+        self.state.snapshot_files()
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let damaged = || WeirError::internal("RocksDB window state in a checkpoint is damaged");
-        let len = u64::from_le_bytes(state.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?) as usize;
-        let header: serde_json::Value =
-            serde_json::from_slice(state.get(8..8 + len).ok_or_else(damaged)?).map_err(|_| damaged())?;
-        let snap = StoreSnapshot::from_json(header["store"].as_str().ok_or_else(damaged)?)?;
-        let own = self.dirs.local.join("restore-own");
-        let _ = std::fs::remove_dir_all(&own);
-        std::fs::create_dir_all(&own)
-            .map_err(|e| WeirError::external(format!("cannot create '{}': {e}", own.display())))?;
-        let mut at = 8 + len;
-        for (name, size) in snap.own.iter().zip(header["sizes"].as_array().ok_or_else(damaged)?) {
-            let size = size.as_u64().ok_or_else(damaged)? as usize;
-            let bytes = state.get(at..at + size).ok_or_else(damaged)?;
-            std::fs::write(own.join(name), bytes)
-                .map_err(|e| WeirError::external(format!("cannot write state file: {e}")))?;
-            at += size;
-        }
-        // The empty store opened at start holds the directory's lock: close it first.
-        self.store = None;
-        self.store = Some(StateStore::restore(self.dirs.local.join("db"), &snap, &self.dirs.shared, &own)?);
-        let _ = std::fs::remove_dir_all(&own);
-        self.open = header["open"].as_array().ok_or_else(damaged)?.iter().filter_map(|v| v.as_i64()).collect();
-        self.watermark = Watermark(header["watermark"].as_i64().ok_or_else(damaged)?);
-        self.late = header["late"].as_u64().ok_or_else(damaged)?;
+        let header = self.state.restore(state)?;
+        self.open = header["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()).collect();
+        self.watermark = Watermark(header_i64(&header, "watermark")?);
+        self.late = header_u64(&header, "late")?;
         Ok(())
     }
 }

@@ -1,0 +1,496 @@
+//! Session windows (`SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), gap)`) aggregated per
+//! key.
+//!
+//! Window assignment gives each row the window `[ts, ts + gap)`. Here, a whole batch at a
+//! time: the batch's rows are grouped by key; each key's stored sessions are read once; rows
+//! and stored sessions are merged where they overlap or touch (as Flink does); every
+//! resulting session's accumulator state is computed with one vectorized update and one
+//! merge over the batch; each touched key is written back once. A session is emitted when
+//! the watermark passes its end (last event + gap), found through a timer index ordered by
+//! end. State lives in memory or in RocksDB (`state.backend`), the same logic over both.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::logical_expr::EmitTo;
+use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
+
+use super::rocks_state::{header_i64, header_u64, ordered, RocksState, StateDirs};
+use super::window::{millis, Evaluated, WindowSpec};
+
+/// A session window aggregate as planned.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// Group expressions include `window_start` and `window_end` (`spec.window_end`).
+    pub spec: WindowSpec,
+    /// Which group expression is `window_start`, and `window_time` if grouped by.
+    pub window_start: usize,
+    pub window_time: Option<usize>,
+    pub gap: i64,
+}
+
+impl SessionSpec {
+    /// Group expressions that are keys, not window bounds.
+    fn key_positions(&self) -> Vec<usize> {
+        (0..self.spec.group_exprs.len())
+            .filter(|p| *p != self.window_start && *p != self.spec.window_end && Some(*p) != self.window_time)
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Session {
+    start: i64,
+    end: i64,
+    /// Accumulator states in Arrow's row format.
+    state: Vec<u8>,
+}
+
+fn encode(sessions: &[Session]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sessions.iter().map(|s| 20 + s.state.len()).sum());
+    for s in sessions {
+        out.extend_from_slice(&s.start.to_le_bytes());
+        out.extend_from_slice(&s.end.to_le_bytes());
+        out.extend_from_slice(&(s.state.len() as u32).to_le_bytes());
+        out.extend_from_slice(&s.state);
+    }
+    out
+}
+
+fn damaged() -> WeirError {
+    WeirError::internal("session window state is damaged")
+}
+
+fn read<const N: usize>(bytes: &[u8], at: &mut usize) -> Result<[u8; N]> {
+    let b = bytes.get(*at..*at + N).ok_or_else(damaged)?;
+    *at += N;
+    b.try_into().map_err(|_| damaged())
+}
+
+fn read_bytes<'a>(bytes: &'a [u8], at: &mut usize) -> Result<&'a [u8]> {
+    let len = u32::from_le_bytes(read::<4>(bytes, at)?) as usize;
+    let b = bytes.get(*at..*at + len).ok_or_else(damaged)?;
+    *at += len;
+    Ok(b)
+}
+
+fn decode(bytes: &[u8]) -> Result<Vec<Session>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let start = i64::from_le_bytes(read::<8>(bytes, &mut at)?);
+        let end = i64::from_le_bytes(read::<8>(bytes, &mut at)?);
+        let state = read_bytes(bytes, &mut at)?.to_vec();
+        out.push(Session { start, end, state });
+    }
+    Ok(out)
+}
+
+/// Sessions by key, and timers (session end, key) to find due sessions.
+enum Sessions {
+    Memory { by_key: HashMap<Vec<u8>, Vec<Session>>, timers: BTreeSet<(i64, Vec<u8>)> },
+    /// Table 1: key -> encoded sessions. Table 2: ordered(end) ++ key -> nothing.
+    Rocks(RocksState),
+}
+
+const SESSIONS: u32 = 1;
+const TIMERS: u32 = 2;
+
+impl Sessions {
+    fn load(&self, keys: &[Vec<u8>]) -> Result<Vec<Vec<Session>>> {
+        match self {
+            Sessions::Memory { by_key, .. } => Ok(keys.iter().map(|k| by_key.get(k).cloned().unwrap_or_default()).collect()),
+            Sessions::Rocks(state) => {
+                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                let stored = state.store()?.table(SESSIONS).multi_get(&refs)?;
+                stored.into_iter().map(|v| v.map(|v| decode(&v)).unwrap_or(Ok(Vec::new()))).collect()
+            }
+        }
+    }
+
+    /// Replace each key's sessions `old` by `new`, timers included.
+    fn store(&mut self, updates: Vec<(Vec<u8>, Vec<Session>, Vec<Session>)>) -> Result<()> {
+        match self {
+            Sessions::Memory { by_key, timers } => {
+                for (key, old, new) in updates {
+                    for s in &old {
+                        timers.remove(&(s.end, key.clone()));
+                    }
+                    for s in &new {
+                        timers.insert((s.end, key.clone()));
+                    }
+                    if new.is_empty() {
+                        by_key.remove(&key);
+                    } else {
+                        by_key.insert(key, new);
+                    }
+                }
+                Ok(())
+            }
+            Sessions::Rocks(state) => {
+                let timer_key = |end: i64, key: &[u8]| [ordered(end).as_slice(), key].concat();
+                let mut deletes = Vec::new();
+                let mut puts = Vec::new();
+                let mut values = Vec::with_capacity(updates.len());
+                for (key, old, new) in &updates {
+                    deletes.extend(old.iter().map(|s| timer_key(s.end, key)));
+                    puts.extend(new.iter().map(|s| timer_key(s.end, key)));
+                    values.push((!new.is_empty()).then(|| encode(new)));
+                }
+                // Deletes before puts: a session whose end did not change keeps its timer.
+                let mut timer_changes: Vec<(&[u8], Option<&[u8]>)> = deletes.iter().map(|k| (k.as_slice(), None)).collect();
+                timer_changes.extend(puts.iter().map(|k| (k.as_slice(), Some(&[][..]))));
+                let session_changes: Vec<(&[u8], Option<&[u8]>)> =
+                    updates.iter().zip(&values).map(|((k, _, _), v)| (k.as_slice(), v.as_deref())).collect();
+                let store = state.store()?;
+                store.table(TIMERS).write(&timer_changes)?;
+                store.table(SESSIONS).write(&session_changes)
+            }
+        }
+    }
+
+    /// Keys with a session ending at or before `bound`, in order of their first such end.
+    fn due(&self, bound: i64) -> Result<Vec<Vec<u8>>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut keys = Vec::new();
+        match self {
+            Sessions::Memory { timers, .. } => {
+                for (_, key) in timers.range(..(bound.saturating_add(1), Vec::new())) {
+                    if seen.insert(key.clone()) {
+                        keys.push(key.clone());
+                    }
+                }
+            }
+            Sessions::Rocks(state) => {
+                let to = ordered(bound.saturating_add(1));
+                for (k, _) in state.store()?.table(TIMERS).scan(&ordered(i64::MIN), &to)? {
+                    let key = k[8..].to_vec();
+                    if seen.insert(key.clone()) {
+                        keys.push(key);
+                    }
+                }
+            }
+        }
+        Ok(keys)
+    }
+}
+
+pub struct SessionAggregate {
+    spec: SessionSpec,
+    key_positions: Vec<usize>,
+    /// Key columns in Arrow's row format; `None` without PARTITION BY (one global key).
+    keys: Option<RowConverter>,
+    states: RowConverter,
+    state_widths: Vec<usize>,
+    sessions: Sessions,
+    watermark: Watermark,
+    late: u64,
+}
+
+/// Where a row or a stored session goes when a key's windows are merged.
+#[derive(Clone, Copy)]
+enum Item {
+    Row(usize),
+    Stored(usize),
+}
+
+impl SessionAggregate {
+    /// Session state in memory, or in RocksDB under `dirs`.
+    pub fn new(spec: SessionSpec, dirs: Option<StateDirs>) -> Result<Self> {
+        let key_positions = spec.key_positions();
+        let keys = if key_positions.is_empty() {
+            None
+        } else {
+            let fields = key_positions
+                .iter()
+                .map(|p| SortField::new(spec.spec.group_schema.field(*p).data_type().clone()))
+                .collect();
+            Some(RowConverter::new(fields)?)
+        };
+        let mut state_fields = Vec::new();
+        let mut state_widths = Vec::new();
+        for agg in &spec.spec.aggregates {
+            let fields = agg.state_fields()?;
+            state_widths.push(fields.len());
+            state_fields.extend(fields.iter().map(|f| SortField::new(f.data_type().clone())));
+        }
+        let sessions = match dirs {
+            None => Sessions::Memory { by_key: HashMap::new(), timers: BTreeSet::new() },
+            Some(dirs) => Sessions::Rocks(RocksState::open(dirs)?),
+        };
+        Ok(Self {
+            spec,
+            key_positions,
+            keys,
+            states: RowConverter::new(state_fields)?,
+            state_widths,
+            sessions,
+            watermark: Watermark::MIN,
+            late: 0,
+        })
+    }
+
+    fn split_states(&self, columns: Vec<ArrayRef>) -> Vec<Vec<ArrayRef>> {
+        let mut it = columns.into_iter();
+        self.state_widths.iter().map(|w| it.by_ref().take(*w).collect()).collect()
+    }
+
+    /// Accumulator state columns of stored sessions.
+    fn state_columns(&self, states: &[&[u8]]) -> Result<Vec<Vec<ArrayRef>>> {
+        let parser = self.states.parser();
+        let columns = self.states.convert_rows(states.iter().map(|s| parser.parse(s)))?;
+        Ok(self.split_states(columns))
+    }
+
+    fn add(&mut self, evaluated: Evaluated) -> Result<()> {
+        let Evaluated { keys: group_columns, args, filters, .. } = evaluated;
+        let starts = millis(&group_columns[self.spec.window_start])?;
+        let n = starts.len();
+        // 1. The batch's rows by key.
+        let mut distinct: Vec<Vec<u8>> = Vec::new();
+        let mut rows_of: Vec<Vec<usize>> = Vec::new();
+        match &self.keys {
+            None => {
+                distinct.push(Vec::new());
+                rows_of.push((0..n).collect());
+            }
+            Some(converter) => {
+                let key_columns: Vec<ArrayRef> =
+                    self.key_positions.iter().map(|p| group_columns[*p].clone()).collect();
+                let rows = converter.convert_columns(&key_columns)?;
+                let mut index: HashMap<&[u8], usize> = HashMap::new();
+                for i in 0..n {
+                    let k = rows.row(i).data();
+                    let at = *index.entry(k).or_insert_with(|| {
+                        distinct.push(k.to_vec());
+                        rows_of.push(Vec::new());
+                        distinct.len() - 1
+                    });
+                    rows_of[at].push(i);
+                }
+            }
+        }
+        // 2. Their stored sessions, in one read.
+        let stored = self.sessions.load(&distinct)?;
+        // 3. Merge rows and stored sessions into sessions, one group each.
+        let mut row_group = vec![0usize; n];
+        let mut stored_states: Vec<&[u8]> = Vec::new();
+        let mut stored_group: Vec<usize> = Vec::new();
+        let mut merged: Vec<(usize, i64, i64)> = Vec::new(); // (key, start, end) per group
+        let mut items: Vec<(i64, i64, Item)> = Vec::new();
+        for (k, rows) in rows_of.iter().enumerate() {
+            items.clear();
+            for (j, s) in stored[k].iter().enumerate() {
+                items.push((s.start, s.end, Item::Stored(j)));
+            }
+            for &r in rows {
+                let ts = starts.value(r);
+                items.push((ts, ts.saturating_add(self.spec.gap), Item::Row(r)));
+            }
+            items.sort_unstable_by_key(|(s, e, _)| (*s, *e));
+            let first_group = merged.len();
+            for &(start, end, item) in items.iter() {
+                let open = merged.len() > first_group;
+                match merged.last_mut() {
+                    Some((_, _, cur_end)) if open && start <= *cur_end => *cur_end = (*cur_end).max(end),
+                    _ => merged.push((k, start, end)),
+                }
+                let g = merged.len() - 1;
+                match item {
+                    Item::Row(r) => row_group[r] = g,
+                    Item::Stored(j) => {
+                        stored_states.push(&stored[k][j].state);
+                        stored_group.push(g);
+                    }
+                }
+            }
+        }
+        let total = merged.len();
+        let mut accs = self.spec.spec.accumulators()?;
+        for ((acc, a), f) in accs.iter_mut().zip(&args).zip(&filters) {
+            acc.update_batch(a, &row_group, f.as_ref(), total)?;
+        }
+        if !stored_states.is_empty() {
+            for (acc, state) in accs.iter_mut().zip(self.state_columns(&stored_states)?) {
+                acc.merge_batch(&state, &stored_group, total)?;
+            }
+        }
+        let mut new_states = Vec::new();
+        for acc in &mut accs {
+            new_states.extend(acc.state(EmitTo::All)?);
+        }
+        let encoded = self.states.convert_columns(&new_states)?;
+        // 4. Each key's sessions written back once. A session already behind the watermark
+        // holds late rows only (stored sessions behind it have fired): they are dropped.
+        let bound = self.watermark.0.saturating_add(1);
+        let mut late_groups = vec![false; total];
+        for (g, (_, _, end)) in merged.iter().enumerate() {
+            late_groups[g] = *end <= bound;
+        }
+        if late_groups.iter().any(|l| *l) {
+            self.late += row_group.iter().filter(|g| late_groups[**g]).count() as u64;
+        }
+        let mut per_key: Vec<Vec<Session>> = vec![Vec::new(); distinct.len()];
+        for (g, (k, start, end)) in merged.iter().enumerate() {
+            if late_groups[g] {
+                continue;
+            }
+            per_key[*k].push(Session { start: *start, end: *end, state: encoded.row(g).data().to_vec() });
+        }
+        let updates = distinct.into_iter().zip(stored).zip(per_key).map(|((k, old), new)| (k, old, new)).collect();
+        self.sessions.store(updates)
+    }
+
+    /// Emit every session that ends at or before `watermark` + 1 ms, by end then start.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let keys = self.sessions.due(bound)?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let stored = self.sessions.load(&keys)?;
+        let mut due: Vec<(i64, i64, usize, &[u8])> = Vec::new(); // end, start, key, state
+        let mut updates = Vec::with_capacity(keys.len());
+        for (k, sessions) in stored.iter().enumerate() {
+            let (fired, kept): (Vec<&Session>, Vec<&Session>) = sessions.iter().partition(|s| s.end <= bound);
+            due.extend(fired.iter().map(|s| (s.end, s.start, k, s.state.as_slice())));
+            updates.push((keys[k].clone(), sessions.clone(), kept.into_iter().cloned().collect()));
+        }
+        due.sort_unstable_by(|a, b| (a.0, a.1, &keys[a.2]).cmp(&(b.0, b.1, &keys[b.2])));
+        let m = due.len();
+        let group_schema = &self.spec.spec.group_schema;
+        let key_columns = match &self.keys {
+            None => Vec::new(),
+            Some(converter) => {
+                let parser = converter.parser();
+                converter.convert_rows(due.iter().map(|d| parser.parse(&keys[d.2])))?
+            }
+        };
+        let timestamps = |values: Vec<i64>, p: usize| -> Result<ArrayRef> {
+            let array: ArrayRef = Arc::new(TimestampMillisecondArray::from(values));
+            Ok(cast(&array, group_schema.field(p).data_type())?)
+        };
+        let mut key_columns = key_columns.into_iter();
+        let mut columns = Vec::with_capacity(self.spec.spec.schema.fields().len());
+        for p in 0..group_schema.fields().len() {
+            columns.push(if p == self.spec.window_start {
+                timestamps(due.iter().map(|d| d.1).collect(), p)?
+            } else if p == self.spec.spec.window_end {
+                timestamps(due.iter().map(|d| d.0).collect(), p)?
+            } else if Some(p) == self.spec.window_time {
+                timestamps(due.iter().map(|d| d.0 - 1).collect(), p)?
+            } else {
+                key_columns.next().ok_or_else(|| WeirError::internal("session key column missing"))?
+            });
+        }
+        let states: Vec<&[u8]> = due.iter().map(|d| d.3).collect();
+        let all: Vec<usize> = (0..m).collect();
+        let mut accs = self.spec.spec.accumulators()?;
+        for (acc, state) in accs.iter_mut().zip(self.state_columns(&states)?) {
+            acc.merge_batch(&state, &all, m)?;
+            columns.push(acc.evaluate(EmitTo::All)?);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(m));
+        let batch = RecordBatch::try_new_with_options(self.spec.spec.schema.clone(), columns, &options)?;
+        drop(due);
+        self.sessions.store(updates)?;
+        if m > 0 {
+            out.push(Message::Chunk(Chunk::inserts(batch)));
+        }
+        Ok(())
+    }
+}
+
+impl Operator for SessionAggregate {
+    fn name(&self) -> String {
+        "SessionAggregate".into()
+    }
+
+    /// Like Flink, a row behind the watermark is late only if it does not merge into an
+    /// open session: lateness is decided after merging, in [`SessionAggregate::add`].
+    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+        let mut late = 0;
+        match self.spec.spec.evaluate(&chunk, Watermark::MIN, &mut late)? {
+            Some(evaluated) => self.add(evaluated),
+            None => Ok(()),
+        }
+    }
+
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.fire(watermark, out)?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.fire(Watermark::END_OF_TIME, out)
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.late
+    }
+
+    /// In memory: the watermark, the late count, then each key and its encoded sessions.
+    /// In RocksDB: the store's incremental checkpoint.
+    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+        match &mut self.sessions {
+            Sessions::Rocks(state) => {
+                let header = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
+                Ok(Some(state.snapshot(header)?))
+            }
+            Sessions::Memory { by_key, .. } => {
+                let mut bytes = Vec::new();
+                bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
+                bytes.extend_from_slice(&self.late.to_le_bytes());
+                let mut keys: Vec<&Vec<u8>> = by_key.keys().collect();
+                keys.sort();
+                for key in keys {
+                    let value = encode(&by_key[key]);
+                    bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                    bytes.extend_from_slice(key);
+                    bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    bytes.extend_from_slice(&value);
+                }
+                Ok(Some(bytes))
+            }
+        }
+    }
+
+    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
+        match &self.sessions {
+            Sessions::Rocks(state) => state.snapshot_files(),
+            Sessions::Memory { .. } => (Vec::new(), 0, 0),
+        }
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        match &mut self.sessions {
+            Sessions::Rocks(rocks) => {
+                let header = rocks.restore(state)?;
+                self.watermark = Watermark(header_i64(&header, "watermark")?);
+                self.late = header_u64(&header, "late")?;
+            }
+            Sessions::Memory { by_key, timers } => {
+                let mut at = 0;
+                self.watermark = Watermark(i64::from_le_bytes(read::<8>(state, &mut at)?));
+                self.late = u64::from_le_bytes(read::<8>(state, &mut at)?);
+                while at < state.len() {
+                    let key = read_bytes(state, &mut at)?.to_vec();
+                    let sessions = decode(read_bytes(state, &mut at)?)?;
+                    for s in &sessions {
+                        timers.insert((s.end, key.clone()));
+                    }
+                    by_key.insert(key, sessions);
+                }
+            }
+        }
+        Ok(())
+    }
+}
