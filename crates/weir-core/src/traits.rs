@@ -44,6 +44,13 @@ pub trait Operator: Send {
 
     fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()>;
 
+    /// A chunk from input `input` of an operator with several inputs (a join: 0 = left,
+    /// 1 = right). Single-input operators only implement `process_chunk`.
+    fn process_input(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        let _ = input;
+        self.process_chunk(chunk, out)
+    }
+
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         out.push(Message::Watermark(watermark));
         Ok(())

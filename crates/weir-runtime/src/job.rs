@@ -262,6 +262,9 @@ impl Builder<'_> {
             }
             start = input;
         }
+        if let Node::Join { spec, .. } = start {
+            specs.push(spec);
+        }
         specs.reverse();
         let parallelism = match start {
             _ if gather.is_some() => 1,
@@ -269,6 +272,8 @@ impl Builder<'_> {
             Node::Values { .. } => 1,
             _ => self.options.parallelism,
         };
+        // Of each task's inputs, how many are the left input of a join (the rest are right).
+        let mut left_inputs = usize::MAX;
         let mut merge_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match (gather, start) {
             (Some(input), _) => vec![self.build(input, None)?.into_iter().flatten().collect()],
             (None, Node::Union { inputs, .. }) => {
@@ -283,6 +288,18 @@ impl Builder<'_> {
                 per_task
             }
             (None, Node::Exchange { partitioning, input }) => self.build(input, Some((partitioning, parallelism)))?,
+            (None, Node::Join { left, right, .. }) => {
+                // Both inputs come exchanged by their join keys (Exchange nodes); each join
+                // task reads the left receivers first, then the right ones.
+                let mut exchanged = |node: &Node| match node {
+                    Node::Exchange { partitioning, input } => self.build(input, Some((partitioning, parallelism))),
+                    _ => Err(WeirError::internal("a join input is not exchanged")),
+                };
+                let lefts = exchanged(left)?;
+                let rights = exchanged(right)?;
+                left_inputs = lefts.first().map_or(0, |l| l.len());
+                lefts.into_iter().zip(rights).map(|(mut l, r)| { l.extend(r); l }).collect()
+            }
             _ => Vec::new(),
         };
         let stage = self.stages;
@@ -332,7 +349,7 @@ impl Builder<'_> {
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
-                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned))));
+                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
                 continue;
             }
             match start {
@@ -362,7 +379,12 @@ impl Builder<'_> {
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
-                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned))));
+                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
+                }
+                Node::Join { .. } => {
+                    let receivers = std::mem::take(&mut merge_inputs[index]);
+                    let run = run_merge(receivers, chain, aligned, left_inputs);
+                    self.tasks.push((format!("join [{index}]"), Box::pin(run)));
                 }
                 Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
             }
@@ -437,6 +459,11 @@ impl Chain {
     /// Push `msg` through every operator and send what comes out. `false`: stop this task,
     /// because downstream is gone or an operator (a `LIMIT`) has ended the stream.
     async fn push(&mut self, msg: Message) -> Result<bool> {
+        self.push_from(msg, 0).await
+    }
+
+    /// [`Chain::push`] for a chunk from input `input` of the first operator (a join).
+    async fn push_from(&mut self, msg: Message, input: usize) -> Result<bool> {
         let mut messages = vec![msg];
         let mut done = false;
         let mut snapshot: Option<(u64, TaskState)> = None;
@@ -446,7 +473,11 @@ impl Chain {
                 match msg {
                     Message::Chunk(c) => {
                         metrics.record_in(c.num_rows());
-                        op.process_chunk(c, &mut next)?;
+                        if i == 0 && input > 0 {
+                            op.process_input(input, c, &mut next)?;
+                        } else {
+                            op.process_chunk(c, &mut next)?;
+                        }
                     }
                     Message::Watermark(w) => {
                         metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
@@ -615,8 +646,15 @@ async fn run_source(
     }
 }
 
-/// Merge several inputs (a union, or parallel tasks feeding one sink) into one chain.
-async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain, aligned: bool) -> Result<()> {
+/// Merge several inputs (a union, parallel tasks feeding one sink, or a join's two inputs)
+/// into one chain. Inputs from `left_inputs` on are a join's right input: their chunks go to
+/// the first operator as input 1.
+async fn run_merge(
+    mut inputs: Vec<mpsc::Receiver<Message>>,
+    mut chain: Chain,
+    aligned: bool,
+    left_inputs: usize,
+) -> Result<()> {
     let mut merger = InputMerger::new(inputs.len()).aligned(aligned);
     let mut next_first = 0;
     loop {
@@ -641,9 +679,10 @@ async fn run_merge(mut inputs: Vec<mpsc::Receiver<Message>>, mut chain: Chain, a
         let msg = msg.unwrap_or(Message::End);
         let mut out = Vec::new();
         merger.on_message(i, msg, &mut out);
+        let side = usize::from(i >= left_inputs);
         for msg in out {
             let is_end = matches!(msg, Message::End);
-            if !chain.push(msg).await? {
+            if !chain.push_from(msg, side).await? {
                 return Ok(());
             }
             if is_end {
@@ -759,7 +798,7 @@ fn build_attempt(
             Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None, checkpoint, extra: TaskState::new() };
         let all = std::mem::take(&mut inputs);
         let aligned = builder.aligned();
-        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain, aligned))));
+        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain, aligned, usize::MAX))));
         inputs = vec![rx];
     }
     let count = inputs.len();

@@ -10,8 +10,8 @@ use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowKind, WindowSpec,
+    Filter, JoinSpec, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
+    WindowJoin, WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -33,6 +33,9 @@ pub enum OperatorSpec {
     WindowAggregate { spec: WindowSpec, display: String },
     /// Aggregate each key's session windows; emit a session when the watermark passes its end.
     SessionAggregate { spec: SessionSpec, display: String },
+    /// Join two inputs' rows of the same window when the watermark passes its end (the
+    /// operator that starts a [`Node::Join`] task).
+    WindowJoin { spec: JoinSpec, display: String },
 }
 
 /// Where a running operator keeps state, when the job's state backend is RocksDB.
@@ -73,6 +76,7 @@ impl OperatorSpec {
             }
             OperatorSpec::WindowAggregate { spec, .. } => Box::new(WindowAggregate::new(spec)),
             OperatorSpec::SessionAggregate { spec, .. } => Box::new(SessionAggregate::new(spec, None)?),
+            OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec)?),
         })
     }
 
@@ -98,6 +102,7 @@ impl OperatorSpec {
             OperatorSpec::WindowAssign { kind, .. } => format!("Window: {}", kind.describe()),
             OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
+            OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
         }
     }
 }
@@ -129,6 +134,13 @@ pub enum Node {
         partitioning: Partitioning,
         input: Box<Node>,
     },
+    /// Two inputs, each exchanged by its join keys, into a two-input operator (`spec`, a
+    /// [`OperatorSpec::WindowJoin`]).
+    Join {
+        left: Box<Node>,
+        right: Box<Node>,
+        spec: OperatorSpec,
+    },
 }
 
 impl Node {
@@ -136,12 +148,15 @@ impl Node {
         match self {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),
             Node::Exchange { input, .. } => input.schema(),
+            Node::Join { spec: OperatorSpec::WindowJoin { spec, .. }, .. } => spec.schema.clone(),
+            Node::Join { left, .. } => left.schema(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
                 | OperatorSpec::Select { schema, .. }
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
+                OperatorSpec::WindowJoin { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -172,6 +187,11 @@ impl Node {
             Node::Exchange { partitioning, input } => {
                 let _ = writeln!(out, "{pad}Exchange: {}", partitioning.describe(&input.schema()));
                 input.describe(depth + 1, out);
+            }
+            Node::Join { left, right, spec } => {
+                let _ = writeln!(out, "{pad}{}", spec.describe());
+                left.describe(depth + 1, out);
+                right.describe(depth + 1, out);
             }
             Node::Union { inputs, .. } => {
                 let _ = writeln!(out, "{pad}Union All ({} inputs, watermark = min of inputs)", inputs.len());

@@ -8,6 +8,7 @@ mod rocks_state;
 mod session;
 mod watermark;
 mod window;
+mod window_join;
 mod window_rocks;
 
 pub use filter::Filter;
@@ -17,4 +18,5 @@ pub use watermark::WatermarkGenerator;
 pub use window::{millis, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
 pub use rocks_state::StateDirs;
 pub use session::{SessionAggregate, SessionSpec};
+pub use window_join::{JoinKind, JoinSpec, WindowJoin};
 pub use window_rocks::RocksWindowAggregate;
