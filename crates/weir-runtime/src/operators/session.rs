@@ -241,6 +241,9 @@ impl SessionAggregate {
 
     /// Accumulator state columns of stored sessions.
     fn state_columns(&self, states: &[&[u8]]) -> Result<Vec<Vec<ArrayRef>>> {
+        if self.state_widths.is_empty() {
+            return Ok(Vec::new());
+        }
         let parser = self.states.parser();
         let columns = self.states.convert_rows(states.iter().map(|s| parser.parse(s)))?;
         Ok(self.split_states(columns))
@@ -323,7 +326,8 @@ impl SessionAggregate {
         for acc in &mut accs {
             new_states.extend(acc.state(EmitTo::All)?);
         }
-        let encoded = self.states.convert_columns(&new_states)?;
+        // Without aggregates (GROUP BY only) there is no state: an empty value.
+        let encoded = (!new_states.is_empty()).then(|| self.states.convert_columns(&new_states)).transpose()?;
         // 4. Each key's sessions written back once. A session already behind the watermark
         // holds late rows only (stored sessions behind it have fired): they are dropped.
         let bound = self.watermark.0.saturating_add(1);
@@ -339,7 +343,7 @@ impl SessionAggregate {
             if late_groups[g] {
                 continue;
             }
-            per_key[*k].push(Session { start: *start, end: *end, state: encoded.row(g).data().to_vec() });
+            per_key[*k].push(Session { start: *start, end: *end, state: encoded.as_ref().map_or(Vec::new(), |e| e.row(g).data().to_vec()) });
         }
         let updates = distinct.into_iter().zip(stored).zip(per_key).map(|((k, old), new)| (k, old, new)).collect();
         self.sessions.store(updates)

@@ -112,7 +112,7 @@ impl RocksWindowAggregate {
             acc.merge_batch(&state, &all, n)?;
         }
         let existing: Vec<usize> = stored.iter().enumerate().filter(|(_, v)| v.is_some()).map(|(i, _)| i).collect();
-        if !existing.is_empty() {
+        if !existing.is_empty() && !self.state_widths.is_empty() {
             let parser = self.states.parser();
             let rows = stored.iter().flatten().map(|v| parser.parse(v));
             let columns = self.states.convert_rows(rows)?;
@@ -125,10 +125,10 @@ impl RocksWindowAggregate {
             new_states.extend(acc.state(EmitTo::All)?);
         }
         // 4. One write back.
-        let encoded = self.states.convert_columns(&new_states)?;
-        let values: Vec<datafusion::arrow::row::Row<'_>> = (0..n).map(|i| encoded.row(i)).collect();
-        let changes: Vec<(&[u8], Option<&[u8]>)> =
-            refs.iter().zip(&values).map(|(k, v)| (*k, Some(v.as_ref()))).collect();
+        // Without aggregates (GROUP BY only) there is no state: an empty value.
+        let encoded = (!new_states.is_empty()).then(|| self.states.convert_columns(&new_states)).transpose()?;
+        let values: Vec<&[u8]> = (0..n).map(|i| encoded.as_ref().map_or(&[][..], |e| e.row(i).data())).collect();
+        let changes: Vec<(&[u8], Option<&[u8]>)> = refs.iter().zip(&values).map(|(k, v)| (*k, Some(*v))).collect();
         self.store()?.table(TABLE).write(&changes)?;
         self.open.extend(ends.values().iter().copied());
         Ok(())
@@ -148,7 +148,11 @@ impl RocksWindowAggregate {
             let key_parser = self.keys.parser();
             let key_columns = self.keys.convert_rows(entries.iter().map(|(k, _)| key_parser.parse(&k[8..])))?;
             let state_parser = self.states.parser();
-            let state_columns = self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?;
+            let state_columns = if self.state_widths.is_empty() {
+                Vec::new()
+            } else {
+                self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?
+            };
             let all: Vec<usize> = (0..m).collect();
             let mut accs = self.spec.accumulators()?;
             let mut columns = key_columns;
