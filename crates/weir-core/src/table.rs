@@ -48,12 +48,13 @@ impl Options {
     }
 
     /// Refuse keys that no part of the connector reads: a typo must not pass silently.
+    /// Every option is one of the connector's `known` keys or one of [`ENGINE_OPTIONS`].
     pub fn check_known(&self, table: &str, known: &[&str]) -> Result<()> {
         for (key, (_, at)) in &self.values {
-            if !known.contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) && !ENGINE_OPTIONS.contains(&key.as_str()) {
                 return Err(WeirError::user(format!(
                     "table '{table}': unknown option '{key}'; options here are: {}",
-                    known.join(", ")
+                    known.iter().chain(ENGINE_OPTIONS).copied().collect::<Vec<_>>().join(", ")
                 ))
                 .at(*at));
             }
@@ -61,6 +62,12 @@ impl Options {
         Ok(())
     }
 }
+
+/// Table options the engine reads itself, whatever the connector: `'late-data.table'` names
+/// the table that rows arriving too late for their windows are written to.
+pub const ENGINE_OPTIONS: &[&str] = &[LATE_DATA_TABLE];
+
+pub const LATE_DATA_TABLE: &str = "late-data.table";
 
 /// `WATERMARK FOR column AS expression`.
 #[derive(Debug, Clone)]

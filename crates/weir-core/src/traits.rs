@@ -62,6 +62,12 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Rows found late since the last call, to be written to the source table's
+    /// `'late-data.table'` (only operators planned with one return any).
+    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+        Vec::new()
+    }
+
     /// The operator's state at a barrier, for the checkpoint (`None`: stateless).
     fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
         Ok(None)

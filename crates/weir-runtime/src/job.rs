@@ -210,6 +210,8 @@ struct Builder<'a> {
     acks: Option<mpsc::UnboundedSender<Ack>>,
     trigger: Option<watch::Receiver<Trigger>>,
     keys: Vec<String>,
+    /// Late rows of window operators, by late-data table: every task's channel.
+    late: std::collections::BTreeMap<String, (Arc<weir_core::TableDef>, Vec<mpsc::Receiver<Message>>)>,
 }
 
 impl Builder<'_> {
@@ -239,6 +241,23 @@ impl Builder<'_> {
         let m = Arc::new(OperatorMetrics::new(name));
         self.metrics.push(m.clone());
         m
+    }
+
+    /// One task merging `inputs` (watermarks, barriers aligned); returns its output.
+    fn merge_into_one(&mut self, key: &str, name: &str, inputs: Vec<mpsc::Receiver<Message>>) -> mpsc::Receiver<Message> {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (checkpoint, _) = self.checkpoint_of(key.to_string());
+        let chain = Chain {
+            ops: Vec::new(),
+            output: Output::Forward(tx),
+            metrics: None,
+            checkpoint,
+            extra: TaskState::new(),
+            late: Vec::new(),
+        };
+        let aligned = self.aligned();
+        self.tasks.push((name.to_string(), Box::pin(run_merge(inputs, chain, aligned, usize::MAX))));
+        rx
     }
 
     /// Tasks computing `node`, `parallelism` of each. Without `exchange`, returns the channel
@@ -336,7 +355,13 @@ impl Builder<'_> {
             };
             let (checkpoint, restored) = self.checkpoint_of(format!("stage{stage}-task{index}"));
             let mut ops = Vec::with_capacity(specs.len());
+            let mut late = Vec::with_capacity(specs.len());
             for (i, s) in specs.iter().enumerate() {
+                late.push(s.late_table().map(|table| {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    self.late.entry(table.name.clone()).or_insert_with(|| (table.clone(), Vec::new())).1.push(rx);
+                    tx
+                }));
                 let ctx =
                     InstanceContext { key: format!("stage{stage}-task{index}-op{i}"), rocksdb: self.rocksdb_dirs() };
                 let mut op = s.instantiate_in(&ctx)?;
@@ -345,7 +370,7 @@ impl Builder<'_> {
                 }
                 ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
             }
-            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new() };
+            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new(), late };
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -411,6 +436,9 @@ struct Chain {
     extra: TaskState,
     /// Where waiting for room in `tx` is counted (the task's first metrics).
     metrics: Option<Arc<OperatorMetrics>>,
+    /// Per operator: where its late rows go (with barriers and the end, for the late-data
+    /// table's sink), if it has a late-data table.
+    late: Vec<Option<mpsc::Sender<Message>>>,
 }
 
 impl Chain {
@@ -470,6 +498,11 @@ impl Chain {
         for (i, (op, metrics)) in self.ops.iter_mut().enumerate() {
             let mut next = Vec::with_capacity(messages.len());
             for msg in messages {
+                // Barriers and the end also go to the late-data table's sink.
+                let control = match &msg {
+                    Message::Barrier(_) | Message::End => Some(msg.clone()),
+                    _ => None,
+                };
                 match msg {
                     Message::Chunk(c) => {
                         metrics.record_in(c.num_rows());
@@ -505,6 +538,14 @@ impl Chain {
                     Message::End => {
                         op.finish(&mut next)?;
                         next.push(Message::End);
+                    }
+                }
+                if let Some(Some(tx)) = self.late.get(i) {
+                    for batch in op.drain_late_rows() {
+                        send_one(tx, Message::Chunk(Chunk::inserts(batch)), &None).await;
+                    }
+                    if let Some(m) = control {
+                        send_one(tx, m, &None).await;
                     }
                 }
             }
@@ -788,18 +829,11 @@ fn build_attempt(
         acks: checkpointing.as_ref().map(|_| ack_tx),
         trigger: checkpointing.as_ref().map(|_| trigger_rx),
         keys: Vec::new(),
+        late: Default::default(),
     };
     let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
     if !sink.parallel && inputs.len() > 1 {
-        // Every task feeds one sink task through a merge (watermarks, barriers aligned).
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let (checkpoint, _) = builder.checkpoint_of("merge-to-sink".to_string());
-        let chain =
-            Chain { ops: Vec::new(), output: Output::Forward(tx), metrics: None, checkpoint, extra: TaskState::new() };
-        let all = std::mem::take(&mut inputs);
-        let aligned = builder.aligned();
-        builder.tasks.push(("merge to sink".to_string(), Box::pin(run_merge(all, chain, aligned, usize::MAX))));
-        inputs = vec![rx];
+        inputs = vec![builder.merge_into_one("merge-to-sink", "merge to sink", inputs)];
     }
     let count = inputs.len();
     for (index, input) in inputs.into_iter().enumerate() {
@@ -813,6 +847,20 @@ fn build_attempt(
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((
             format!("sink [{index}]"),
+            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
+        ));
+    }
+    // Late rows: every window task's into one sink per late-data table.
+    for (name, (table, receivers)) in std::mem::take(&mut builder.late) {
+        let input = builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
+        let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
+        let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
+        let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"));
+        let restored =
+            checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
+        let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
+        builder.tasks.push((
+            format!("sink [late rows to {name}]"),
             Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
         ));
     }

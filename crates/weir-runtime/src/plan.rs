@@ -80,6 +80,15 @@ impl OperatorSpec {
         })
     }
 
+    /// The table late rows are written to, if the operator has one.
+    pub fn late_table(&self) -> Option<&Arc<TableDef>> {
+        match self {
+            OperatorSpec::WindowAggregate { spec, .. } => spec.late.as_ref().map(|l| &l.table),
+            OperatorSpec::SessionAggregate { spec, .. } => spec.spec.late.as_ref().map(|l| &l.table),
+            _ => None,
+        }
+    }
+
     /// Whether the operator needs every row in one task (a global `LIMIT`): its input is
     /// gathered from all parallel tasks into one.
     pub fn single_task(&self) -> bool {

@@ -25,8 +25,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
-use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError};
-use weir_runtime::operators::{JoinKind, JoinSpec, SessionSpec, WindowKind, WindowSpec};
+use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError, LATE_DATA_TABLE};
+use weir_runtime::operators::{JoinKind, JoinSpec, LateOutput, SessionSpec, WindowKind, WindowSpec};
 use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
@@ -75,21 +75,26 @@ fn window_columns(plan: &LogicalPlan) -> Option<(usize, usize)> {
     }
 }
 
-/// The gap and partition keys of the `SESSION` window table function `plan` reads directly
-/// (through projections and filters).
-fn session_window(plan: &LogicalPlan) -> Option<(i64, Vec<String>)> {
+/// The window table function `plan` reads directly (through projections and filters): its
+/// table, kind and partition keys.
+fn direct_window(plan: &LogicalPlan) -> Option<(String, WindowKind, Vec<String>)> {
     match plan {
-        LogicalPlan::Projection(p) => session_window(&p.input),
-        LogicalPlan::Filter(f) => session_window(&f.input),
-        LogicalPlan::SubqueryAlias(a) => session_window(&a.input),
+        LogicalPlan::Projection(p) => direct_window(&p.input),
+        LogicalPlan::Filter(f) => direct_window(&f.input),
+        LogicalPlan::SubqueryAlias(a) => direct_window(&a.input),
         LogicalPlan::TableScan(_) => {
             let provider = scanned_window(plan)?;
             let window = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<WindowTable>()?;
-            match window.kind {
-                WindowKind::Session { gap } => Some((gap, window.partition_keys.clone())),
-                _ => None,
-            }
+            Some((window.table.clone(), window.kind, window.partition_keys.clone()))
         }
+        _ => None,
+    }
+}
+
+/// The gap and partition keys of the `SESSION` window table function `plan` reads directly.
+fn session_window(plan: &LogicalPlan) -> Option<(i64, Vec<String>)> {
+    match direct_window(plan)? {
+        (_, WindowKind::Session { gap }, keys) => Some((gap, keys)),
         _ => None,
     }
 }
@@ -150,6 +155,9 @@ pub struct Planner {
     /// Set while planning the input of a session window aggregate: the only place a
     /// `SESSION` window table function may appear.
     session_input: std::sync::atomic::AtomicBool,
+    /// Set while planning the input of a window aggregate whose table has a late-data
+    /// table: the window function then passes every column of the table along.
+    whole_rows: std::sync::atomic::AtomicBool,
 }
 
 impl Planner {
@@ -161,7 +169,7 @@ impl Planner {
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
         }
-        Self { ctx, catalog: Catalog::default(), connectors, schemas, session_input: Default::default() }
+        Self { ctx, catalog: Catalog::default(), connectors, schemas, session_input: Default::default(), whole_rows: Default::default() }
     }
 
     pub fn connectors(&self) -> &Arc<dyn ConnectorFactory> {
@@ -215,6 +223,12 @@ impl Planner {
                 Some(WatermarkDef { column, sql: expr.to_string() })
             }
         };
+        if ct.options.iter().any(|(k, _, _)| k == LATE_DATA_TABLE) && watermark.is_none() {
+            return Err(WeirError::user(format!(
+                "table '{name}': '{LATE_DATA_TABLE}' needs event time: declare WATERMARK FOR a column"
+            ))
+            .at(ct.options.iter().find(|(k, _, _)| k == LATE_DATA_TABLE).map(|(_, _, at)| *at)));
+        }
         for ident in &ct.primary_key {
             column_of(ident, "in PRIMARY KEY")?;
         }
@@ -522,6 +536,12 @@ impl Planner {
         let wanted_all = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
         // Base columns the query reads, and the time column the windows are computed from.
         let mut wanted: Vec<usize> = wanted_all.iter().copied().filter(|i| *i < base).collect();
+        // Late rows are written whole: every column travels (after those the query reads,
+        // which keeps the query's column indices).
+        let whole_rows = self.whole_rows.swap(false, std::sync::atomic::Ordering::Relaxed)
+            && table.options.get(LATE_DATA_TABLE).is_some();
+        let extra: Vec<usize> = if whole_rows { (0..base).filter(|i| !wanted.contains(i)).collect() } else { vec![] };
+        wanted.extend(&extra);
         let time = table.schema.index_of(&window.time_column)?;
         if !wanted.contains(&time) {
             wanted.push(time);
@@ -542,12 +562,10 @@ impl Planner {
         let time_column =
             read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
         let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
-        // Back to exactly the columns the scan asked for, in its order.
-        let indices = wanted_all
-            .iter()
-            .map(|i| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) })
-            .collect();
-        let schema = Arc::new(window.schema.project(&wanted_all)?);
+        // Back to exactly the columns the scan asked for, in its order (then the extra ones).
+        let position = |i: &usize| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) };
+        let indices = wanted_all.iter().chain(&extra).map(position).collect();
+        let schema = Arc::new(window.schema.project(&[wanted_all, extra].concat())?);
         Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
     }
 
@@ -600,8 +618,10 @@ impl Planner {
             }
             self.session_input.store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        self.whole_rows.store(direct_window(&agg.input).is_some(), std::sync::atomic::Ordering::Relaxed);
         let input = self.to_node(&agg.input);
         self.session_input.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.whole_rows.store(false, std::sync::atomic::Ordering::Relaxed);
         let input = input?;
         let group_exprs = agg.group_expr.iter().map(|e| self.physical(e, input_schema)).collect::<Result<Vec<_>>>()?;
         let output = agg.schema.as_arrow().clone();
@@ -628,7 +648,9 @@ impl Planner {
             agg.group_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
             agg.aggr_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", ")
         );
-        let spec = WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output) };
+        let late = self.late_output(&agg.input, &input.schema())?;
+        let spec =
+            WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output), late };
         if let Some((gap, _)) = session {
             // A key's sessions must meet in one task: exchange by the keys only.
             let keys = other_keys.iter().map(|(i, _)| *i).collect();
@@ -639,6 +661,43 @@ impl Planner {
         // Each group's rows must meet in one task: exchange by the group columns.
         let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
         Ok(exchange.with_operator(OperatorSpec::WindowAggregate { spec, display }))
+    }
+
+    /// Where a window aggregate over `input` (with `schema`) writes late rows: the
+    /// `'late-data.table'` of the table its window function reads, if it has one.
+    fn late_output(&self, input: &LogicalPlan, schema: &SchemaRef) -> Result<Option<LateOutput>> {
+        let Some((source, _, _)) = direct_window(input) else { return Ok(None) };
+        let Some(source) = self.catalog.tables.get(&source) else { return Ok(None) };
+        let Some(name) = source.options.get(LATE_DATA_TABLE) else { return Ok(None) };
+        let at = source.options.location(LATE_DATA_TABLE);
+        let table = self.catalog.tables.get(name).ok_or_else(|| {
+            WeirError::user(format!("table '{}': '{LATE_DATA_TABLE}' names '{name}', which is not a table", source.name))
+                .at(at)
+        })?;
+        if table.name == source.name {
+            return Err(WeirError::user(format!(
+                "table '{}': '{LATE_DATA_TABLE}' cannot be the table itself",
+                source.name
+            ))
+            .at(at));
+        }
+        let columns = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                schema.index_of(f.name()).map_err(|_| {
+                    WeirError::user(format!(
+                        "late-data table '{}': column '{}' is not a column of '{}' (or is computed before the window aggregate)",
+                        table.name,
+                        f.name(),
+                        source.name
+                    ))
+                    .at(at)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(LateOutput { table: table.clone(), columns }))
     }
 
     /// A window join: two windowed inputs joined on their `window_start` and `window_end`

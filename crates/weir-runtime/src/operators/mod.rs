@@ -15,7 +15,7 @@ pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use watermark::WatermarkGenerator;
-pub use window::{millis, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
+pub use window::{millis, LateOutput, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
 pub use rocks_state::StateDirs;
 pub use session::{SessionAggregate, SessionSpec};
 pub use window_join::{JoinKind, JoinSpec, WindowJoin};

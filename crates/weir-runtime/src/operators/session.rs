@@ -189,6 +189,7 @@ pub struct SessionAggregate {
     sessions: Sessions,
     watermark: Watermark,
     late: u64,
+    late_rows: Vec<RecordBatch>,
 }
 
 /// Where a row or a stored session goes when a key's windows are merged.
@@ -231,6 +232,7 @@ impl SessionAggregate {
             sessions,
             watermark: Watermark::MIN,
             late: 0,
+            late_rows: Vec::new(),
         })
     }
 
@@ -249,7 +251,7 @@ impl SessionAggregate {
         Ok(self.split_states(columns))
     }
 
-    fn add(&mut self, evaluated: Evaluated) -> Result<()> {
+    fn add(&mut self, evaluated: Evaluated, batch: &RecordBatch) -> Result<()> {
         let Evaluated { keys: group_columns, args, filters, .. } = evaluated;
         let starts = millis(&group_columns[self.spec.window_start])?;
         let n = starts.len();
@@ -336,7 +338,12 @@ impl SessionAggregate {
             late_groups[g] = *end <= bound;
         }
         if late_groups.iter().any(|l| *l) {
-            self.late += row_group.iter().filter(|g| late_groups[**g]).count() as u64;
+            let mask: datafusion::arrow::array::BooleanArray =
+                row_group.iter().map(|g| Some(late_groups[*g])).collect();
+            self.late += mask.true_count() as u64;
+            if let Some(output) = &self.spec.spec.late {
+                self.late_rows.push(output.rows(batch, &mask)?);
+            }
         }
         let mut per_key: Vec<Vec<Session>> = vec![Vec::new(); distinct.len()];
         for (g, (k, start, end)) in merged.iter().enumerate() {
@@ -417,9 +424,9 @@ impl Operator for SessionAggregate {
     /// Like Flink, a row behind the watermark is late only if it does not merge into an
     /// open session: lateness is decided after merging, in [`SessionAggregate::add`].
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let mut late = 0;
-        match self.spec.spec.evaluate(&chunk, Watermark::MIN, &mut late)? {
-            Some(evaluated) => self.add(evaluated),
+        let (mut late, mut late_rows) = (0, Vec::new());
+        match self.spec.spec.evaluate(&chunk, Watermark::MIN, &mut late, &mut late_rows)? {
+            Some(evaluated) => self.add(evaluated, &chunk.batch),
             None => Ok(()),
         }
     }
@@ -439,6 +446,10 @@ impl Operator for SessionAggregate {
 
     fn late_rows(&self) -> u64 {
         self.late
+    }
+
+    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.late_rows)
     }
 
     /// In memory: the watermark, the late count, then each key and its encoded sessions.

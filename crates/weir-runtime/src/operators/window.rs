@@ -161,6 +161,7 @@ pub struct WindowAggregate {
     windows: BTreeMap<i64, WindowGroups>,
     watermark: Watermark,
     late: u64,
+    late_rows: Vec<RecordBatch>,
     groups: Vec<usize>,
 }
 
@@ -177,13 +178,58 @@ pub struct WindowSpec {
     pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     /// Output: the group columns, then one column per aggregate.
     pub schema: SchemaRef,
+    /// Where late rows go, instead of only being counted.
+    pub late: Option<LateOutput>,
+}
+
+/// Late rows written to a table (`'late-data.table'`): which input columns make its row.
+#[derive(Debug, Clone)]
+pub struct LateOutput {
+    pub table: Arc<weir_core::TableDef>,
+    /// For each column of the table, the input column it is taken from.
+    pub columns: Vec<usize>,
+}
+
+impl LateOutput {
+    /// The rows of `batch` where `mask` is true, as rows of the late-data table.
+    pub(crate) fn rows(&self, batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
+        let rows = mask.true_count();
+        let schema = self.table.schema.clone();
+        let columns = self
+            .columns
+            .iter()
+            .zip(schema.fields())
+            .map(|(i, field)| Ok(cast(&filter(batch.column(*i), mask)?, field.data_type())?))
+            .collect::<Result<Vec<_>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(schema, columns, &options)?)
+    }
 }
 
 impl WindowSpec {
     /// Evaluate a chunk: group keys, arguments, filters, window ends; late rows dropped and
     /// added to `late`. `None` if no row is left.
-    pub(crate) fn evaluate(&self, chunk: &Chunk, watermark: Watermark, late: &mut u64) -> Result<Option<Evaluated>> {
-        evaluate(chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, watermark, late)
+    /// Late rows are added to `late_rows` if the spec has a late-data table.
+    pub(crate) fn evaluate(
+        &self,
+        chunk: &Chunk,
+        watermark: Watermark,
+        late: &mut u64,
+        late_rows: &mut Vec<RecordBatch>,
+    ) -> Result<Option<Evaluated>> {
+        let evaluated = evaluate(chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, watermark)?;
+        let Some((mask, count)) = &evaluated.late else { return Ok(Some(evaluated)) };
+        *late += *count as u64;
+        if let Some(output) = &self.late {
+            late_rows.push(output.rows(&chunk.batch, mask)?);
+        }
+        if *count == chunk.num_rows() {
+            return Ok(None);
+        }
+        let keep = datafusion::arrow::compute::not(mask)?;
+        let (keys, args, filters) = select_rows(&evaluated.keys, &evaluated.args, &evaluated.filters, &keep)?;
+        let ends = millis(&keys[self.window_end])?;
+        Ok(Some(Evaluated { keys, args, filters, ends, late: None }))
     }
 
     pub(crate) fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
@@ -193,7 +239,14 @@ impl WindowSpec {
 
 impl WindowAggregate {
     pub fn new(spec: WindowSpec) -> Self {
-        Self { spec, windows: BTreeMap::new(), watermark: Watermark::MIN, late: 0, groups: Vec::new() }
+        Self {
+            spec,
+            windows: BTreeMap::new(),
+            watermark: Watermark::MIN,
+            late: 0,
+            late_rows: Vec::new(),
+            groups: Vec::new(),
+        }
     }
 
     fn new_window(&self) -> Result<WindowGroups> {
@@ -248,8 +301,8 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late)?;
-        let Some(Evaluated { keys, args, filters, ends }) = evaluated else { return Ok(()) };
+        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late, &mut self.late_rows)?;
+        let Some(Evaluated { keys, args, filters, ends, .. }) = evaluated else { return Ok(()) };
         // Usually a batch falls in one or two windows: split it by window end.
         let mut distinct: Vec<i64> = ends.iter().flatten().collect();
         distinct.sort_unstable();
@@ -281,6 +334,10 @@ impl Operator for WindowAggregate {
 
     fn late_rows(&self) -> u64 {
         self.late
+    }
+
+    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.late_rows)
     }
 
     /// The watermark, the late count, then an Arrow IPC stream with one batch per open
@@ -372,10 +429,12 @@ pub(crate) struct Evaluated {
     pub filters: Vec<Option<BooleanArray>>,
     /// `window_end` of each row, in milliseconds.
     pub ends: Int64Array,
+    /// Which rows are late, and how many.
+    pub late: Option<(BooleanArray, usize)>,
 }
 
 /// Evaluate a chunk for a window aggregate; rows whose window has fired (end at or before
-/// `watermark` + 1 ms) are late: dropped and added to `late`. `None` if no row is left.
+/// `watermark` + 1 ms) are late: marked in [`Evaluated::late`], not removed.
 pub(crate) fn evaluate(
     chunk: &Chunk,
     group_exprs: &[Arc<dyn PhysicalExpr>],
@@ -383,8 +442,7 @@ pub(crate) fn evaluate(
     filters: &[Option<Arc<dyn PhysicalExpr>>],
     window_end: usize,
     watermark: Watermark,
-    late: &mut u64,
-) -> Result<Option<Evaluated>> {
+) -> Result<Evaluated> {
     if !chunk.is_append_only() {
         return Err(WeirError::not_supported("window aggregation of updates or deletes"));
     }
@@ -406,17 +464,11 @@ pub(crate) fn evaluate(
     let ends = millis(&keys[window_end])?;
     let bound = watermark.0.saturating_add(1);
     let late_rows = ends.iter().filter(|e| e.is_some_and(|e| e <= bound)).count();
-    if late_rows == 0 {
-        return Ok(Some(Evaluated { keys, args, filters: filter_masks, ends }));
-    }
-    *late += late_rows as u64;
-    if late_rows == rows {
-        return Ok(None);
-    }
-    let keep: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e > bound))).collect();
-    let (keys, args, filter_masks) = select_rows(&keys, &args, &filter_masks, &keep)?;
-    let ends = millis(&keys[window_end])?;
-    Ok(Some(Evaluated { keys, args, filters: filter_masks, ends }))
+    let late = (late_rows > 0).then(|| {
+        let mask: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e <= bound))).collect();
+        (mask, late_rows)
+    });
+    Ok(Evaluated { keys, args, filters: filter_masks, ends, late })
 }
 
 /// The rows of keys, arguments and filters where `mask` is true.

@@ -35,6 +35,7 @@ pub struct RocksWindowAggregate {
     open: BTreeSet<i64>,
     watermark: Watermark,
     late: u64,
+    late_rows: Vec<RecordBatch>,
     groups: Vec<usize>,
 }
 
@@ -60,6 +61,7 @@ impl RocksWindowAggregate {
             open: BTreeSet::new(),
             watermark: Watermark::MIN,
             late: 0,
+            late_rows: Vec::new(),
             groups: Vec::new(),
         })
     }
@@ -178,7 +180,7 @@ impl Operator for RocksWindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late)?;
+        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late, &mut self.late_rows)?;
         match evaluated {
             Some(e) => self.flush(e),
             None => Ok(()),
@@ -200,6 +202,10 @@ impl Operator for RocksWindowAggregate {
 
     fn late_rows(&self) -> u64 {
         self.late
+    }
+
+    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.late_rows)
     }
 
     /// The store's checkpoint, with the open windows, watermark and late count.
