@@ -36,6 +36,9 @@ pub trait Source: Send {
     }
 }
 
+/// See [`Operator::take_snapshot_upload`].
+pub type SnapshotUpload = Box<dyn FnOnce() -> Result<()> + Send>;
+
 /// A stateless or stateful step between a source and a sink. Driven one message at a time;
 /// what it emits goes into `out`, in order.
 pub trait Operator: Send {
@@ -66,6 +69,13 @@ pub trait Operator: Send {
     /// `'late-data.table'` (only operators planned with one return any).
     fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
         Vec::new()
+    }
+
+    /// Work left from the last `snapshot` that may run on another thread while the
+    /// operator goes on (copying new RocksDB files to checkpoint storage); the checkpoint
+    /// counts for this task only once it has succeeded.
+    fn take_snapshot_upload(&mut self) -> Option<SnapshotUpload> {
+        None
     }
 
     /// The operator's state at a barrier, for the checkpoint (`None`: stateless).

@@ -254,6 +254,7 @@ impl Builder<'_> {
             checkpoint,
             extra: TaskState::new(),
             late: Vec::new(),
+            acking: None,
         };
         let aligned = self.aligned();
         self.tasks.push((name.to_string(), Box::pin(run_merge(inputs, chain, aligned, usize::MAX))));
@@ -370,7 +371,7 @@ impl Builder<'_> {
                 }
                 ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
             }
-            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new(), late };
+            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new(), late, acking: None };
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -439,6 +440,8 @@ struct Chain {
     /// Per operator: where its late rows go (with barriers and the end, for the late-data
     /// table's sink), if it has a late-data table.
     late: Vec<Option<mpsc::Sender<Message>>>,
+    /// The last checkpoint's uploads, then its acknowledgement, running off this task.
+    acking: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
 impl Chain {
@@ -492,9 +495,13 @@ impl Chain {
 
     /// [`Chain::push`] for a chunk from input `input` of the first operator (a join).
     async fn push_from(&mut self, msg: Message, input: usize) -> Result<bool> {
+        if self.acking.as_ref().is_some_and(|a| a.is_finished()) {
+            self.acked().await?;
+        }
         let mut messages = vec![msg];
         let mut done = false;
         let mut snapshot: Option<(u64, TaskState)> = None;
+        let mut uploads: Vec<weir_core::SnapshotUpload> = Vec::new();
         for (i, (op, metrics)) in self.ops.iter_mut().enumerate() {
             let mut next = Vec::with_capacity(messages.len());
             for msg in messages {
@@ -520,6 +527,7 @@ impl Chain {
                         if self.checkpoint.is_some() {
                             let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
                             if let Some(s) = op.snapshot()? {
+                                uploads.extend(op.take_snapshot_upload());
                                 state.insert(format!("op{i}"), s);
                                 let (files, copied, referenced) = op.snapshot_files();
                                 if !files.is_empty() || copied > 0 {
@@ -576,7 +584,23 @@ impl Chain {
                 snapshot = Some((epoch, std::mem::take(&mut self.extra)));
             }
             if let Some((epoch, state)) = snapshot {
-                cp.ack(Some(epoch), state);
+                if uploads.is_empty() && self.acking.is_none() {
+                    cp.ack(Some(epoch), state);
+                } else {
+                    // Acknowledged once its files are in place, and after the checkpoint
+                    // before it: processing goes on meanwhile.
+                    let (cp, previous) = (cp.clone(), self.acking.take());
+                    self.acking = Some(tokio::spawn(async move {
+                        if let Some(previous) = previous {
+                            previous.await.map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))??;
+                        }
+                        tokio::task::spawn_blocking(move || uploads.into_iter().try_for_each(|upload| upload()))
+                            .await
+                            .map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))??;
+                        cp.ack(Some(epoch), state);
+                        Ok(())
+                    }));
+                }
             }
         }
         for msg in messages {
@@ -587,12 +611,25 @@ impl Chain {
         Ok(!done)
     }
 
+    /// Wait for the last checkpoint's uploads and acknowledgement; their error, if any.
+    async fn acked(&mut self) -> Result<()> {
+        match self.acking.take() {
+            Some(acking) => acking.await.map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))?,
+            None => Ok(()),
+        }
+    }
+
     /// The task has finished: its final state stands for every later checkpoint.
-    fn finished(&mut self) -> Result<()> {
+    async fn finished(&mut self) -> Result<()> {
+        // The acknowledgement of the last checkpoint goes first.
+        self.acked().await?;
         if let Some(cp) = &self.checkpoint {
             let mut state = std::mem::take(&mut self.extra);
             for (i, (op, _)) in self.ops.iter_mut().enumerate() {
                 if let Some(s) = op.snapshot()? {
+                    if let Some(upload) = op.take_snapshot_upload() {
+                        upload()?;
+                    }
                     state.insert(format!("op{i}"), s);
                 }
             }
@@ -680,7 +717,7 @@ async fn run_source(
                 if let Some(position) = source.position() {
                     chain.extra.insert("source".into(), position);
                 }
-                chain.finished()?;
+                chain.finished().await?;
                 return Ok(());
             }
         }
@@ -727,7 +764,7 @@ async fn run_merge(
                 return Ok(());
             }
             if is_end {
-                chain.finished()?;
+                chain.finished().await?;
                 return Ok(());
             }
         }

@@ -1,13 +1,18 @@
 //! Operator state in RocksDB, checkpointed incrementally.
 //!
-//! One [`StateStore`] (one RocksDB instance) per worker process; each operator's keys start
-//! with its own 4-byte prefix ([`StateTable`]), so that an operator's keys, or a range of
-//! them (a fired window), are deleted with one range delete. Operators read and write state
+//! One [`StateStore`] (one RocksDB instance) per stateful operator task, as in Flink: each
+//! task checkpoints when the barrier has passed it, independently of the others, which a
+//! store shared by tasks at different points of the stream could not do with RocksDB's
+//! whole-database checkpoints. The stores of a process share one block cache and one
+//! write-buffer budget, so memory stays bounded however many tasks there are. Tables
+//! within a store ([`StateTable`]) are key prefixes, so that a range of keys (a fired
+//! window) is deleted with one range delete. Operators read and write state
 //! a batch at a time: `multi_get` for the distinct keys of a batch, one write batch back.
 //!
-//! A checkpoint ([`StateStore::checkpoint`]) asks RocksDB for a checkpoint (hard links of the
-//! live SST files plus the small MANIFEST, CURRENT and OPTIONS files) and copies into the
-//! checkpoint storage only the SST files that no earlier checkpoint holds: SST files never
+//! A checkpoint ([`StateStore::begin_checkpoint`]) asks RocksDB for a checkpoint (hard links
+//! of the live SST files plus the small MANIFEST, CURRENT and OPTIONS files); its
+//! [`Upload`], which may run on another thread, copies into the checkpoint storage only the
+//! SST files that no earlier checkpoint holds: SST files never
 //! change once written, so each is copied once, under a name unique to this store's lineage,
 //! and then only referenced. [`prune_shared`] deletes shared files no retained checkpoint
 //! references.
@@ -69,10 +74,36 @@ pub struct StateStore {
     checkpoints: u64,
 }
 
+/// Memory every store of the process shares: the block cache, and the budget of write
+/// buffers (memtables), charged to the cache, so that many stores do not mean many times the
+/// memory. State beyond this lives on disk.
+const BLOCK_CACHE_BYTES: usize = 256 << 20;
+const WRITE_BUFFER_BYTES: usize = 128 << 20;
+
+struct ProcessMemory {
+    cache: rocksdb::Cache,
+    write_buffers: rocksdb::WriteBufferManager,
+}
+
+fn process_memory() -> &'static ProcessMemory {
+    static MEMORY: std::sync::OnceLock<ProcessMemory> = std::sync::OnceLock::new();
+    MEMORY.get_or_init(|| {
+        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let write_buffers =
+            rocksdb::WriteBufferManager::new_write_buffer_manager_with_cache(WRITE_BUFFER_BYTES, false, cache.clone());
+        ProcessMemory { cache, write_buffers }
+    })
+}
+
 fn options() -> Options {
     let mut o = Options::default();
     o.create_if_missing(true);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let memory = process_memory();
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(&memory.cache);
+    o.set_block_based_table_factory(&table);
+    o.set_write_buffer_manager(&memory.write_buffers);
     o
 }
 
@@ -118,9 +149,12 @@ impl StateStore {
         StateTable { db: &self.db, prefix: operator.to_be_bytes() }
     }
 
-    /// Copy a consistent checkpoint of the store: new SST files into `shared`, the small
-    /// files into `checkpoint`.
-    pub fn checkpoint(&mut self, shared: &Path, checkpoint: &Path) -> Result<StoreSnapshot> {
+    /// Begin a consistent checkpoint of the store. Done here, on the caller's thread:
+    /// flush, a RocksDB checkpoint of hard links (cheap, and it keeps the files alive
+    /// whatever compaction does next), and reading the small per-checkpoint files (returned
+    /// by name). Left to [`Upload::run`], which may run on another thread while the store
+    /// goes on: copying the SST files no earlier checkpoint holds into `shared`.
+    pub fn begin_checkpoint(&mut self, shared: &Path) -> Result<(StoreSnapshot, Vec<(String, Vec<u8>)>, Upload)> {
         self.db.flush().map_err(|e| db_error("flush", e))?;
         self.checkpoints += 1;
         let local = self.path.with_extension(format!("chk-{}", self.checkpoints));
@@ -128,9 +162,9 @@ impl StateStore {
         rocksdb::checkpoint::Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(&local))
             .map_err(|e| db_error("checkpoint", e))?;
-        std::fs::create_dir_all(shared).map_err(|e| io("create", shared, e))?;
-        std::fs::create_dir_all(checkpoint).map_err(|e| io("create", checkpoint, e))?;
         let mut snapshot = StoreSnapshot::default();
+        let mut own = Vec::new();
+        let mut upload = Upload { local: local.clone(), shared: shared.to_path_buf(), copies: Vec::new() };
         let entries = std::fs::read_dir(&local).map_err(|e| io("list", &local, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| io("list", &local, e))?;
@@ -141,7 +175,7 @@ impl StateStore {
                     Some(existing) => existing.clone(),
                     None => {
                         let shared_name = format!("{}-{name}", self.lineage);
-                        copy_synced(&entry.path(), &shared.join(&shared_name))?;
+                        upload.copies.push((name.clone(), shared_name.clone()));
                         snapshot.bytes_copied += size;
                         self.uploaded.insert(name.clone(), shared_name.clone());
                         shared_name
@@ -150,17 +184,45 @@ impl StateStore {
                 snapshot.bytes_referenced += size;
                 snapshot.shared.insert(name, shared_name);
             } else {
-                copy_synced(&entry.path(), &checkpoint.join(&name))?;
+                let bytes = std::fs::read(entry.path()).map_err(|e| io("read", &entry.path(), e))?;
                 snapshot.bytes_copied += size;
                 snapshot.bytes_referenced += size;
-                snapshot.own.push(name);
+                snapshot.own.push(name.clone());
+                own.push((name, bytes));
             }
         }
-        let _ = std::fs::remove_dir_all(&local);
         // Forget uploads of files RocksDB has compacted away.
         let live: BTreeSet<&String> = snapshot.shared.keys().collect();
         self.uploaded.retain(|name, _| live.contains(name));
-        Ok(snapshot)
+        Ok((snapshot, own, upload))
+    }
+}
+
+/// The second half of a checkpoint: new SST files copied (and synced) into the shared
+/// directory. A checkpoint that uses them counts only once this has succeeded.
+#[derive(Debug)]
+#[must_use = "a checkpoint's SST files are only in the shared directory once its upload has run"]
+pub struct Upload {
+    /// The RocksDB checkpoint (hard links), deleted when done.
+    local: PathBuf,
+    shared: PathBuf,
+    /// RocksDB file name -> shared name.
+    copies: Vec<(String, String)>,
+}
+
+impl Upload {
+    pub fn run(self) -> Result<()> {
+        // Fault injection for tests: a slow upload, so that a test can kill the process
+        // while the job goes on and the checkpoint's files are half copied.
+        if let Some(ms) = std::env::var("WEIR_TEST_DELAY_UPLOAD_MS").ok().and_then(|v| v.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        std::fs::create_dir_all(&self.shared).map_err(|e| io("create", &self.shared, e))?;
+        for (name, shared_name) in &self.copies {
+            copy_synced(&self.local.join(name), &self.shared.join(shared_name))?;
+        }
+        let _ = std::fs::remove_dir_all(&self.local);
+        Ok(())
     }
 }
 
@@ -259,6 +321,17 @@ mod tests {
         v
     }
 
+    /// A whole checkpoint: begun, uploaded, its small files written into `checkpoint`.
+    fn checkpoint(store: &mut StateStore, shared: &Path, checkpoint: &Path) -> StoreSnapshot {
+        let (snapshot, own, upload) = store.begin_checkpoint(shared).expect("begin checkpoint");
+        upload.run().expect("upload");
+        std::fs::create_dir_all(checkpoint).expect("checkpoint dir");
+        for (name, bytes) in own {
+            std::fs::write(checkpoint.join(name), bytes).expect("write own file");
+        }
+        snapshot
+    }
+
     fn load(table: &StateTable<'_>, keys: impl Iterator<Item = u64>, version: u64) {
         let keys: Vec<u64> = keys.collect();
         for chunk in keys.chunks(10_000) {
@@ -278,14 +351,14 @@ mod tests {
         let shared = dir.join("shared");
         let mut store = StateStore::open(dir.join("db")).expect("open");
         load(&store.table(7), 0..1_000_000, 0);
-        let first = store.checkpoint(&shared, &dir.join("chk-1")).expect("checkpoint 1");
+        let first = checkpoint(&mut store, &shared, &dir.join("chk-1"));
         assert!(first.bytes_referenced > 50_000_000 / 4, "state is {} bytes", first.bytes_referenced);
 
         let mut snapshots = vec![first.clone()];
         for round in 1..=3u64 {
             // 1% of the keys, spread over the whole key space.
             load(&store.table(7), (0..1_000_000).filter(|i| (i + round) % 100 == 0), round);
-            let s = store.checkpoint(&shared, &dir.join(format!("chk-{}", round + 1))).expect("checkpoint");
+            let s = checkpoint(&mut store, &shared, &dir.join(format!("chk-{}", round + 1)));
             let share = s.bytes_copied as f64 / s.bytes_referenced as f64;
             println!(
                 "checkpoint {}: copied {} of {} bytes ({:.1}%)",

@@ -330,6 +330,7 @@ impl Engine {
         };
         let mut options = state.settings.job_options();
         if let Some(root) = options.rocksdb.take() {
+            remove_dead_state(&root);
             options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
         }
         // Checkpoints: resume from the latest one of this job unless told to start over.
@@ -454,4 +455,23 @@ fn checkpoints_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
     let columns =
         vec![int(&|c| c.id), int(&|c| c.duration_ms), int(&|c| c.bytes_written), int(&|c| c.bytes_referenced)];
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// Delete the local RocksDB copies (`<job>-<pid>-<n>` in the state directory) of processes
+/// that are gone: a killed process leaves them behind, and they are scratch (the
+/// checkpoints hold the state). Only where `/proc` tells which processes live.
+fn remove_dead_state(root: &std::path::Path) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let mut parts = name.rsplit('-');
+        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Exactly-once under SIGKILL: a checkpointed `weir run` job (Nexmark bids -> 10 s tumbling
 //! window count/sum per auction -> CSV files) is killed at random moments, some of them while
-//! a checkpoint is being written, and restarted each time; in the end the published files
+//! a checkpoint is being written and (RocksDB state) while a checkpoint's files are being
+//! copied as the job goes on, and restarted each time; in the end the published files
 //! hold exactly the rows of a run that was never killed.
 
 use std::path::Path;
@@ -31,13 +32,36 @@ GROUP BY auction, window_start, window_end;
     )
 }
 
-fn start(sql: &Path, delay_manifest: Option<u64>) -> Child {
+/// Where a kill lands.
+#[derive(Clone, Copy, PartialEq)]
+enum Moment {
+    /// At a random time.
+    Random,
+    /// Between a checkpoint's state files and its manifest (the write slowed down).
+    ManifestWrite,
+    /// While RocksDB files are copied to the checkpoint, after the barrier, with the job
+    /// processing on (the copy slowed down).
+    Upload,
+}
+
+fn start(sql: &Path, moment: Moment) -> Child {
     let mut cmd = Command::new(weir_bin());
     cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null());
-    if let Some(ms) = delay_manifest {
-        cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", ms.to_string());
-    }
+    match moment {
+        Moment::ManifestWrite => cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300"),
+        Moment::Upload => cmd.env("WEIR_TEST_DELAY_UPLOAD_MS", "300"),
+        Moment::Random => &mut cmd,
+    };
     cmd.spawn().expect("start weir")
+}
+
+/// A RocksDB checkpoint (hard links) whose upload has not finished: `*.chk-N` in the state.
+fn upload_in_progress(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| {
+        let path = e.path();
+        path.is_dir() && (e.file_name().to_string_lossy().contains(".chk-") || upload_in_progress(&path))
+    })
 }
 
 /// Visible output rows, sorted; panics on leftover hidden files when `clean` is asked.
@@ -100,22 +124,37 @@ fn crash_test(backend: &str) {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (seed >> 33) % below
     };
-    let (mut kills, mut during_write, mut finished) = (0, 0, 0);
+    let (mut kills, mut during_write, mut during_upload, mut finished) = (0, 0, 0, 0);
+    let rocksdb = backend == "rocksdb";
     let mut round = 0;
-    while (kills < 12 || during_write < 3) && round < 40 {
+    while (kills < 12 || during_write < 3 || (rocksdb && during_upload < 3)) && round < 40 {
         round += 1;
         // Every third kill waits for a checkpoint caught between its state files and its
-        // manifest (the write is slowed down for that) and kills then.
-        let in_write = round % 3 == 2;
-        let mut child = start(&dir.join("job.sql"), in_write.then_some(300));
+        // manifest and kills then; with RocksDB, every third other one waits for a
+        // checkpoint's files being copied.
+        let moment = match round % 3 {
+            2 => Moment::ManifestWrite,
+            0 if rocksdb => Moment::Upload,
+            _ => Moment::Random,
+        };
+        let caught = |moment: Moment| match moment {
+            Moment::ManifestWrite => checkpoint_in_progress(&dir.join("checkpoints")),
+            Moment::Upload => upload_in_progress(&dir.join("state")),
+            Moment::Random => false,
+        };
+        // Local state of killed runs is scratch (and `weir run` clears it too, but only once
+        // started): gone, so that only this run's uploads are seen.
+        let _ = std::fs::remove_dir_all(dir.join("state"));
+        let mut child = start(&dir.join("job.sql"), moment);
         let started = Instant::now();
-        let deadline = started + Duration::from_millis(if in_write { 3000 } else { 100 + random(600) });
+        let wait = if moment == Moment::Random { 100 + random(600) } else { 3000 };
+        let deadline = started + Duration::from_millis(wait);
         let mut killed = false;
         while Instant::now() < deadline {
             if child.try_wait().expect("poll child").is_some() {
                 break;
             }
-            if in_write && checkpoint_in_progress(&dir.join("checkpoints")) {
+            if caught(moment) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -127,8 +166,10 @@ fn crash_test(backend: &str) {
         let status = child.wait().expect("reap child");
         if killed {
             kills += 1;
-            if in_write && checkpoint_in_progress(&dir.join("checkpoints")) {
-                during_write += 1;
+            match moment {
+                Moment::ManifestWrite if caught(moment) => during_write += 1,
+                Moment::Upload if caught(moment) => during_upload += 1,
+                _ => {}
             }
         } else {
             assert!(status.success(), "a run failed on its own in round {round}");
@@ -136,10 +177,12 @@ fn crash_test(backend: &str) {
         }
     }
     println!(
-        "{backend}: {kills} kills ({during_write} during a checkpoint write), {finished} runs finished on their own"
+        "{backend}: {kills} kills ({during_write} during a checkpoint write, {during_upload} during a RocksDB \
+         upload), {finished} runs finished on their own"
     );
     assert!(kills >= 10, "only {kills} kills");
     assert!(during_write >= 2, "only {during_write} kills during a checkpoint write");
+    assert!(!rocksdb || during_upload >= 2, "only {during_upload} kills during a RocksDB upload");
 
     // A last run to the end.
     let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");

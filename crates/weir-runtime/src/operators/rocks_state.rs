@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use weir_core::{Result, WeirError};
-use weir_state::{StateStore, StoreSnapshot};
+use weir_state::{StateStore, StoreSnapshot, Upload};
 
 /// Where a task's RocksDB lives and where checkpoints keep SST files.
 #[derive(Debug, Clone)]
@@ -26,7 +26,8 @@ pub(crate) struct RocksState {
     store: Option<StateStore>,
     /// The last snapshot's shared files and byte counts.
     last_snapshot: (Vec<String>, u64, u64),
-    snapshots: u64,
+    /// The last snapshot's SST copies, until the task takes them.
+    upload: Option<Upload>,
 }
 
 fn damaged() -> WeirError {
@@ -36,7 +37,7 @@ fn damaged() -> WeirError {
 impl RocksState {
     pub fn open(dirs: StateDirs) -> Result<Self> {
         let store = StateStore::open(dirs.local.join("db"))?;
-        Ok(Self { dirs, store: Some(store), last_snapshot: (Vec::new(), 0, 0), snapshots: 0 })
+        Ok(Self { dirs, store: Some(store), last_snapshot: (Vec::new(), 0, 0), upload: None })
     }
 
     pub fn store(&self) -> Result<&StateStore> {
@@ -44,36 +45,31 @@ impl RocksState {
     }
 
     /// Checkpoint the store; `header` is the operator's own metadata, given back by
-    /// [`RocksState::restore`].
+    /// [`RocksState::restore`]. The new SST files still have to be copied: see
+    /// [`RocksState::take_upload`].
     pub fn snapshot(&mut self, header: serde_json::Value) -> Result<Vec<u8>> {
-        self.snapshots += 1;
-        let own = self.dirs.local.join(format!("own-{}", self.snapshots));
-        let _ = std::fs::remove_dir_all(&own);
         let shared = self.dirs.shared.clone();
         let store = self.store.as_mut().ok_or_else(|| WeirError::internal("operator state store is closed"))?;
-        let snap = store.checkpoint(&shared, &own)?;
-        let mut files = Vec::new();
-        for name in &snap.own {
-            let path = own.join(name);
-            files.push(
-                std::fs::read(&path)
-                    .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?,
-            );
-        }
-        let _ = std::fs::remove_dir_all(&own);
+        let (snap, own, upload) = store.begin_checkpoint(&shared)?;
+        self.upload = Some(upload);
         self.last_snapshot = (snap.shared.values().cloned().collect(), snap.bytes_copied, snap.bytes_referenced);
         let header = serde_json::json!({
             "store": snap.to_json(),
-            "sizes": files.iter().map(|f| f.len()).collect::<Vec<_>>(),
+            "sizes": own.iter().map(|(_, f)| f.len()).collect::<Vec<_>>(),
             "operator": header,
         })
         .to_string();
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(header.as_bytes());
-        for f in files {
+        for (_, f) in own {
             bytes.extend_from_slice(&f);
         }
         Ok(bytes)
+    }
+
+    /// The copy of the last snapshot's new SST files, to run off the task's thread.
+    pub fn take_upload(&mut self) -> Option<Upload> {
+        self.upload.take()
     }
 
     /// Shared files of the last snapshot, bytes copied, bytes referenced.

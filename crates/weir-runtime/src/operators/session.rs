@@ -485,6 +485,15 @@ impl Operator for SessionAggregate {
         }
     }
 
+    fn take_snapshot_upload(&mut self) -> Option<weir_core::SnapshotUpload> {
+        match &mut self.sessions {
+            Sessions::Rocks(state) => {
+                state.take_upload().map(|u| Box::new(move || u.run()) as weir_core::SnapshotUpload)
+            }
+            Sessions::Memory { .. } => None,
+        }
+    }
+
     fn restore(&mut self, state: &[u8]) -> Result<()> {
         match &mut self.sessions {
             Sessions::Rocks(rocks) => {

@@ -222,6 +222,10 @@ impl Operator for RocksWindowAggregate {
         self.state.snapshot_files()
     }
 
+    fn take_snapshot_upload(&mut self) -> Option<weir_core::SnapshotUpload> {
+        self.state.take_upload().map(|u| Box::new(move || u.run()) as weir_core::SnapshotUpload)
+    }
+
     fn restore(&mut self, state: &[u8]) -> Result<()> {
         let header = self.state.restore(state)?;
         self.open = header["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()).collect();
