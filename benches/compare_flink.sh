@@ -9,7 +9,7 @@ DATA="${1:-/tmp/nexmark}"
 OUT="${OUT:-/tmp/weir-vs-flink}"
 mkdir -p "$OUT"
 rm -f "$OUT/weir.jsonl"
-bench() { cargo bench --quiet -p weir-cli --bench nexmark -- "$@" --repeat 3 --out "$OUT/weir.jsonl"; }
+bench() { cargo bench --quiet --workspace --bench nexmark -- "$@" --repeat 3 --out "$OUT/weir.jsonl"; }
 bench --source "parse:$DATA/bids_5m.csv,csv:$DATA/bids_5m.csv" --queries q0,q1,q2,q14,q21,q22 --parallelism 1
 bench --source "csv:$DATA/bids_5m.csv,parquet:$DATA/bids_5m.parquet,generator:5000000" --queries q0 --parallelism 2
 bench --source "parquet:$DATA/bids_5m.parquet,generator:5000000" --queries q0 --parallelism 1

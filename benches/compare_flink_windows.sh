@@ -13,7 +13,7 @@ REPEAT="${REPEAT:-3}"
 QUERIES="${QUERIES:-tumble,q5}"
 mkdir -p "$OUT"
 rm -f "$OUT/weir.jsonl" "$OUT/flink.jsonl"
-bench() { cargo bench --quiet -p weir-cli --bench nexmark -- --source "csv:$DATA/bids_5m.csv" --queries "$QUERIES" \
+bench() { cargo bench --quiet --workspace --bench nexmark -- --source "csv:$DATA/bids_5m.csv" --queries "$QUERIES" \
   --parallelism 1 --state-backend rocksdb --repeat "$REPEAT" --out "$OUT/weir.jsonl" "$@"; }
 bench
 bench --checkpoint-interval 1s
