@@ -3,6 +3,7 @@
 //! | connector | source | sink |
 //! |---|---|---|
 //! | `filesystem` (`format` = `csv`, `json`, `parquet`) | yes | yes |
+//! | `kafka` (`format` = `json`, `csv`, `raw`) | yes | yes (exactly-once, at-least-once, none) |
 //! | `print` | | yes |
 //! | `blackhole` | | yes |
 //! | `nexmark` (`table` = `bid`, `auction`, `person`) | yes | |
@@ -10,6 +11,7 @@
 mod blackhole;
 mod filesystem;
 mod format;
+pub mod kafka;
 mod nexmark;
 mod print;
 mod registry;

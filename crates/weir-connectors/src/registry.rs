@@ -7,7 +7,7 @@ use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
 
-const CONNECTORS: &[&str] = &["filesystem", "nexmark", "print", "blackhole"];
+const CONNECTORS: &[&str] = &["filesystem", "kafka", "nexmark", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -40,6 +40,7 @@ impl ConnectorFactory for Connectors {
                 table.options.check_known(&table.name, &known)
             }
             "nexmark" => crate::nexmark::validate(table),
+            "kafka" => crate::kafka::validate(table),
             "print" => table.options.check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
             _ => table.options.check_known(&table.name, &["connector"]),
         }
@@ -49,6 +50,7 @@ impl ConnectorFactory for Connectors {
         match self.connector(table)? {
             "filesystem" => Ok(Box::new(FileSource::new(table, projection, split)?)),
             "nexmark" => Ok(Box::new(crate::nexmark::NexmarkSource::new(table, projection, split)?)),
+            "kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
             other => Err(WeirError::user(format!(
                 "table '{}' uses connector '{other}', which can only be written to, not read",
                 table.name
@@ -70,6 +72,7 @@ impl ConnectorFactory for Connectors {
                 Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name)))
             }
             "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
+            "kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

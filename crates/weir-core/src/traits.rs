@@ -132,6 +132,15 @@ pub trait Sink: Send {
         Ok(())
     }
 
+    /// The end of the input, when the job takes checkpoints: pre-commit the rows written
+    /// since the last barrier and return what committing them needs. They are committed
+    /// (`commit`) once the job's final checkpoint, taken when every task has ended, is
+    /// complete; a restart from that checkpoint finishes the commit (`restore`). `None`, the
+    /// default: nothing to commit that way, and `finish` publishes whatever is left.
+    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
     /// Before any row, after a restart from checkpoint `epoch`: finish publishing what that
     /// checkpoint pre-committed (`state` is what `pre_commit` returned, if anything) and
     /// discard what attempts after it wrote. Must be idempotent: a restore can be cut short.

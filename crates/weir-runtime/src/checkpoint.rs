@@ -423,33 +423,13 @@ pub async fn coordinate(
                     for (task, state) in &finished {
                         states.entry(task.clone()).or_insert_with(|| state.clone());
                     }
-                    let store = store.clone();
-                    let fingerprint = config.fingerprint.clone();
-                    let retained = config.retained;
-                    // Written off the async threads; the job goes on processing meanwhile.
-                    let written = tokio::task::spawn_blocking(move || {
-                        let s = store.write(n, &fingerprint, &states)?;
-                        store.prune(retained)?;
-                        Ok::<_, WeirError>(s)
-                    })
-                    .await;
-                    match written {
-                        Ok(Ok(mut s)) => {
-                            // From the barrier's injection to the manifest on disk.
-                            if let Some(began) = began {
-                                s.duration_ms = began.elapsed().as_millis() as u64;
-                            }
-                            log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
-                            if let Ok(mut all) = stats.lock() {
-                                all.push(s);
-                                let excess = all.len().saturating_sub(100);
-                                all.drain(..excess);
-                            }
-                            let _ = committed.send(n);
-                        }
-                        Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
-                        Err(e) => log::warn!("checkpoint {n} failed: {e}"),
-                    }
+                    complete(n, states, began, &config, &store, &stats, &committed).await;
+                }
+                // Every task has ended: a final checkpoint of their final states, so that a
+                // restart resumes at the end and sinks commit what they pre-committed there.
+                if started.is_empty() && tasks.iter().all(|t| finished.contains_key(t)) {
+                    complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await;
+                    return;
                 }
                 if stop_pending && started.is_empty() {
                     stop_pending = false;
@@ -461,6 +441,45 @@ pub async fn coordinate(
                 }
             }
         }
+    }
+}
+
+/// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,
+/// and tell the sinks it is complete.
+async fn complete(
+    n: u64,
+    states: BTreeMap<String, TaskState>,
+    began: Option<tokio::time::Instant>,
+    config: &CheckpointConfig,
+    store: &std::sync::Arc<dyn CheckpointStore>,
+    stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
+    committed: &watch::Sender<u64>,
+) {
+    let store = store.clone();
+    let fingerprint = config.fingerprint.clone();
+    let retained = config.retained;
+    let written = tokio::task::spawn_blocking(move || {
+        let s = store.write(n, &fingerprint, &states)?;
+        store.prune(retained)?;
+        Ok::<_, WeirError>(s)
+    })
+    .await;
+    match written {
+        Ok(Ok(mut s)) => {
+            // From the barrier's injection to the manifest on disk.
+            if let Some(began) = began {
+                s.duration_ms = began.elapsed().as_millis() as u64;
+            }
+            log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
+            if let Ok(mut all) = stats.lock() {
+                all.push(s);
+                let excess = all.len().saturating_sub(100);
+                all.drain(..excess);
+            }
+            let _ = committed.send(n);
+        }
+        Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
+        Err(e) => log::warn!("checkpoint {n} failed: {e}"),
     }
 }
 

@@ -825,10 +825,33 @@ async fn run_sink(
             }
             Message::Idle => {}
             Message::End => {
-                sink.finish().await?;
-                if let Some(cp) = &checkpoint {
+                let (Some(cp), Some(committed)) = (&checkpoint, &mut committed) else {
+                    sink.finish().await?;
+                    return Ok(());
+                };
+                let Some(state) = sink.pre_commit_final().await? else {
+                    sink.finish().await?;
                     cp.ack(None, TaskState::new());
-                }
+                    return Ok(());
+                };
+                // Committed with the final checkpoint, which the coordinator writes once
+                // every task has ended.
+                let last = *committed.borrow_and_update();
+                cp.ack(None, TaskState::from([("sink".to_string(), state)]));
+                let n = loop {
+                    if committed.changed().await.is_err() {
+                        return Err(WeirError::external(
+                            "the job's final checkpoint was not completed: its last output is not committed \
+                             (a restart finishes the commit from the final checkpoint if it was written)",
+                        ));
+                    }
+                    let n = *committed.borrow_and_update();
+                    if n > last {
+                        break n;
+                    }
+                };
+                sink.commit(n).await?;
+                sink.finish().await?;
                 return Ok(());
             }
         }

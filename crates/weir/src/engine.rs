@@ -2,11 +2,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::Mutex;
+
 use weir_connectors::Connectors;
 use weir_core::{ConnectorFactory, Result, WeirError};
 use weir_runtime::{spawn_job, JobHandle, OperatorSpec, SinkSpec, SinkTarget, StreamPlan};
@@ -329,6 +331,15 @@ impl Engine {
             None => format!("insert-into-{}", table.name),
         };
         let mut options = state.settings.job_options();
+        if table.options.get("connector") == Some("kafka") {
+            // The longest a pre-committed transaction waits for a restarted job: the
+            // checkpoint timeout, then every restart's backoff (doubling).
+            let checkpoint_timeout = options.checkpoint.as_ref().map_or(Duration::ZERO, |(c, _)| c.timeout);
+            let restarts = (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
+            for warning in weir_connectors::kafka::check_job(table, checkpoint_timeout, restarts)? {
+                log::warn!("{warning}");
+            }
+        }
         if let Some(root) = options.rocksdb.take() {
             remove_dead_state(&root);
             options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));

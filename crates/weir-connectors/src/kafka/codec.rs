@@ -1,0 +1,209 @@
+//! Kafka record values to batches and back, a batch at a time: `json` (one object per
+//! record), `csv` (one line per record) or `raw` (the value as the table's single STRING or
+//! BYTES column). A batch that fails to decode as a whole is decoded record by record to
+//! find the malformed ones, which fail the job naming topic, partition and offset, or are
+//! skipped and counted (`format.ignore-parse-errors`), as for files.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use weir_core::{Result, TableDef, WeirError};
+
+use crate::format::ParsePolicy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Json,
+    Csv { delimiter: u8 },
+    Raw,
+}
+
+impl Codec {
+    pub fn from_table(table: &TableDef, key: &str) -> Result<Codec> {
+        let value = table.options.get(key).unwrap_or("json");
+        Ok(match value {
+            "json" => Codec::Json,
+            "csv" => {
+                let delimiter = match table.options.get("csv.field-delimiter") {
+                    None => b',',
+                    Some("\\t") => b'\t',
+                    Some(d) if d.len() == 1 => d.as_bytes()[0],
+                    Some(d) => {
+                        return Err(WeirError::user(format!(
+                            "table '{}': 'csv.field-delimiter' must be one character, not '{d}'",
+                            table.name
+                        ))
+                        .at(table.options.location("csv.field-delimiter")))
+                    }
+                };
+                Codec::Csv { delimiter }
+            }
+            "raw" => Codec::Raw,
+            other => {
+                return Err(WeirError::user(format!(
+                    "table '{}': '{key}' must be 'json', 'csv' or 'raw', not '{other}'",
+                    table.name
+                ))
+                .at(table.options.location(key)))
+            }
+        })
+    }
+}
+
+/// Where a record came from, for errors.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordAt {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+pub struct Decoder {
+    pub codec: Codec,
+    pub schema: SchemaRef,
+    pub policy: ParsePolicy,
+    pub topic: String,
+    pub skipped: u64,
+}
+
+impl Decoder {
+    fn decode_all(&self, values: &[&[u8]]) -> Result<Option<RecordBatch>> {
+        match self.codec {
+            Codec::Raw => {
+                let field = self.schema.field(0);
+                let column: ArrayRef = match field.data_type() {
+                    DataType::Binary => Arc::new(BinaryArray::from_iter_values(values.iter())),
+                    _ => {
+                        let strings = values
+                            .iter()
+                            .map(|v| std::str::from_utf8(v).map_err(|_| WeirError::user("not valid UTF-8")))
+                            .collect::<Result<Vec<_>>>()?;
+                        Arc::new(StringArray::from(strings))
+                    }
+                };
+                Ok(Some(RecordBatch::try_new(self.schema.clone(), vec![column])?))
+            }
+            Codec::Json => {
+                let mut decoder = datafusion::arrow::json::ReaderBuilder::new(self.schema.clone())
+                    .with_batch_size(values.len().max(1))
+                    .build_decoder()?;
+                for v in values {
+                    // One record, one row: a value that is not a complete object fails here.
+                    let before = decoder.len();
+                    let mut at = 0;
+                    while at < v.len() {
+                        let read = decoder.decode(&v[at..])?;
+                        if read == 0 {
+                            break;
+                        }
+                        at += read;
+                    }
+                    decoder.decode(b"\n")?;
+                    if decoder.len() != before + 1 {
+                        return Err(WeirError::user("not one complete JSON object"));
+                    }
+                }
+                Ok(decoder.flush()?)
+            }
+            Codec::Csv { delimiter } => {
+                let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(self.schema.clone())
+                    .with_delimiter(delimiter)
+                    .with_batch_size(values.len().max(1))
+                    .build_decoder();
+                let mut text = Vec::with_capacity(values.iter().map(|v| v.len() + 1).sum());
+                for v in values {
+                    if v.contains(&b'\n') {
+                        return Err(WeirError::user("a line break inside a CSV record"));
+                    }
+                    text.extend_from_slice(v);
+                    text.push(b'\n');
+                }
+                let mut at = 0;
+                while at < text.len() {
+                    let read = decoder.decode(&text[at..])?;
+                    if read == 0 {
+                        break;
+                    }
+                    at += read;
+                }
+                let batch = decoder.flush()?;
+                if batch.as_ref().map_or(0, |b| b.num_rows()) != values.len() {
+                    return Err(WeirError::user("not one CSV record per Kafka record"));
+                }
+                Ok(batch)
+            }
+        }
+    }
+
+    /// The records' values as one batch, applying the malformed-record policy.
+    pub fn decode(&mut self, values: &[&[u8]], at: &[RecordAt]) -> Result<Option<RecordBatch>> {
+        if values.is_empty() {
+            return Ok(None);
+        }
+        if let Ok(batch) = self.decode_all(values) {
+            return Ok(batch);
+        }
+        let mut good: Vec<&[u8]> = Vec::with_capacity(values.len());
+        for (v, where_) in values.iter().zip(at) {
+            match self.decode_all(&[v]) {
+                Ok(_) => good.push(v),
+                Err(_) if self.policy == ParsePolicy::Skip => self.skipped += 1,
+                Err(e) => {
+                    let what = match self.codec {
+                        Codec::Json => "JSON",
+                        Codec::Csv { .. } => "CSV",
+                        Codec::Raw => "raw",
+                    };
+                    return Err(WeirError::user(format!(
+                        "malformed {what} record in topic '{}' partition {} at offset {}: {} \
+                         (set 'format.ignore-parse-errors' = 'true' to skip such records)",
+                        self.topic,
+                        where_.partition,
+                        where_.offset,
+                        e.message.trim_start_matches("Json error: ")
+                    )));
+                }
+            }
+        }
+        if good.is_empty() {
+            return Ok(None);
+        }
+        self.decode_all(&good)
+    }
+}
+
+/// Each row of `batch` as one value: JSON objects or CSV lines, written a batch at a time.
+pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    let mut buf = Vec::with_capacity(batch.num_rows() * 64);
+    match codec {
+        Codec::Json => {
+            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(&mut buf);
+            writer.write(batch)?;
+            writer.finish()?;
+        }
+        Codec::Csv { delimiter } => {
+            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(false)
+                .with_delimiter(delimiter)
+                .build(&mut buf);
+            writer.write(batch)?;
+        }
+        Codec::Raw => {
+            let column = batch.column(0);
+            if let Some(s) = column.as_any().downcast_ref::<StringArray>() {
+                return Ok(s.iter().map(|v| v.unwrap_or("").as_bytes().to_vec()).collect());
+            }
+            if let Some(b) = column.as_any().downcast_ref::<BinaryArray>() {
+                return Ok(b.iter().map(|v| v.unwrap_or(&[]).to_vec()).collect());
+            }
+            return Err(WeirError::user("format 'raw' writes one STRING or BYTES column"));
+        }
+    }
+    let mut rows: Vec<Vec<u8>> = buf.split(|b| *b == b'\n').map(|l| l.to_vec()).collect();
+    // The text ends with a line break: one empty piece after it.
+    if rows.len() != batch.num_rows() + 1 {
+        return Err(WeirError::user("a CSV value contains a line break: write this table with format 'json'"));
+    }
+    rows.pop();
+    Ok(rows)
+}

@@ -1,0 +1,164 @@
+//! The `kafka` connector: a source whose offsets live in Weir's checkpoints, and a sink that
+//! is exactly-once (Kafka transactions committed with the checkpoint, two-phase), at least
+//! once (idempotent producer, flushed at every checkpoint), or best effort.
+//!
+//! Everything here is plain Kafka protocol through librdkafka (rdkafka), plus the two
+//! requests of [`txn`] for finishing a transaction after a crash.
+
+mod codec;
+mod sink;
+mod source;
+pub mod txn;
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use weir_core::{Result, TableDef, WeirError};
+
+pub use sink::KafkaSink;
+pub use source::KafkaSource;
+
+const OPTIONS: &[&str] = &[
+    "connector",
+    "topic",
+    "format",
+    "value.format",
+    "key.format",
+    "key.fields",
+    "csv.field-delimiter",
+    "format.ignore-parse-errors",
+    "json.ignore-parse-errors",
+    "csv.ignore-parse-errors",
+    "scan.startup.mode",
+    "scan.startup.timestamp-millis",
+    "scan.bounded.mode",
+    "sink.delivery-guarantee",
+    "sink.transactional-id-prefix",
+];
+
+/// `'sink.delivery-guarantee'`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    ExactlyOnce,
+    AtLeastOnce,
+    None,
+}
+
+pub(crate) fn topic(table: &TableDef) -> Result<String> {
+    Ok(table.options.required(&table.name, "topic")?.to_string())
+}
+
+pub(crate) fn bootstrap(table: &TableDef) -> Result<String> {
+    Ok(table.options.required(&table.name, "properties.bootstrap.servers")?.to_string())
+}
+
+pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
+    Ok(match table.options.get("sink.delivery-guarantee").unwrap_or("at-least-once") {
+        "exactly-once" => Delivery::ExactlyOnce,
+        "at-least-once" => Delivery::AtLeastOnce,
+        "none" => Delivery::None,
+        other => {
+            return Err(WeirError::user(format!(
+                "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
+                table.name
+            ))
+            .at(table.options.location("sink.delivery-guarantee")))
+        }
+    })
+}
+
+/// librdkafka settings: `properties.*` options passed through, then `fixed` (what the
+/// connector's correctness depends on, which a user cannot override).
+pub(crate) fn client_config(table: &TableDef, fixed: &[(&str, &str)]) -> Result<ClientConfig> {
+    let mut config = ClientConfig::new();
+    for (key, value) in table.options.iter() {
+        if let Some(property) = key.strip_prefix("properties.") {
+            if fixed.iter().any(|(k, _)| *k == property) {
+                return Err(WeirError::user(format!(
+                    "table '{}': option '{key}' is set by the connector and cannot be given",
+                    table.name
+                ))
+                .at(table.options.location(key)));
+            }
+            config.set(property, value);
+        }
+    }
+    for (k, v) in fixed {
+        config.set(*k, *v);
+    }
+    Ok(config)
+}
+
+/// The broker's transaction timeout a sink's transactions are opened with.
+pub(crate) fn transaction_timeout(table: &TableDef) -> Result<Duration> {
+    match table.options.get("properties.transaction.timeout.ms") {
+        None => Ok(Duration::from_secs(900)),
+        Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| {
+            WeirError::user(format!("table '{}': 'properties.transaction.timeout.ms' must be milliseconds, not '{v}'", table.name))
+                .at(table.options.location("properties.transaction.timeout.ms"))
+        }),
+    }
+}
+
+pub fn validate(table: &TableDef) -> Result<()> {
+    for (key, _) in table.options.iter() {
+        if !key.starts_with("properties.") && !OPTIONS.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key) {
+            return Err(WeirError::user(format!(
+                "table '{}': unknown option '{key}'; options here are: {}, properties.* (librdkafka settings)",
+                table.name,
+                OPTIONS.join(", ")
+            ))
+            .at(table.options.location(key)));
+        }
+    }
+    topic(table)?;
+    bootstrap(table)?;
+    codec::Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+    if delivery(table)? == Delivery::ExactlyOnce && table.options.get("sink.transactional-id-prefix").is_none() {
+        return Err(WeirError::user(format!(
+            "table '{}': 'sink.delivery-guarantee' = 'exactly-once' needs 'sink.transactional-id-prefix', \
+             unique to this sink (it names the sink's Kafka transactions)",
+            table.name
+        ))
+        .at(table.options.location("sink.delivery-guarantee")));
+    }
+    transaction_timeout(table)?;
+    for key in table.options.get("key.fields").into_iter().flat_map(|k| k.split(';')) {
+        if table.schema.field_with_name(key.trim()).is_err() {
+            return Err(WeirError::user(format!("table '{}': 'key.fields' names '{key}', which is not a column", table.name))
+                .at(table.options.location("key.fields")));
+        }
+    }
+    source::startup(table)?;
+    Ok(())
+}
+
+/// Checks of an exactly-once sink against the job's settings, at job start: the broker must
+/// not abort a pre-committed transaction before a restarted job can commit it. Returns
+/// warnings for the user.
+pub fn check_job(table: &TableDef, checkpoint_timeout: Duration, restart_delay: Duration) -> Result<Vec<String>> {
+    if delivery(table)? != Delivery::ExactlyOnce {
+        return Ok(Vec::new());
+    }
+    let timeout = transaction_timeout(table)?;
+    let needed = checkpoint_timeout + restart_delay;
+    if timeout <= needed {
+        return Err(WeirError::user(format!(
+            "table '{}': 'properties.transaction.timeout.ms' ({} ms) must exceed the checkpoint timeout plus the \
+             restart delay ({} ms): a transaction pre-committed in a checkpoint must outlive a crash until the \
+             restarted job commits it, or the broker aborts it and that checkpoint's output is lost",
+            table.name,
+            timeout.as_millis(),
+            needed.as_millis()
+        ))
+        .at(table.options.location("properties.transaction.timeout.ms")));
+    }
+    Ok(vec![format!(
+        "table '{}' is written exactly once: its rows become visible when the checkpoint that covers them \
+         completes (latency = checkpoint interval), and only to consumers with isolation.level = read_committed",
+        table.name
+    )])
+}
+
+/// A poll loop's wait when nothing is there.
+pub(crate) const IDLE_POLL: Duration = Duration::from_millis(2);

@@ -1,0 +1,405 @@
+//! Writing a Kafka topic, one record per row (key from `'key.fields'`, so Kafka's
+//! partitioner keeps a key in one partition).
+//!
+//! `exactly-once`: the rows between barrier `n - 1` and barrier `n` go into one Kafka
+//! transaction, with the transactional id `<prefix>-<task>-<n>` (a new id per checkpoint:
+//! committing `n` after a crash can then touch nothing but `n`). On barrier `n` the
+//! transaction is flushed (pre-commit) and its id, producer id and producer epoch go into
+//! checkpoint `n`; rows after the barrier go into transaction `n + 1`. When checkpoint `n`
+//! is complete, transactions up to `n` are committed. After a restart from checkpoint `n`,
+//! the transactions it recorded are committed as their producers would have ([`super::txn`]:
+//! a crash between checkpoint completion and commit loses nothing and duplicates nothing),
+//! then the ids of the next checkpoints are initialized, which aborts what the dead attempt
+//! had left open and fences any instance of it still running.
+//!
+//! `at-least-once`: an idempotent producer, flushed at every barrier. `none`: no flush.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Statistics};
+use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
+
+use super::codec::{encode, Codec};
+use super::txn::{self, PreCommitted};
+use super::Delivery;
+
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Ids initialized past a restored checkpoint: the transactions a dead attempt may have had
+/// open (one being written, one pre-committed) and one more.
+const IDS_AHEAD: u64 = 3;
+
+/// Delivery errors and the producer id and epoch, from librdkafka's callbacks.
+#[derive(Default)]
+struct Observed {
+    error: Option<String>,
+    producer: Option<(i64, i16)>,
+}
+
+#[derive(Clone, Default)]
+struct SinkContext(Arc<Mutex<Observed>>);
+
+impl ClientContext for SinkContext {
+    fn stats(&self, statistics: Statistics) {
+        if let Some(eos) = statistics.eos {
+            if eos.producer_id >= 0 {
+                if let Ok(mut o) = self.0.lock() {
+                    o.producer = Some((eos.producer_id, eos.producer_epoch as i16));
+                }
+            }
+        }
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            if let Ok(mut o) = self.0.lock() {
+                o.error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+type KafkaProducer = ThreadedProducer<SinkContext>;
+
+fn kafka_error(what: &str, e: KafkaError) -> WeirError {
+    WeirError::external(format!("Kafka: {what}: {e}"))
+}
+
+/// A transaction being written or waiting for its checkpoint.
+struct Transaction {
+    epoch: u64,
+    producer: KafkaProducer,
+    context: SinkContext,
+    id: PreCommitted,
+    rows: u64,
+}
+
+pub struct KafkaSink {
+    table: String,
+    topic: String,
+    bootstrap: Vec<String>,
+    delivery: Delivery,
+    value: Codec,
+    key: Option<(Codec, Vec<usize>)>,
+    config: rdkafka::ClientConfig,
+    prefix: String,
+    task: usize,
+    txn_timeout: Duration,
+    /// The rows since the last barrier (exactly-once: in this transaction).
+    epoch: u64,
+    open: Option<Transaction>,
+    /// Pre-committed, waiting for their checkpoint to complete.
+    pending: BTreeMap<u64, Transaction>,
+    /// At-least-once and none: one producer for the job.
+    plain: Option<(KafkaProducer, SinkContext)>,
+}
+
+impl KafkaSink {
+    pub fn new(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Self> {
+        let delivery = super::delivery(table)?;
+        let fixed: Vec<(&str, &str)> = match delivery {
+            Delivery::ExactlyOnce => vec![("enable.idempotence", "true"), ("statistics.interval.ms", "50")],
+            Delivery::AtLeastOnce => vec![("enable.idempotence", "true")],
+            Delivery::None => vec![],
+        };
+        let mut config = super::client_config(table, &fixed)?;
+        let txn_timeout = super::transaction_timeout(table)?;
+        if delivery == Delivery::ExactlyOnce {
+            config.set("transaction.timeout.ms", txn_timeout.as_millis().to_string());
+        }
+        let value = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+        let key = match table.options.get("key.fields") {
+            None => None,
+            Some(fields) => {
+                let columns = fields
+                    .split(';')
+                    .map(|f| {
+                        schema.index_of(f.trim()).map_err(|_| {
+                            WeirError::user(format!("table '{}': 'key.fields' names '{f}', which is not a column", table.name))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let codec = match table.options.get("key.format") {
+                    Some(_) => Codec::from_table(table, "key.format")?,
+                    None => Codec::Json,
+                };
+                Some((codec, columns))
+            }
+        };
+        Ok(Self {
+            table: table.name.clone(),
+            topic: super::topic(table)?,
+            bootstrap: super::bootstrap(table)?.split(',').map(|s| s.trim().to_string()).collect(),
+            delivery,
+            value,
+            key,
+            config,
+            prefix: table.options.get("sink.transactional-id-prefix").unwrap_or_default().to_string(),
+            task: split.index,
+            txn_timeout,
+            epoch: 1,
+            open: None,
+            pending: BTreeMap::new(),
+            plain: None,
+        })
+    }
+
+    fn transactional_id(&self, epoch: u64) -> String {
+        format!("{}-{}-{}", self.prefix, self.task, epoch)
+    }
+
+    /// A transactional producer for checkpoint `epoch`'s id, initialized: whatever an
+    /// earlier producer with that id left open is aborted, and that producer is fenced.
+    fn transactional_producer(&self, epoch: u64) -> Result<(KafkaProducer, SinkContext)> {
+        let mut config = self.config.clone();
+        config.set("transactional.id", self.transactional_id(epoch));
+        let context = SinkContext::default();
+        let producer: KafkaProducer =
+            config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot initialize transactions", e))?;
+        Ok((producer, context))
+    }
+
+    fn begin(&mut self) -> Result<&mut Transaction> {
+        if self.open.is_none() {
+            let (producer, context) = self.transactional_producer(self.epoch)?;
+            producer.begin_transaction().map_err(|e| kafka_error("cannot begin a transaction", e))?;
+            let id = PreCommitted { transactional_id: self.transactional_id(self.epoch), producer_id: -1, producer_epoch: -1 };
+            self.open = Some(Transaction { epoch: self.epoch, producer, context, id, rows: 0 });
+        }
+        self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
+    }
+
+    fn plain(&mut self) -> Result<&(KafkaProducer, SinkContext)> {
+        if self.plain.is_none() {
+            let context = SinkContext::default();
+            let producer: KafkaProducer =
+                self.config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
+            self.plain = Some((producer, context));
+        }
+        self.plain.as_ref().ok_or_else(|| WeirError::internal("no producer"))
+    }
+
+    fn check(context: &SinkContext, table: &str) -> Result<()> {
+        let error = context.0.lock().ok().and_then(|mut o| o.error.take());
+        match error {
+            Some(e) => Err(WeirError::external(format!("Kafka: writing table '{table}' failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Flush and learn the producer id and epoch (librdkafka's statistics carry them).
+    fn pre_commit_open(&mut self) -> Result<Option<Transaction>> {
+        let Some(mut t) = self.open.take() else { return Ok(None) };
+        t.producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush a transaction", e))?;
+        Self::check(&t.context, &self.table)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some((id, epoch)) = t.context.0.lock().ok().and_then(|o| o.producer) {
+                t.id.producer_id = id;
+                t.id.producer_epoch = epoch;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(WeirError::external("Kafka: the producer did not report its producer id"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Some(t))
+    }
+
+    fn state(&self) -> Vec<u8> {
+        let pending: Vec<serde_json::Value> = self
+            .pending
+            .values()
+            .map(|t| {
+                serde_json::json!({
+                    "epoch": t.epoch,
+                    "id": t.id.transactional_id,
+                    "producer_id": t.id.producer_id,
+                    "producer_epoch": t.id.producer_epoch,
+                })
+            })
+            .collect();
+        serde_json::json!({ "pending": pending }).to_string().into_bytes()
+    }
+
+    fn commit_one(&self, t: Transaction) -> Result<()> {
+        t.producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| {
+            WeirError::external(format!(
+                "Kafka: committing the output of checkpoint {} to table '{}' failed: {e}",
+                t.epoch, self.table
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        if !chunk.is_append_only() {
+            return Err(WeirError::not_supported(format!("writing updates or deletes to the Kafka table '{}'", self.table)));
+        }
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        let values = encode(self.value, &chunk.batch)?;
+        let keys = match &self.key {
+            None => None,
+            Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
+        };
+        let topic = self.topic.clone();
+        let table = self.table.clone();
+        let (producer, context) = match self.delivery {
+            Delivery::ExactlyOnce => {
+                let t = self.begin()?;
+                t.rows += values.len() as u64;
+                (&t.producer, &t.context)
+            }
+            _ => {
+                let (p, c) = self.plain()?;
+                (p, c)
+            }
+        };
+        for (i, value) in values.iter().enumerate() {
+            let mut record = BaseRecord::to(&topic).payload(value.as_slice());
+            if let Some(keys) = &keys {
+                record = record.key(keys[i].as_slice());
+            }
+            let mut record = record;
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        // The queue drains on librdkafka's thread.
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(kafka_error(&format!("writing table '{table}'"), e)),
+                }
+            }
+        }
+        Self::check(context, &table)
+    }
+
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        match self.delivery {
+            Delivery::ExactlyOnce => {
+                if let Some(t) = self.pre_commit_open()? {
+                    self.pending.insert(t.epoch, t);
+                }
+                self.epoch = epoch + 1;
+                Ok(Some(self.state()))
+            }
+            Delivery::AtLeastOnce => {
+                if let Some((producer, context)) = &self.plain {
+                    producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    Self::check(context, &self.table)?;
+                }
+                Ok(None)
+            }
+            Delivery::None => Ok(None),
+        }
+    }
+
+    async fn commit(&mut self, epoch: u64) -> Result<()> {
+        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
+        for e in due {
+            if let Some(t) = self.pending.remove(&e) {
+                self.commit_one(t)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+        if self.delivery != Delivery::ExactlyOnce {
+            return Ok(());
+        }
+        self.epoch = epoch + 1;
+        // 1. Commit what checkpoint `epoch` pre-committed: it is complete.
+        if let Some(state) = state {
+            let damaged = || WeirError::internal("a Kafka sink state in a checkpoint is damaged");
+            let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+            for t in value["pending"].as_array().into_iter().flatten() {
+                let e = t["epoch"].as_u64().ok_or_else(damaged)?;
+                if e > epoch {
+                    continue;
+                }
+                let id = PreCommitted {
+                    transactional_id: t["id"].as_str().ok_or_else(damaged)?.to_string(),
+                    producer_id: t["producer_id"].as_i64().ok_or_else(damaged)?,
+                    producer_epoch: t["producer_epoch"].as_i64().ok_or_else(damaged)? as i16,
+                };
+                let bootstrap = self.bootstrap.clone();
+                let timeout = FLUSH_TIMEOUT;
+                let outcome = tokio::task::spawn_blocking(move || txn::commit(&bootstrap, &id, timeout))
+                    .await
+                    .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
+                if let txn::Outcome::Superseded(code) = outcome {
+                    return Err(WeirError::external(format!(
+                        "Kafka: the output of checkpoint {e} to table '{}' (transaction '{}') cannot be committed: the \
+                         broker ended that transaction otherwise (error code {code}); it was aborted, for instance after \
+                         'transaction.timeout.ms' ({} ms), and checkpoint {e}'s rows are lost from the topic",
+                        self.table,
+                        t["id"].as_str().unwrap_or("?"),
+                        self.txn_timeout.as_millis()
+                    )));
+                }
+            }
+        }
+        // 2. Abort what attempts after it left open, and fence them.
+        for e in epoch + 1..=epoch + IDS_AHEAD {
+            let this = self.transactional_producer(e);
+            let (producer, _) = this?;
+            drop(producer);
+        }
+        Ok(())
+    }
+
+    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.delivery != Delivery::ExactlyOnce {
+            return Ok(None);
+        }
+        if let Some(t) = self.pre_commit_open()? {
+            self.pending.insert(t.epoch, t);
+        }
+        Ok(Some(self.state()))
+    }
+
+    async fn finish(&mut self) -> Result<()> {
+        match self.delivery {
+            Delivery::ExactlyOnce => {
+                // Without checkpoints: commit at the end (with them, `pre_commit_final` and
+                // `commit` have done it).
+                if let Some(t) = self.open.take() {
+                    t.producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    Self::check(&t.context, &self.table)?;
+                    self.commit_one(t)?;
+                }
+                let rest: Vec<u64> = self.pending.keys().copied().collect();
+                for e in rest {
+                    if let Some(t) = self.pending.remove(&e) {
+                        self.commit_one(t)?;
+                    }
+                }
+            }
+            _ => {
+                if let Some((producer, context)) = &self.plain {
+                    producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    Self::check(context, &self.table)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,325 @@
+//! Reading a Kafka topic. The topic's partitions are spread over the source tasks
+//! (partition `p` to task `p % tasks`); each task assigns its partitions itself (no consumer
+//! group rebalancing) and reads from the offsets in the checkpoint it restarts from, or
+//! from `'scan.startup.mode'`. Offsets are resolved to numbers at start, so a checkpoint
+//! taken before a partition delivered anything still rewinds it to the same place.
+//! `'scan.bounded.mode' = 'latest-offset'` ends the stream at the offsets the partitions had
+//! when the job started.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use weir_core::{Result, Source, Split, TableDef, WeirError};
+
+use super::codec::{Codec, Decoder, RecordAt};
+use crate::format::ParsePolicy;
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
+const BATCH_ROWS: usize = 8192;
+
+/// `'scan.startup.mode'`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Startup {
+    Earliest,
+    Latest,
+    Timestamp(i64),
+    GroupOffsets,
+}
+
+pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
+    let mode = table.options.get("scan.startup.mode").unwrap_or("group-offsets");
+    Ok(match mode {
+        "earliest-offset" => Startup::Earliest,
+        "latest-offset" => Startup::Latest,
+        "group-offsets" => Startup::GroupOffsets,
+        "timestamp" => {
+            let ms = table.options.required(&table.name, "scan.startup.timestamp-millis")?;
+            Startup::Timestamp(ms.parse().map_err(|_| {
+                WeirError::user(format!("table '{}': 'scan.startup.timestamp-millis' must be a number, not '{ms}'", table.name))
+                    .at(table.options.location("scan.startup.timestamp-millis"))
+            })?)
+        }
+        other => {
+            return Err(WeirError::user(format!(
+                "table '{}': 'scan.startup.mode' must be 'earliest-offset', 'latest-offset', 'group-offsets' or \
+                 'timestamp', not '{other}'",
+                table.name
+            ))
+            .at(table.options.location("scan.startup.mode")))
+        }
+    })
+}
+
+fn kafka_error(what: &str, e: KafkaError) -> WeirError {
+    WeirError::external(format!("Kafka: {what}: {e}"))
+}
+
+pub struct KafkaSource {
+    consumer: BaseConsumer,
+    topic: String,
+    schema: SchemaRef,
+    decoder: Decoder,
+    /// Next offset to read, per partition of this task.
+    positions: BTreeMap<i32, i64>,
+    /// Bounded: where each partition ends (exclusive).
+    ends: Option<BTreeMap<i32, i64>>,
+    /// Startup offsets still to be resolved at the first read (a restore may replace them).
+    assigned: bool,
+    startup: Startup,
+    /// CSV is decoded whole (fields by position), then these columns are kept.
+    project_after: Option<Vec<usize>>,
+}
+
+impl KafkaSource {
+    pub fn new(table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Self> {
+        let topic = super::topic(table)?;
+        let group = table.options.get("properties.group.id").map(str::to_string);
+        let fixed = [
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", "false"),
+        ];
+        let mut config = super::client_config(table, &fixed)?;
+        if group.is_none() {
+            // librdkafka wants a group id even without a group; nothing is committed to it.
+            config.set("group.id", format!("weir-{}", table.name));
+        }
+        if table.options.get("properties.isolation.level").is_none() {
+            config.set("isolation.level", "read_committed");
+        }
+        let consumer: BaseConsumer = config.create().map_err(|e| kafka_error("cannot create a consumer", e))?;
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .map_err(|e| kafka_error(&format!("cannot read the metadata of topic '{topic}'"), e))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if partitions.is_empty() {
+            return Err(WeirError::user(format!(
+                "table '{}': topic '{topic}' does not exist or has no partitions",
+                table.name
+            )));
+        }
+        let mine: Vec<i32> = partitions.into_iter().filter(|p| *p as usize % split.count == split.index).collect();
+        let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
+        let schema = std::sync::Arc::new(table.schema.project(&projection)?);
+        let codec = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+        // Decoding needs the declared columns the query reads; JSON maps by name, CSV by
+        // position (so a CSV table is read whole, then projected).
+        let decode_schema = match codec {
+            Codec::Csv { .. } => table.schema.clone(),
+            _ => schema.clone(),
+        };
+        let skip = ["format.ignore-parse-errors", "json.ignore-parse-errors", "csv.ignore-parse-errors"]
+            .iter()
+            .map(|k| table.options.bool(&table.name, k, false))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .any(|b| b);
+        let decoder = Decoder {
+            codec,
+            schema: decode_schema,
+            policy: if skip { ParsePolicy::Skip } else { ParsePolicy::Fail },
+            topic: topic.clone(),
+            skipped: 0,
+        };
+        let startup = startup(table)?;
+        let mut source = Self {
+            consumer,
+            topic: topic.clone(),
+            schema,
+            decoder,
+            positions: mine.iter().map(|p| (*p, -1)).collect(),
+            ends: None,
+            assigned: false,
+            startup,
+            project_after: matches!(codec, Codec::Csv { .. }).then(|| projection.clone()),
+        };
+        source.resolve_startup(group.is_some())?;
+        if table.options.get("scan.bounded.mode") == Some("latest-offset") {
+            let mut ends = BTreeMap::new();
+            for p in source.positions.keys() {
+                let (_, high) = source
+                    .consumer
+                    .fetch_watermarks(&topic, *p, METADATA_TIMEOUT)
+                    .map_err(|e| kafka_error("cannot read the end offsets", e))?;
+                ends.insert(*p, high);
+            }
+            source.ends = Some(ends);
+        } else if let Some(mode) = table.options.get("scan.bounded.mode") {
+            return Err(WeirError::user(format!(
+                "table '{}': 'scan.bounded.mode' can only be 'latest-offset', not '{mode}'",
+                table.name
+            ))
+            .at(table.options.location("scan.bounded.mode")));
+        }
+        Ok(source)
+    }
+
+    /// Startup offsets as numbers.
+    fn resolve_startup(&mut self, has_group: bool) -> Result<()> {
+        let partitions: Vec<i32> = self.positions.keys().copied().collect();
+        let mut committed = BTreeMap::new();
+        if self.startup == Startup::GroupOffsets && has_group {
+            let mut list = TopicPartitionList::new();
+            for p in &partitions {
+                list.add_partition(&self.topic, *p);
+            }
+            let offsets = self
+                .consumer
+                .committed_offsets(list, METADATA_TIMEOUT)
+                .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+            for e in offsets.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    committed.insert(e.partition(), o);
+                }
+            }
+        }
+        let mut by_time = BTreeMap::new();
+        if let Startup::Timestamp(ms) = self.startup {
+            let mut list = TopicPartitionList::new();
+            for p in &partitions {
+                list.add_partition_offset(&self.topic, *p, Offset::Offset(ms))
+                    .map_err(|e| kafka_error("offsets for a time", e))?;
+            }
+            let offsets = self
+                .consumer
+                .offsets_for_times(list, METADATA_TIMEOUT)
+                .map_err(|e| kafka_error("cannot look up offsets for the startup timestamp", e))?;
+            for e in offsets.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    by_time.insert(e.partition(), o);
+                }
+            }
+        }
+        for p in partitions {
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(&self.topic, p, METADATA_TIMEOUT)
+                .map_err(|e| kafka_error("cannot read a partition's offsets", e))?;
+            let offset = match self.startup {
+                Startup::Earliest => low,
+                Startup::Latest => high,
+                // A partition without a committed offset starts at the beginning.
+                Startup::GroupOffsets => committed.get(&p).copied().unwrap_or(low),
+                Startup::Timestamp(_) => by_time.get(&p).copied().unwrap_or(high),
+            };
+            self.positions.insert(p, offset);
+        }
+        Ok(())
+    }
+
+    fn assign(&mut self) -> Result<()> {
+        let mut list = TopicPartitionList::new();
+        for (p, offset) in &self.positions {
+            list.add_partition_offset(&self.topic, *p, Offset::Offset(*offset))
+                .map_err(|e| kafka_error("cannot assign a partition", e))?;
+        }
+        self.consumer.assign(&list).map_err(|e| kafka_error("cannot assign partitions", e))?;
+        self.assigned = true;
+        Ok(())
+    }
+
+    fn finished(&self) -> bool {
+        self.ends.as_ref().is_some_and(|ends| ends.iter().all(|(p, end)| self.positions.get(p).is_some_and(|o| o >= end)))
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if !self.assigned {
+            self.assign()?;
+        }
+        loop {
+            if self.finished() {
+                return Ok(None);
+            }
+            let mut values: Vec<Vec<u8>> = Vec::new();
+            let mut at: Vec<RecordAt> = Vec::new();
+            while values.len() < BATCH_ROWS {
+                let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
+                let message = message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
+                let (partition, offset) = (message.partition(), message.offset());
+                let end = self.ends.as_ref().and_then(|e| e.get(&partition)).copied().unwrap_or(i64::MAX);
+                // A stale record of an earlier assignment, or one past the bounded end.
+                if self.positions.get(&partition).is_none_or(|next| offset < *next) || offset >= end {
+                    continue;
+                }
+                self.positions.insert(partition, offset + 1);
+                values.push(message.payload().unwrap_or(&[]).to_vec());
+                at.push(RecordAt { partition, offset });
+                if self.finished() {
+                    break;
+                }
+            }
+            if values.is_empty() {
+                if self.ends.is_some() {
+                    self.catch_up_to_ends()?;
+                }
+                tokio::time::sleep(super::IDLE_POLL).await;
+                continue;
+            }
+            let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+            let Some(batch) = self.decoder.decode(&refs, &at)? else { continue };
+            return Ok(Some(match &self.project_after {
+                Some(columns) => batch.project(columns)?,
+                None => batch,
+            }));
+        }
+    }
+
+    fn records_skipped(&self) -> u64 {
+        self.decoder.skipped
+    }
+
+    /// Next offset per partition, as JSON.
+    fn position(&self) -> Option<Vec<u8>> {
+        let map: BTreeMap<String, i64> = self.positions.iter().map(|(p, o)| (p.to_string(), *o)).collect();
+        serde_json::to_vec(&map).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let map: BTreeMap<String, i64> = serde_json::from_slice(position)
+            .map_err(|_| WeirError::internal("a Kafka source position in a checkpoint is damaged"))?;
+        for (p, o) in map {
+            let p: i32 = p.parse().map_err(|_| WeirError::internal("a Kafka partition number is damaged"))?;
+            if let Some(slot) = self.positions.get_mut(&p) {
+                *slot = o;
+            }
+        }
+        self.assigned = false;
+        Ok(())
+    }
+}
+
+impl KafkaSource {
+    /// Bounded reading in `read_committed` mode: transaction markers and aborted records
+    /// take offsets but are never delivered, so a partition whose remaining offsets hold
+    /// none for us counts as read to its end once the consumer's position has passed it.
+    fn catch_up_to_ends(&mut self) -> Result<()> {
+        let Ok(list) = self.consumer.position() else { return Ok(()) };
+        for e in list.elements() {
+            if let (Offset::Offset(o), Some(next)) = (e.offset(), self.positions.get_mut(&e.partition())) {
+                if o > *next {
+                    *next = o;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! Finishing another producer's transaction: the commit-phase recovery of the exactly-once
+//! sink.
+//!
+//! A sink task pre-commits transaction `n` (flushes it) and records its transactional id,
+//! producer id and producer epoch in checkpoint `n`. If the process dies after checkpoint `n`
+//! completed but before the commit, the restarted job must commit that transaction, not
+//! abort it. librdkafka cannot resume a transaction it did not start, so this speaks the two
+//! requests needed directly: `FindCoordinator` (which broker coordinates the transactional
+//! id) and `EndTxn` (commit, as that producer id and epoch). Both are tiny, fixed-layout
+//! requests of the Kafka protocol (non-flexible versions: FindCoordinator v1, EndTxn v1),
+//! encoded here by hand rather than through a protocol crate.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use weir_core::{Result, WeirError};
+
+const FIND_COORDINATOR: i16 = 10;
+const END_TXN: i16 = 26;
+const CLIENT_ID: &str = "weir-txn-recovery";
+
+/// Kafka error codes this module tells apart.
+const NONE: i16 = 0;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+const PRODUCER_FENCED: i16 = 90;
+
+/// A pre-committed transaction, as recorded in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreCommitted {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let b = self
+            .bytes
+            .get(self.at..self.at + n)
+            .ok_or_else(|| WeirError::external("Kafka: a response is shorter than its layout"))?;
+        self.at += n;
+        Ok(b)
+    }
+    fn i16(&mut self) -> Result<i16> {
+        Ok(i16::from_be_bytes(self.take(2)?.try_into().map_err(|_| WeirError::internal("i16"))?))
+    }
+    fn i32(&mut self) -> Result<i32> {
+        Ok(i32::from_be_bytes(self.take(4)?.try_into().map_err(|_| WeirError::internal("i32"))?))
+    }
+    fn string(&mut self) -> Result<Option<String>> {
+        let len = self.i16()?;
+        if len < 0 {
+            return Ok(None);
+        }
+        Ok(Some(String::from_utf8_lossy(self.take(len as usize)?).into_owned()))
+    }
+}
+
+/// One request, one response (its body, after the correlation id).
+fn call(broker: &str, api_key: i16, api_version: i16, body: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+    let external = |e: std::io::Error| WeirError::external(format!("Kafka broker {broker}: {e}"));
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(broker)
+        .map_err(external)?
+        .next()
+        .ok_or_else(|| WeirError::external(format!("Kafka broker {broker}: no address")))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(external)?;
+    stream.set_read_timeout(Some(timeout)).map_err(external)?;
+    stream.set_write_timeout(Some(timeout)).map_err(external)?;
+    let correlation_id: i32 = 1;
+    let mut request = Vec::with_capacity(64 + body.len());
+    request.extend_from_slice(&api_key.to_be_bytes());
+    request.extend_from_slice(&api_version.to_be_bytes());
+    request.extend_from_slice(&correlation_id.to_be_bytes());
+    put_string(&mut request, CLIENT_ID);
+    request.extend_from_slice(body);
+    let mut framed = (request.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&request);
+    stream.write_all(&framed).map_err(external)?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).map_err(external)?;
+    let size = i32::from_be_bytes(size);
+    if !(4..=1 << 20).contains(&size) {
+        return Err(WeirError::external(format!("Kafka broker {broker}: response of {size} bytes")));
+    }
+    let mut response = vec![0u8; size as usize];
+    stream.read_exact(&mut response).map_err(external)?;
+    if i32::from_be_bytes([response[0], response[1], response[2], response[3]]) != correlation_id {
+        return Err(WeirError::external(format!("Kafka broker {broker}: response to another request")));
+    }
+    Ok(response.split_off(4))
+}
+
+/// The broker coordinating `transactional_id`, as `host:port`.
+fn find_coordinator(bootstrap: &str, transactional_id: &str, timeout: Duration) -> Result<std::result::Result<String, i16>> {
+    let mut body = Vec::new();
+    put_string(&mut body, transactional_id);
+    body.push(1); // key type: transaction
+    let response = call(bootstrap, FIND_COORDINATOR, 1, &body, timeout)?;
+    let mut r = Reader { bytes: &response, at: 0 };
+    let _throttle = r.i32()?;
+    let error = r.i16()?;
+    let _message = r.string()?;
+    let _node = r.i32()?;
+    let host = r.string()?.unwrap_or_default();
+    let port = r.i32()?;
+    Ok(if error == NONE { Ok(format!("{host}:{port}")) } else { Err(error) })
+}
+
+/// What became of a pre-committed transaction asked to commit.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed now, or had been committed before (the request is idempotent).
+    Committed,
+    /// The producer id moved on: a newer epoch exists, so the transaction was already ended
+    /// (committed by the task before it died, or aborted by a timeout). Not knowable here
+    /// which: the caller decides how loud to be.
+    Superseded(i16),
+}
+
+/// Commit `txn` as its producer would have. Retries while the coordinator moves or is busy.
+pub fn commit(bootstrap: &[String], txn: &PreCommitted, timeout: Duration) -> Result<Outcome> {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = String::from("no broker answered");
+    while Instant::now() < deadline {
+        for broker in bootstrap {
+            let step = Duration::from_secs(5).min(deadline.saturating_duration_since(Instant::now()));
+            let coordinator = match find_coordinator(broker, &txn.transactional_id, step) {
+                Ok(Ok(c)) => c,
+                Ok(Err(code)) => {
+                    last_error = format!("FindCoordinator error {code}");
+                    continue;
+                }
+                Err(e) => {
+                    last_error = e.message;
+                    continue;
+                }
+            };
+            let mut body = Vec::new();
+            put_string(&mut body, &txn.transactional_id);
+            body.extend_from_slice(&txn.producer_id.to_be_bytes());
+            body.extend_from_slice(&txn.producer_epoch.to_be_bytes());
+            body.push(1); // committed
+            let response = match call(&coordinator, END_TXN, 1, &body, step) {
+                Ok(r) => r,
+                Err(e) => {
+                    last_error = e.message;
+                    continue;
+                }
+            };
+            let mut r = Reader { bytes: &response, at: 0 };
+            let _throttle = r.i32()?;
+            match r.i16()? {
+                NONE => return Ok(Outcome::Committed),
+                INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE => {
+                    return Ok(Outcome::Superseded(r.bytes.get(4..6).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]))))
+                }
+                code @ (COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
+                | CONCURRENT_TRANSACTIONS) => last_error = format!("EndTxn error {code} (retried)"),
+                code => {
+                    return Err(WeirError::external(format!(
+                        "Kafka: committing transaction '{}' failed with error code {code}",
+                        txn.transactional_id
+                    )))
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(WeirError::external(format!(
+        "Kafka: could not commit transaction '{}' within {timeout:?}: {last_error}",
+        txn.transactional_id
+    )))
+}
