@@ -17,6 +17,10 @@ pub enum ErrorKind {
     External,
     /// A bug in Weir.
     Internal,
+    /// Another instance of the same job has taken over (its checkpoints, its Kafka
+    /// transactions): this one must stop, not restart, or the two would fence each other in
+    /// turn.
+    Fenced,
 }
 
 /// A 1-based position in the SQL text the user gave.
@@ -48,6 +52,9 @@ impl WeirError {
     }
     pub fn internal(message: impl Into<String>) -> Self {
         Self { kind: ErrorKind::Internal, message: message.into(), location: None }
+    }
+    pub fn fenced(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Fenced, message: message.into(), location: None }
     }
     /// A feature Weir does not have yet: always refused at planning time.
     pub fn not_supported(what: impl fmt::Display) -> Self {

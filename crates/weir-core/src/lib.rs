@@ -8,6 +8,7 @@
 
 pub mod chunk;
 pub mod error;
+pub mod fault;
 pub mod message;
 pub mod metrics;
 pub mod table;

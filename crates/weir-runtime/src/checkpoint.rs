@@ -88,6 +88,11 @@ pub trait CheckpointStore: Send + Sync {
     fn prune(&self, retained: usize) -> Result<()>;
     /// Delete every checkpoint (`--from-scratch`).
     fn clear(&self) -> Result<()>;
+    /// Take the checkpoints over: from now on only this store completes checkpoints there,
+    /// and a store of an earlier instance of the job gets a `Fenced` error when it tries.
+    fn claim(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// FNV-1a, 64 bits: a stable checksum to detect damaged state files.
@@ -109,11 +114,31 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
 /// temporary name, synced and renamed: a checkpoint without it does not exist.
 pub struct LocalStore {
     dir: PathBuf,
+    /// This instance, as written to the `owner` file by `claim`.
+    instance: String,
 }
 
 impl LocalStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        Self { dir: dir.into(), instance: format!("{}-{nanos}", std::process::id()) }
+    }
+
+    fn owner_file(&self) -> PathBuf {
+        self.dir.join("owner")
+    }
+
+    /// Refuse to complete a checkpoint if another instance has claimed the directory since.
+    fn check_owner(&self) -> Result<()> {
+        match std::fs::read_to_string(self.owner_file()) {
+            Ok(owner) if owner.trim() != self.instance => Err(WeirError::fenced(format!(
+                "checkpoint directory '{}' was taken over by another instance of this job ({}); this one stops",
+                self.dir.display(),
+                owner.trim()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn chk(&self, epoch: u64) -> PathBuf {
@@ -168,6 +193,16 @@ fn sync_dir(dir: &Path) {
 }
 
 impl CheckpointStore for LocalStore {
+    fn claim(&self) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| io("create", &self.dir, e))?;
+        let tmp = self.dir.join(format!("owner.{}.tmp", self.instance));
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        f.write_all(self.instance.as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
+        std::fs::rename(&tmp, self.owner_file()).map_err(|e| io("rename", &tmp, e))?;
+        sync_dir(&self.dir);
+        Ok(())
+    }
+
     fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
         let started = Instant::now();
         let dir = self.chk(epoch);
@@ -211,6 +246,7 @@ impl CheckpointStore for LocalStore {
         if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
             std::thread::sleep(Duration::from_millis(ms));
         }
+        self.check_owner()?;
         let manifest =
             serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });
         let tmp = dir.join("manifest.json.tmp");

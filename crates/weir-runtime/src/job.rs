@@ -1054,8 +1054,8 @@ pub fn spawn_job(
                 Ended::Cancelled => break JobState::Cancelled,
                 Ended::Failed(e) => {
                     let done = inner.restarts.load(std::sync::atomic::Ordering::SeqCst);
-                    let Some((config, store)) = options.checkpoint.as_ref().filter(|_| done < options.restart_attempts)
-                    else {
+                    let restartable = done < options.restart_attempts && e.kind != weir_core::ErrorKind::Fenced;
+                    let Some((config, store)) = options.checkpoint.as_ref().filter(|_| restartable) else {
                         break JobState::Failed(e);
                     };
                     log::warn!(

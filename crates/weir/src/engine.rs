@@ -356,9 +356,15 @@ impl Engine {
             let store: Arc<dyn CheckpointStore> = Arc::new(LocalStore::new(config.dir.clone()));
             if self.from_scratch {
                 store.clear()?;
-            } else if let Some(restored) = store.latest(&config.fingerprint)? {
-                log::info!("job '{name}' resumes from checkpoint {} in '{}'", restored.epoch, config.dir.display());
-                options.restore = Some(restored);
+            }
+            // From here on, an instance of this job still running elsewhere cannot complete
+            // a checkpoint into this directory.
+            store.claim()?;
+            if !self.from_scratch {
+                if let Some(restored) = store.latest(&config.fingerprint)? {
+                    log::info!("job '{name}' resumes from checkpoint {} in '{}'", restored.epoch, config.dir.display());
+                    options.restore = Some(restored);
+                }
             }
             options.checkpoint = Some((config, store));
         }

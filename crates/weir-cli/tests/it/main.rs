@@ -1,6 +1,7 @@
 //! Weir's integration tests: one binary (links once), one module per concern.
 
 mod crash;
+mod kafka;
 mod parallel;
 mod quickstart;
 mod repl;

@@ -32,6 +32,7 @@ const OPTIONS: &[&str] = &[
     "scan.startup.mode",
     "scan.startup.timestamp-millis",
     "scan.bounded.mode",
+    "scan.records-per-second",
     "sink.delivery-guarantee",
     "sink.transactional-id-prefix",
 ];

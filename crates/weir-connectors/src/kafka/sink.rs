@@ -71,7 +71,25 @@ impl ProducerContext for SinkContext {
 type KafkaProducer = ThreadedProducer<SinkContext>;
 
 fn kafka_error(what: &str, e: KafkaError) -> WeirError {
-    WeirError::external(format!("Kafka: {what}: {e}"))
+    let message = format!("Kafka: {what}: {e}");
+    if is_fenced(&e) {
+        fenced(message)
+    } else {
+        WeirError::external(message)
+    }
+}
+
+/// A newer producer with the same transactional id exists: another instance of the job.
+fn is_fenced(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{InvalidProducerEpoch, ProducerFenced};
+    matches!(e.rdkafka_error_code(), Some(ProducerFenced | InvalidProducerEpoch))
+        || e.to_string().to_lowercase().contains("fenced")
+}
+
+fn fenced(message: String) -> WeirError {
+    WeirError::fenced(format!(
+        "{message}: another instance of this job has taken over its Kafka transactions; this one stops"
+    ))
 }
 
 /// A transaction being written or waiting for its checkpoint.
@@ -235,10 +253,13 @@ impl KafkaSink {
 
     fn commit_one(&self, t: Transaction) -> Result<()> {
         t.producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| {
-            WeirError::external(format!(
-                "Kafka: committing the output of checkpoint {} to table '{}' failed: {e}",
-                t.epoch, self.table
-            ))
+            let message =
+                format!("Kafka: committing the output of checkpoint {} to table '{}' failed: {e}", t.epoch, self.table);
+            if is_fenced(&e) {
+                fenced(message)
+            } else {
+                WeirError::external(message)
+            }
         })
     }
 }
@@ -313,6 +334,9 @@ impl Sink for KafkaSink {
 
     async fn commit(&mut self, epoch: u64) -> Result<()> {
         let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
+        if !due.is_empty() {
+            weir_core::fault::pause("kafka_commit");
+        }
         for e in due {
             if let Some(t) = self.pending.remove(&e) {
                 self.commit_one(t)?;
@@ -326,6 +350,7 @@ impl Sink for KafkaSink {
             return Ok(());
         }
         self.epoch = epoch + 1;
+        weir_core::fault::pause("kafka_restore");
         // 1. Commit what checkpoint `epoch` pre-committed: it is complete.
         if let Some(state) = state {
             let damaged = || WeirError::internal("a Kafka sink state in a checkpoint is damaged");

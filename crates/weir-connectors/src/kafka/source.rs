@@ -7,7 +7,7 @@
 //! when the job started.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -75,6 +75,8 @@ pub struct KafkaSource {
     startup: Startup,
     /// CSV is decoded whole (fields by position), then these columns are kept.
     project_after: Option<Vec<usize>>,
+    /// `'scan.records-per-second'`: at most this many records per second from this task.
+    rate: Option<(f64, Instant, u64)>,
 }
 
 impl KafkaSource {
@@ -144,7 +146,15 @@ impl KafkaSource {
             assigned: false,
             startup,
             project_after: matches!(codec, Codec::Csv { .. }).then(|| projection.clone()),
+            rate: None,
         };
+        if let Some(rate) = table.options.get("scan.records-per-second") {
+            let rate: f64 = rate.parse().ok().filter(|r: &f64| *r > 0.0).ok_or_else(|| {
+                WeirError::user(format!("table '{}': 'scan.records-per-second' must be a positive number", table.name))
+                    .at(table.options.location("scan.records-per-second"))
+            })?;
+            source.rate = Some((rate, Instant::now(), 0));
+        }
         source.resolve_startup(group.is_some())?;
         if table.options.get("scan.bounded.mode") == Some("latest-offset") {
             let mut ends = BTreeMap::new();
@@ -251,7 +261,18 @@ impl Source for KafkaSource {
             }
             let mut values: Vec<Vec<u8>> = Vec::new();
             let mut at: Vec<RecordAt> = Vec::new();
-            while values.len() < BATCH_ROWS {
+            // Throttled: small batches, each when its time has come.
+            let limit = match &self.rate {
+                Some((rate, _, _)) => ((rate / 20.0) as usize).clamp(1, BATCH_ROWS),
+                None => BATCH_ROWS,
+            };
+            if let Some((rate, started, sent)) = &self.rate {
+                let due = *started + Duration::from_secs_f64(*sent as f64 / rate);
+                if due > Instant::now() {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+            }
+            while values.len() < limit {
                 let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
                 let message = message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
                 let (partition, offset) = (message.partition(), message.offset());
@@ -273,6 +294,9 @@ impl Source for KafkaSource {
                 }
                 tokio::time::sleep(super::IDLE_POLL).await;
                 continue;
+            }
+            if let Some((_, _, sent)) = &mut self.rate {
+                *sent += values.len() as u64;
             }
             let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
             let Some(batch) = self.decoder.decode(&refs, &at)? else { continue };

@@ -168,8 +168,8 @@ pub fn commit(bootstrap: &[String], txn: &PreCommitted, timeout: Duration) -> Re
             let _throttle = r.i32()?;
             match r.i16()? {
                 NONE => return Ok(Outcome::Committed),
-                INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE => {
-                    return Ok(Outcome::Superseded(r.bytes.get(4..6).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]))))
+                code @ (INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE) => {
+                    return Ok(Outcome::Superseded(code))
                 }
                 code @ (COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
                 | CONCURRENT_TRANSACTIONS) => last_error = format!("EndTxn error {code} (retried)"),
