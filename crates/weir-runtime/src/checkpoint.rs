@@ -392,7 +392,7 @@ pub async fn coordinate(
     mut acks: mpsc::UnboundedReceiver<Ack>,
     mut stop: mpsc::UnboundedReceiver<()>,
     stats: std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
-) {
+) -> Result<()> {
     let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
     let mut pending: BTreeMap<u64, BTreeMap<String, TaskState>> = BTreeMap::new();
     let mut epoch = first_epoch;
@@ -400,6 +400,7 @@ pub async fn coordinate(
     let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
     let mut stopping = false;
     let mut stop_pending = false;
+    let mut sources_gone = false;
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
@@ -409,7 +410,8 @@ pub async fn coordinate(
                 // unreferenced): the last barrier waits for the one in flight.
                 if started.is_empty() {
                     if trigger.send(Trigger { epoch, stop: true }).is_err() {
-                        return;
+                        sources_gone = true;
+                        continue;
                     }
                     started.insert(epoch, tokio::time::Instant::now());
                     epoch += 1;
@@ -417,7 +419,7 @@ pub async fn coordinate(
                     stop_pending = true;
                 }
             }
-            _ = tokio::time::sleep_until(next_trigger), if !stopping => {
+            _ = tokio::time::sleep_until(next_trigger), if !stopping && !sources_gone => {
                 // One checkpoint at a time; a late one is given up after the timeout.
                 if let Some((&open, &at)) = started.iter().next() {
                     if at.elapsed() < config.timeout {
@@ -429,14 +431,17 @@ pub async fn coordinate(
                     pending.remove(&open);
                 }
                 if trigger.send(Trigger { epoch, stop: false }).is_err() {
-                    return;
+                    // Every source has ended: no more barriers, but the tasks still running
+                    // acknowledge their end, and then comes the final checkpoint.
+                    sources_gone = true;
+                    continue;
                 }
                 started.insert(epoch, tokio::time::Instant::now());
                 epoch += 1;
                 next_trigger = tokio::time::Instant::now() + config.interval;
             }
             ack = acks.recv() => {
-                let Some(ack) = ack else { return };
+                let Some(ack) = ack else { return Ok(()) };
                 match ack.epoch {
                     None => {
                         finished.insert(ack.task, ack.state);
@@ -459,21 +464,20 @@ pub async fn coordinate(
                     for (task, state) in &finished {
                         states.entry(task.clone()).or_insert_with(|| state.clone());
                     }
-                    complete(n, states, began, &config, &store, &stats, &committed).await;
+                    complete(n, states, began, &config, &store, &stats, &committed).await?;
                 }
                 // Every task has ended: a final checkpoint of their final states, so that a
                 // restart resumes at the end and sinks commit what they pre-committed there.
                 if started.is_empty() && tasks.iter().all(|t| finished.contains_key(t)) {
-                    complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await;
-                    return;
+                    complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await?;
+                    return Ok(());
                 }
                 if stop_pending && started.is_empty() {
                     stop_pending = false;
-                    if trigger.send(Trigger { epoch, stop: true }).is_err() {
-                        return;
+                    if trigger.send(Trigger { epoch, stop: true }).is_ok() {
+                        started.insert(epoch, tokio::time::Instant::now());
+                        epoch += 1;
                     }
-                    started.insert(epoch, tokio::time::Instant::now());
-                    epoch += 1;
                 }
             }
         }
@@ -481,7 +485,8 @@ pub async fn coordinate(
 }
 
 /// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,
-/// and tell the sinks it is complete.
+/// and tell the sinks it is complete. A checkpoint that fails is given up (the next one
+/// covers its rows), unless this instance has been fenced: that ends the job.
 async fn complete(
     n: u64,
     states: BTreeMap<String, TaskState>,
@@ -490,7 +495,7 @@ async fn complete(
     store: &std::sync::Arc<dyn CheckpointStore>,
     stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
     committed: &watch::Sender<u64>,
-) {
+) -> Result<()> {
     let store = store.clone();
     let fingerprint = config.fingerprint.clone();
     let retained = config.retained;
@@ -514,9 +519,11 @@ async fn complete(
             }
             let _ = committed.send(n);
         }
+        Ok(Err(e)) if e.kind == weir_core::ErrorKind::Fenced => return Err(e),
         Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
         Err(e) => log::warn!("checkpoint {n} failed: {e}"),
     }
+    Ok(())
 }
 
 /// A stable fingerprint of a plan's text (FNV-1a).

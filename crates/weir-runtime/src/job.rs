@@ -928,7 +928,9 @@ fn build_attempt(
         Some((config, store)) => {
             let keys = builder.keys.clone();
             let first = restored_epoch.map_or(1, |e| e + 1);
-            tokio::spawn(crate::checkpoint::coordinate(
+            // One of the job's tasks: a checkpoint it cannot write because another instance
+            // took over fails the job.
+            let coordinator = crate::checkpoint::coordinate(
                 config,
                 store,
                 keys,
@@ -938,7 +940,8 @@ fn build_attempt(
                 ack_rx,
                 stop_rx,
                 stats.clone(),
-            ));
+            );
+            builder.tasks.push(("checkpoint coordinator".to_string(), Box::pin(coordinator)));
             Some(stop_tx)
         }
         None => None,

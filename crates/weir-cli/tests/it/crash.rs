@@ -81,7 +81,7 @@ fn published(dir: &Path) -> (Vec<String>, Vec<String>) {
 }
 
 /// A checkpoint directory whose manifest is not written yet: a write in progress.
-fn checkpoint_in_progress(checkpoints: &Path) -> bool {
+pub(crate) fn checkpoint_in_progress(checkpoints: &Path) -> bool {
     let Ok(jobs) = std::fs::read_dir(checkpoints) else { return false };
     jobs.flatten().any(|job| {
         std::fs::read_dir(job.path())

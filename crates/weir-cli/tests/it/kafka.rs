@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -182,4 +182,197 @@ async fn exactly_once_kafka_to_kafka_matches_a_plain_run() {
     assert!(want.len() > 1000, "only {} window rows", want.len());
     assert_eq!(broker.read_committed("out_exactly"), want);
     assert_eq!(broker.read_committed("out_at_least"), want);
+}
+
+/// Where a kill lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// Reading, windowing, writing into an open transaction.
+    Processing,
+    /// After the sinks pre-committed (flushed) and before the checkpoint's manifest exists.
+    PreCommitted,
+    /// After the checkpoint completed and before the sinks committed their transactions.
+    Committing,
+    /// While a restarted job finishes the transactions of the checkpoint it restores.
+    Restoring,
+}
+
+const PHASES: [Phase; 4] = [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
+
+fn start(sql: &Path, phase: Phase, faults: &Path) -> Child {
+    let _ = std::fs::remove_dir_all(faults);
+    std::fs::create_dir_all(faults).expect("fault dir");
+    let mut cmd = Command::new(weir_bin());
+    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null()).env("WEIR_FAULT_DIR", faults);
+    match phase {
+        Phase::Processing => {}
+        Phase::PreCommitted => {
+            cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300");
+        }
+        Phase::Committing => {
+            cmd.env("WEIR_FAULT_KAFKA_COMMIT_MS", "300");
+        }
+        Phase::Restoring => {
+            cmd.env("WEIR_FAULT_KAFKA_RESTORE_MS", "300");
+        }
+    }
+    cmd.spawn().expect("start weir")
+}
+
+/// Whether the process is in `phase` now.
+fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path) -> bool {
+    match phase {
+        Phase::Processing => false,
+        Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
+        Phase::Committing => faults.join("kafka_commit").exists(),
+        Phase::Restoring => faults.join("kafka_restore").exists(),
+    }
+}
+
+/// Kafka -> window -> Kafka, exactly-once, as a `weir run` process killed with SIGKILL over
+/// and over, at least 3 times in each phase of the two-phase commit; a read_committed reader
+/// then sees exactly the rows of a run that was never killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_under_sigkill_in_every_phase() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    broker.create_topic("reference", 2).await;
+    broker.create_topic("out", 2).await;
+    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    let want = broker.read_committed("reference");
+    assert!(want.len() > 1000, "reference has {} rows", want.len());
+
+    // Slow enough to be killed many times before the end: 2 tasks x 700 records/s.
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
+    let faults = dir.join("faults");
+    let mut seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+    println!("random seed {seed}");
+    let mut random = move |below: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % below
+    };
+    let mut kills: BTreeMap<Phase, u32> = BTreeMap::new();
+    let (mut round, mut finished) = (0, 0);
+    while (kills.values().sum::<u32>() < 20 || PHASES.iter().any(|p| kills.get(p).copied().unwrap_or(0) < 3)) && round < 80 {
+        let phase = PHASES[round % PHASES.len()];
+        round += 1;
+        let mut child = start(&sql, phase, &faults);
+        let deadline =
+            Instant::now() + Duration::from_millis(if phase == Phase::Processing { 100 + random(700) } else { 4000 });
+        while Instant::now() < deadline && child.try_wait().expect("poll").is_none() && !in_phase(phase, &checkpoints, &faults)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let caught = phase == Phase::Processing || in_phase(phase, &checkpoints, &faults);
+        if child.try_wait().expect("poll").is_none() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reap");
+            if caught {
+                *kills.entry(phase).or_default() += 1;
+            }
+        } else {
+            finished += 1;
+            assert!(child.wait().expect("reap").success(), "a run failed on its own in round {round}");
+        }
+    }
+    println!("kills per phase: {kills:?}; {finished} runs ended on their own, {round} rounds");
+    for p in PHASES {
+        assert!(kills.get(&p).copied().unwrap_or(0) >= 3, "fewer than 3 kills while {p:?}: {kills:?}");
+    }
+    assert!(kills.values().sum::<u32>() >= 20, "fewer than 20 kills: {kills:?}");
+    run_to_end(&sql);
+    let got = broker.read_committed("out");
+    let mut dedup = got.clone();
+    dedup.dedup();
+    assert_eq!(dedup.len(), got.len(), "duplicates in the output");
+    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}
+
+/// Completed checkpoints (with a manifest) of the job(s) under `checkpoints`.
+fn completed_checkpoints(checkpoints: &Path) -> usize {
+    let Ok(jobs) = std::fs::read_dir(checkpoints) else { return 0 };
+    jobs.flatten()
+        .filter_map(|job| std::fs::read_dir(job.path()).ok())
+        .flat_map(|d| d.flatten())
+        .filter(|c| c.path().join("manifest.json").exists())
+        .count()
+}
+
+/// An old instance that keeps running after a new one started from the same checkpoints is
+/// fenced: it stops with an error, and nothing it writes becomes visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_fences_the_old_one() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    broker.create_topic("reference", 2).await;
+    broker.create_topic("out", 2).await;
+    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    let want = broker.read_committed("reference");
+
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(1000)));
+    let old_log = std::fs::File::create(dir.join("old.log")).expect("log");
+    let mut old = Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(old_log).spawn().expect("old");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while completed_checkpoints(&checkpoints) < 3 {
+        assert!(Instant::now() < deadline, "the old instance completed no checkpoints");
+        assert!(old.try_wait().expect("poll").is_none(), "the old instance ended too early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The new instance takes over while the old one is still running.
+    let new = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("new instance");
+    assert!(new.status.success(), "new instance: {}", String::from_utf8_lossy(&new.stderr));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = old.try_wait().expect("poll") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            old.kill().expect("kill");
+            panic!("the old instance was not stopped");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(dir.join("old.log")).unwrap_or_default();
+    assert!(!status.success(), "the old instance ended successfully: {log}");
+    assert!(log.contains("taken over"), "the old instance did not report being fenced: {log}");
+    let got = broker.read_committed("out");
+    assert_eq!(got.len(), want.len(), "row count differs from an uninterrupted run");
+    assert!(got == want, "rows differ from an uninterrupted run");
+}
+
+/// At-least-once under SIGKILL: nothing is missing; duplicates are allowed, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_under_sigkill_loses_nothing() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    broker.create_topic("reference", 2).await;
+    broker.create_topic("out", 2).await;
+    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    let want = broker.read_committed("reference");
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "at-least-once", &checkpoints, Some(1000)));
+    let mut kills = 0;
+    for round in 0..8u64 {
+        let mut child = Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
+        std::thread::sleep(Duration::from_millis(300 + 97 * round % 400));
+        if child.try_wait().expect("poll").is_none() {
+            child.kill().expect("SIGKILL");
+            kills += 1;
+        }
+        child.wait().expect("reap");
+    }
+    run_to_end(&sql);
+    let got = broker.read_committed("out");
+    let mut distinct = got.clone();
+    distinct.dedup();
+    println!("at-least-once: {kills} kills, {} rows read, {} duplicates", got.len(), got.len() - distinct.len());
+    assert!(kills >= 5, "only {kills} kills");
+    assert!(distinct == want, "rows missing or wrong after kills");
 }
