@@ -4,8 +4,9 @@
 # (yours, the tests', CI's) reuses one persistent target directory.
 set -euo pipefail
 
-# System packages the build needs: a C/C++ toolchain, and libclang for RocksDB's bindings.
-APT_PACKAGES=(gcc g++ make pkg-config libclang-dev)
+# System packages the build needs: a C/C++ toolchain (librdkafka builds with it), libclang
+# for RocksDB's bindings; Python with venv for the tests' Kafka-protocol broker.
+APT_PACKAGES=(gcc g++ make pkg-config libclang-dev python3 python3-venv)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build Weir and run every test: unit tests, the sqllogictest suites in sql-tests/ and the
-# integration tests (CLI, shell through a pseudo-terminal, embedded API).
+# integration tests (CLI, shell through a pseudo-terminal, embedded API, Kafka against a
+# Kafka-protocol broker on loopback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+# The Kafka tests start their own broker through this script; install it first (pinned).
+scripts/kafka-broker.sh install >/dev/null
 cargo test --workspace --no-fail-fast

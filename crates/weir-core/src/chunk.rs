@@ -52,12 +52,21 @@ pub struct Chunk {
     pub batch: RecordBatch,
     /// `None`: every row is an insert. Otherwise one [`Op`] code per row.
     pub ops: Option<Arc<Int8Array>>,
+    /// The source partition the rows were read from, when a source task reads several
+    /// (Kafka partitions): watermarks are tracked per partition.
+    pub origin: Option<u32>,
 }
 
 impl Chunk {
     /// An append-only chunk.
     pub fn inserts(batch: RecordBatch) -> Self {
-        Self { batch, ops: None }
+        Self { batch, ops: None, origin: None }
+    }
+
+    /// The same chunk, read from source partition `origin`.
+    pub fn from_partition(mut self, origin: Option<u32>) -> Self {
+        self.origin = origin;
+        self
     }
 
     pub fn num_rows(&self) -> usize {
@@ -95,16 +104,20 @@ impl Chunk {
                 Some(Arc::new(kept))
             }
         };
-        Ok(Chunk { batch, ops })
+        Ok(Chunk { batch, ops, origin: self.origin })
     }
 
     /// The same rows and ops with other columns (a projection).
     pub fn with_batch(&self, batch: RecordBatch) -> Chunk {
-        Chunk { batch, ops: self.ops.clone() }
+        Chunk { batch, ops: self.ops.clone(), origin: self.origin }
     }
 
     /// `len` rows from `offset`, ops included.
     pub fn slice(&self, offset: usize, len: usize) -> Chunk {
-        Chunk { batch: self.batch.slice(offset, len), ops: self.ops.as_ref().map(|o| Arc::new(o.slice(offset, len))) }
+        Chunk {
+            batch: self.batch.slice(offset, len),
+            ops: self.ops.as_ref().map(|o| Arc::new(o.slice(offset, len))),
+            origin: self.origin,
+        }
     }
 }

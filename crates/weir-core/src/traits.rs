@@ -24,6 +24,17 @@ pub trait Source: Send {
         0
     }
 
+    /// The partitions this source task reads, when it reads several streams whose event
+    /// times advance separately (Kafka partitions): watermarks are then kept per partition.
+    fn partitions(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// The partition the last batch came from (each batch comes from one).
+    fn batch_partition(&self) -> Option<u32> {
+        None
+    }
+
     /// Where this source is: everything returned so far is before it. Recorded in each
     /// checkpoint; `None` if the source cannot rewind (then checkpoints are refused).
     fn position(&self) -> Option<Vec<u8>> {
@@ -64,6 +75,10 @@ pub trait Operator: Send {
         out.push(Message::Barrier(barrier));
         Ok(())
     }
+
+    /// Told once, before any chunk, by a source task that reads several partitions: which,
+    /// and after how long without data a partition stops holding back the watermark.
+    fn source_partitions(&mut self, _partitions: &[u32], _idle_timeout: Option<std::time::Duration>) {}
 
     /// Rows found late since the last call, to be written to the source table's
     /// `'late-data.table'` (only operators planned with one return any).

@@ -70,7 +70,7 @@ pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize) -> Result<Vec<Opt
                     Some(Arc::new(taken))
                 }
             };
-            Ok(Some(Chunk { batch, ops }))
+            Ok(Some(Chunk { batch, ops, origin: chunk.origin }))
         })
         .collect()
 }

@@ -384,6 +384,13 @@ impl Builder<'_> {
                     if let Some(position) = restored.as_ref().and_then(|r| r.get("source")) {
                         source.seek(position)?;
                     }
+                    let partitions = source.partitions();
+                    let mut chain = chain;
+                    if !partitions.is_empty() {
+                        for (op, _) in chain.ops.iter_mut() {
+                            op.source_partitions(&partitions, self.options.idle_timeout);
+                        }
+                    }
                     let trigger = self.trigger.clone();
                     let metrics =
                         source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
@@ -705,7 +712,8 @@ async fn run_source(
         match next? {
             Some(batch) => {
                 metrics.record_out(batch.num_rows());
-                if !chain.push(Message::Chunk(Chunk::inserts(batch))).await? {
+                let chunk = Chunk::inserts(batch).from_partition(source.batch_partition());
+                if !chain.push(Message::Chunk(chunk)).await? {
                     return Ok(());
                 }
             }

@@ -77,6 +77,9 @@ pub struct KafkaSource {
     project_after: Option<Vec<usize>>,
     /// `'scan.records-per-second'`: at most this many records per second from this task.
     rate: Option<(f64, Instant, u64)>,
+    /// A record polled for the next batch (each batch holds one partition's records).
+    held: Option<(i32, i64, Vec<u8>)>,
+    last_partition: Option<u32>,
 }
 
 impl KafkaSource {
@@ -147,6 +150,8 @@ impl KafkaSource {
             startup,
             project_after: matches!(codec, Codec::Csv { .. }).then(|| projection.clone()),
             rate: None,
+            held: None,
+            last_partition: None,
         };
         if let Some(rate) = table.options.get("scan.records-per-second") {
             let rate: f64 = rate.parse().ok().filter(|r: &f64| *r > 0.0).ok_or_else(|| {
@@ -272,22 +277,36 @@ impl Source for KafkaSource {
                     tokio::time::sleep_until(due.into()).await;
                 }
             }
+            let mut partition: Option<i32> = None;
             while values.len() < limit {
-                let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
-                let message = message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
-                let (partition, offset) = (message.partition(), message.offset());
-                let end = self.ends.as_ref().and_then(|e| e.get(&partition)).copied().unwrap_or(i64::MAX);
+                let (p, offset, payload) = match self.held.take() {
+                    Some(held) => held,
+                    None => {
+                        let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
+                        let message =
+                            message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
+                        (message.partition(), message.offset(), message.payload().unwrap_or(&[]).to_vec())
+                    }
+                };
+                let end = self.ends.as_ref().and_then(|e| e.get(&p)).copied().unwrap_or(i64::MAX);
                 // A stale record of an earlier assignment, or one past the bounded end.
-                if self.positions.get(&partition).is_none_or(|next| offset < *next) || offset >= end {
+                if self.positions.get(&p).is_none_or(|next| offset < *next) || offset >= end {
                     continue;
                 }
-                self.positions.insert(partition, offset + 1);
-                values.push(message.payload().unwrap_or(&[]).to_vec());
-                at.push(RecordAt { partition, offset });
+                // One partition per batch: its watermark is its own.
+                if partition.is_some_and(|current| current != p) {
+                    self.held = Some((p, offset, payload));
+                    break;
+                }
+                partition = Some(p);
+                self.positions.insert(p, offset + 1);
+                values.push(payload);
+                at.push(RecordAt { partition: p, offset });
                 if self.finished() {
                     break;
                 }
             }
+            self.last_partition = partition.map(|p| p as u32);
             if values.is_empty() {
                 if self.ends.is_some() {
                     self.catch_up_to_ends()?;
@@ -311,6 +330,14 @@ impl Source for KafkaSource {
         self.decoder.skipped
     }
 
+    fn partitions(&self) -> Vec<u32> {
+        self.positions.keys().map(|p| *p as u32).collect()
+    }
+
+    fn batch_partition(&self) -> Option<u32> {
+        self.last_partition
+    }
+
     /// Next offset per partition, as JSON.
     fn position(&self) -> Option<Vec<u8>> {
         let map: BTreeMap<String, i64> = self.positions.iter().map(|(p, o)| (p.to_string(), *o)).collect();
@@ -327,6 +354,7 @@ impl Source for KafkaSource {
             }
         }
         self.assigned = false;
+        self.held = None;
         Ok(())
     }
 }

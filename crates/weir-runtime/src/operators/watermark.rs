@@ -1,4 +1,6 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, Int64Array};
 use datafusion::arrow::compute::{cast, max};
@@ -9,20 +11,48 @@ use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 /// Emits, after each chunk, the highest value of the table's watermark expression seen so far
 /// (Flink's bounded-out-of-orderness strategy: the expression is usually `ts - INTERVAL …`).
 /// Event time comes from the data only, never from the wall clock.
+///
+/// When the source task reads several partitions (Kafka), the highest value is kept per
+/// partition and the watermark is their minimum, so that a partition behind the others does
+/// not see its rows made late by theirs; a partition that has had no data for the source's
+/// idle timeout stops holding the minimum back until it has data again (the timeout is
+/// wall-clock time, as in Flink: it moves watermarks sooner, it never changes a result that
+/// the data alone determines).
 pub struct WatermarkGenerator {
     expr: Arc<dyn PhysicalExpr>,
     current: Watermark,
+    /// Per partition: highest value, and when it last had data.
+    partitions: BTreeMap<u32, (Watermark, Instant)>,
+    idle_timeout: Option<Duration>,
 }
 
 impl WatermarkGenerator {
     pub fn new(expr: Arc<dyn PhysicalExpr>) -> Self {
-        Self { expr, current: Watermark::MIN }
+        Self { expr, current: Watermark::MIN, partitions: BTreeMap::new(), idle_timeout: None }
+    }
+
+    /// The minimum over the partitions that are not idle.
+    fn partitions_watermark(&self) -> Option<Watermark> {
+        let now = Instant::now();
+        self.partitions
+            .values()
+            .filter(|(_, seen)| self.idle_timeout.is_none_or(|t| now.duration_since(*seen) < t))
+            .map(|(w, _)| *w)
+            .min()
     }
 }
 
 impl Operator for WatermarkGenerator {
     fn name(&self) -> String {
         "Watermark".into()
+    }
+
+    fn source_partitions(&mut self, partitions: &[u32], idle_timeout: Option<Duration>) {
+        let now = Instant::now();
+        for p in partitions {
+            self.partitions.entry(*p).or_insert((Watermark::MIN, now));
+        }
+        self.idle_timeout = idle_timeout;
     }
 
     fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
@@ -33,25 +63,51 @@ impl Operator for WatermarkGenerator {
             .as_any()
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| WeirError::internal("watermark values are not Int64"))?;
-        let highest = max(millis);
+        let highest = max(millis).map(Watermark);
+        let origin = chunk.origin.filter(|p| self.partitions.contains_key(p));
         out.push(Message::Chunk(chunk));
-        if let Some(highest) = highest {
-            if Watermark(highest) > self.current {
-                self.current = Watermark(highest);
-                out.push(Message::Watermark(self.current));
+        let candidate = match origin {
+            None => highest,
+            Some(p) => {
+                if let Some(entry) = self.partitions.get_mut(&p) {
+                    entry.1 = Instant::now();
+                    if let Some(h) = highest.filter(|h| *h > entry.0) {
+                        entry.0 = h;
+                    }
+                }
+                self.partitions_watermark()
             }
+        };
+        if let Some(w) = candidate.filter(|w| *w > self.current) {
+            self.current = w;
+            out.push(Message::Watermark(w));
         }
         Ok(())
     }
 
+    /// The watermark, then each partition's highest value.
     fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
-        Ok(Some(self.current.0.to_le_bytes().to_vec()))
+        let mut bytes = self.current.0.to_le_bytes().to_vec();
+        for (p, (w, _)) in &self.partitions {
+            bytes.extend_from_slice(&p.to_le_bytes());
+            bytes.extend_from_slice(&w.0.to_le_bytes());
+        }
+        Ok(Some(bytes))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let bytes: [u8; 8] =
-            state.try_into().map_err(|_| WeirError::internal("watermark state in a checkpoint is damaged"))?;
-        self.current = Watermark(i64::from_le_bytes(bytes));
+        let damaged = || WeirError::internal("watermark state in a checkpoint is damaged");
+        let (head, rest) = state.split_at_checked(8).ok_or_else(damaged)?;
+        self.current = Watermark(i64::from_le_bytes(head.try_into().map_err(|_| damaged())?));
+        if rest.len() % 12 != 0 {
+            return Err(damaged());
+        }
+        let now = Instant::now();
+        for entry in rest.chunks(12) {
+            let p = u32::from_le_bytes(entry[..4].try_into().map_err(|_| damaged())?);
+            let w = i64::from_le_bytes(entry[4..].try_into().map_err(|_| damaged())?);
+            self.partitions.insert(p, (Watermark(w), now));
+        }
         Ok(())
     }
 
