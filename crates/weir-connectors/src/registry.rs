@@ -31,12 +31,22 @@ impl Connectors {
 
 impl ConnectorFactory for Connectors {
     fn validate(&self, table: &TableDef) -> Result<()> {
+        if self.connector(table)? != "kafka" {
+            table.check_no_metadata()?;
+        }
         match self.connector(table)? {
             "filesystem" => {
                 table.options.required(&table.name, "path")?;
                 let format = Format::from_options(table)?;
-                let mut known = vec!["connector", "path", "format"];
+                let mut known = vec![
+                    "connector",
+                    "path",
+                    "format",
+                    "sink.rolling-policy.file-size",
+                    "sink.rolling-policy.rollover-interval",
+                ];
                 known.extend_from_slice(format.option_keys());
+                crate::filesystem::rolling_policy(table)?;
                 table.options.check_known(&table.name, &known)
             }
             "nexmark" => crate::nexmark::validate(table),
@@ -64,10 +74,14 @@ impl ConnectorFactory for Connectors {
     }
 
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
-        if !table.partition_keys.is_empty() {
-            return Err(WeirError::not_supported(format!("writing to the partitioned table '{}'", table.name)));
+        let connector = self.connector(table)?;
+        if !table.partition_keys.is_empty() && connector != "filesystem" {
+            return Err(WeirError::not_supported(format!(
+                "PARTITIONED BY on a '{connector}' table ('{}'): only filesystem tables are partitioned",
+                table.name
+            )));
         }
-        match self.connector(table)? {
+        match connector {
             "nexmark" => {
                 Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name)))
             }

@@ -86,9 +86,23 @@ pub struct TableDef {
     pub options: Options,
     /// The statement text, shown by `SHOW CREATE TABLE`.
     pub definition: String,
+    /// Metadata columns (`METADATA FROM 'key'`): column name -> the connector's key.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 impl TableDef {
+    /// Refuse metadata columns, for a connector that has none.
+    pub fn check_no_metadata(&self) -> Result<()> {
+        match self.metadata.keys().next() {
+            Some(column) => Err(WeirError::user(format!(
+                "table '{}': column '{column}' is a METADATA column, but connector '{}' has no metadata",
+                self.name,
+                self.options.get("connector").unwrap_or("?")
+            ))),
+            None => Ok(()),
+        }
+    }
+
     pub fn connector(&self) -> Result<&str> {
         self.options.required(&self.name, "connector")
     }

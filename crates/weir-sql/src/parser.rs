@@ -96,6 +96,9 @@ pub struct ColumnDef {
     pub data_type: DataType,
     pub not_null: bool,
     pub location: Location,
+    /// `METADATA [FROM 'key'] [VIRTUAL]`: filled by the connector, not read from the record's
+    /// value (the key, defaulting to the column's name).
+    pub metadata: Option<String>,
 }
 
 pub fn location(l: SqlLocation) -> Location {
@@ -407,6 +410,7 @@ impl StatementParser<'_, '_> {
                 }
                 let data_type = self.p.parse_data_type().map_err(parser_error)?;
                 let mut not_null = false;
+                let mut metadata = None;
                 loop {
                     if self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
                         not_null = true;
@@ -417,14 +421,17 @@ impl StatementParser<'_, '_> {
                         self.expect_word("ENFORCED")?;
                         table.primary_key = vec![name.clone()];
                     } else if self.p.parse_keyword(Keyword::METADATA) {
-                        return Err(WeirError::not_supported(format!("metadata column '{}'", name.value)).at(Some(at)));
+                        let key = if self.p.parse_keyword(Keyword::FROM) { self.string()?.0 } else { name.value.clone() };
+                        // VIRTUAL (not written by a sink): every metadata column is read-only here.
+                        let _ = self.p.parse_keyword(Keyword::VIRTUAL);
+                        metadata = Some(key);
                     } else if self.p.parse_keyword(Keyword::COMMENT) {
                         self.string()?;
                     } else {
                         break;
                     }
                 }
-                table.columns.push(ColumnDef { name, data_type, not_null, location: at });
+                table.columns.push(ColumnDef { name, data_type, not_null, location: at, metadata });
             }
             if !self.p.consume_token(&Token::Comma) {
                 self.p.expect_token(&Token::RParen).map_err(parser_error)?;

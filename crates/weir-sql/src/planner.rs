@@ -241,7 +241,19 @@ impl Planner {
             }
         }
         let table =
-            TableDef { name: name.clone(), schema, watermark, partition_keys, options, definition: text.to_string() };
+            TableDef {
+                name: name.clone(),
+                schema,
+                watermark,
+                partition_keys,
+                options,
+                definition: text.to_string(),
+                metadata: ct
+                    .columns
+                    .iter()
+                    .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
+                    .collect(),
+            };
         self.connectors.validate(&table)?;
         if let Some(wm) = &table.watermark {
             let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {

@@ -414,3 +414,52 @@ async fn watermarks_are_per_partition() {
     let got = crate::rows(&stream.collect().await.expect("rows"));
     assert_eq!(got, ["p0|60", "p1|60"], "rows were dropped as late");
 }
+
+/// `METADATA FROM 'timestamp'` (and partition, offset, topic) come from the record, and the
+/// record timestamp can be the event time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_columns_come_from_the_record() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("clicks", 2).await;
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
+    // 2023-01-01 00:00:00 UTC = 1672531200000 ms.
+    for (i, partition) in [(0, 0), (1, 1), (2, 0)] {
+        let value = format!("{{\"page\": \"p{i}\"}}");
+        let record = BaseRecord::<(), _>::to("clicks").partition(partition).payload(&value).timestamp(1672531200000 + i * 1500);
+        producer.send(record).expect("send");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '1';
+             CREATE TABLE clicks (page STRING, ts TIMESTAMP(3) METADATA FROM 'timestamp', part INT METADATA FROM 'partition',
+                                  off BIGINT METADATA FROM 'offset' VIRTUAL, topic STRING METADATA,
+                                  WATERMARK FOR ts AS ts)
+               WITH ('connector' = 'kafka', 'topic' = 'clicks', 'properties.bootstrap.servers' = '{}',
+                     'format' = 'json', 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset')",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let rows = |sql: &'static str| {
+        let engine = &engine;
+        async move { crate::rows(&engine.query(sql).await.expect(sql).collect().await.expect(sql)) }
+    };
+    assert_eq!(
+        rows("SELECT page, ts, part, off, topic FROM clicks").await,
+        [
+            "p0|2023-01-01 00:00:00|0|0|clicks",
+            "p1|2023-01-01 00:00:01.500|1|0|clicks",
+            "p2|2023-01-01 00:00:03|0|1|clicks"
+        ]
+    );
+    assert_eq!(
+        rows("SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '2' SECOND)) GROUP BY window_start, window_end").await,
+        ["2023-01-01 00:00:00|2", "2023-01-01 00:00:02|1"]
+    );
+}

@@ -4,10 +4,11 @@
 //! file that is renamed into place only when the job finishes, so readers never see a
 //! half-written file.
 
+mod partition;
 mod sink;
 mod source;
 
-pub use sink::FileSink;
+pub use sink::{rolling_policy, FileSink};
 pub use source::FileSource;
 
 /// Files that readers of a table directory ignore.

@@ -1,34 +1,71 @@
-//! The filesystem sink. Rows go to a hidden in-progress file. Without checkpoints, the file
-//! is published (renamed into place) when the job finishes. With checkpoints it is a
-//! two-phase commit: at barrier `n` the file is closed, synced and renamed to a hidden
-//! pending name `.part-<task>-<n>.<ext>.pending`, which goes into checkpoint `n`; when `n`
-//! completes, pending files are renamed to `part-<task>-<n>.<ext>`. Names depend only on
-//! the task and the checkpoint, so a restart that publishes again writes the same names
-//! with the same rows: publishing is idempotent.
+//! The filesystem sink: a table directory of CSV, JSON or Parquet files, optionally
+//! partitioned into Hive-style directories (`PARTITIONED BY (col)` -> `col=value/`), that
+//! Spark, DuckDB, pyarrow and DataFusion read as is.
+//!
+//! Rows go to hidden in-progress files (`.part-<task>-inprogress-….<ext>`), one per partition
+//! directory, rolled by size (`'sink.rolling-policy.file-size'`) and age
+//! (`'sink.rolling-policy.rollover-interval'`). Without checkpoints, files are published
+//! (renamed into place) when they roll and when the job finishes. With checkpoints it is a
+//! two-phase commit: at barrier `n` every open file is closed, synced and renamed to a hidden
+//! pending name (`.part-<task>-<n>-<seq>.<ext>.pending`); the checkpoint records the pending
+//! files; when `n` completes they are renamed to `part-<task>-<n>-<seq>.<ext>` and a commit
+//! record `_weir_log/<task>-<n>.json` is written. A restart from checkpoint `n` publishes what
+//! `n` recorded (renames are idempotent: a file already published stays as it is), then
+//! deletes every hidden file this task left and every file it published for a later
+//! checkpoint (possible only when a damaged checkpoint made the restart go back further):
+//! the replay writes those rows again.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use datafusion::arrow::array::UInt32Array;
+use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
+use weir_core::{parse_duration, Chunk, Result, Sink, Split, TableDef, WeirError};
 
+use super::partition;
 use crate::format::{BatchWriter, Format};
+
+/// The directory of commit records, skipped by readers (leading `_`).
+pub const LOG_DIR: &str = "_weir_log";
+const DEFAULT_ROLL_BYTES: u64 = 128 << 20;
+
+struct OpenFile {
+    writer: Box<dyn BatchWriter>,
+    /// Hidden in-progress path, relative to the table directory.
+    hidden: String,
+    opened: Instant,
+}
 
 pub struct FileSink {
     table: String,
     dir: PathBuf,
     format: Format,
-    schema: SchemaRef,
+    /// What the files hold: the table's columns but the partition columns.
+    file_schema: SchemaRef,
+    file_columns: Vec<usize>,
+    partition_columns: Vec<(String, usize)>,
     task: usize,
-    /// Open in-progress file and its hidden path; created on the first row.
-    open: Option<(Box<dyn BatchWriter>, PathBuf)>,
-    /// Checkpointed: names are per checkpoint; `epoch` is the one the open file belongs to.
+    roll_bytes: u64,
+    roll_interval: Option<Duration>,
+    /// Open in-progress files by partition directory (`""` unpartitioned).
+    open: BTreeMap<String, OpenFile>,
+    /// Checkpointed: names carry the checkpoint `epoch` the rows belong to.
     transactional: bool,
     epoch: u64,
-    /// Pre-committed files not published yet: (epoch, pending name).
-    pending: Vec<(u64, String)>,
+    /// Files of `epoch` closed so far (pending names, relative).
+    closed: Vec<String>,
+    /// Sequence number of the next file of `epoch`.
+    seq: u64,
+    /// Pre-committed files not published yet, by checkpoint.
+    pending: BTreeMap<u64, Vec<String>>,
+    /// Without checkpoints: names unique to this run (`run<ms>x<pid>x<n>`), so that another
+    /// run into the same directory adds files instead of replacing them.
+    run: String,
 }
 
 /// Distinguishes the in-progress files of sinks started in the same process.
@@ -38,31 +75,77 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
     WeirError::external(format!("cannot {what} '{}': {e}", path.display()))
 }
 
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// `.a/b/.name.pending` -> `a/b/name`.
+fn visible_of(pending: &str) -> String {
+    let (dir, name) = pending.rsplit_once('/').map_or(("", pending), |(d, n)| (d, n));
+    let name = name.trim_start_matches('.').trim_end_matches(".pending");
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 impl FileSink {
-    pub fn new(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Self> {
+    pub fn new(table: &TableDef, _schema: SchemaRef, split: Split) -> Result<Self> {
         let format = Format::from_options(table)?;
         let dir = PathBuf::from(table.options.required(&table.name, "path")?);
+        let schema = &table.schema;
+        let partition_columns = table
+            .partition_keys
+            .iter()
+            .map(|k| Ok((k.clone(), schema.index_of(k)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let file_columns: Vec<usize> =
+            (0..schema.fields().len()).filter(|i| !partition_columns.iter().any(|(_, p)| p == i)).collect();
+        if file_columns.is_empty() {
+            return Err(WeirError::user(format!("table '{}': every column is a partition column", table.name)));
+        }
+        let (roll_bytes, roll_interval) = rolling_policy(table)?;
         Ok(Self {
             table: table.name.clone(),
             dir,
             format,
-            schema,
+            file_schema: std::sync::Arc::new(schema.project(&file_columns)?),
+            file_columns,
+            partition_columns,
             task: split.index,
-            open: None,
+            roll_bytes,
+            roll_interval,
+            open: BTreeMap::new(),
             transactional: false,
             epoch: 1,
-            pending: Vec::new(),
+            closed: Vec::new(),
+            seq: 0,
+            pending: BTreeMap::new(),
+            run: format!(
+                "run{}x{}x{}",
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+                std::process::id(),
+                SINK_COUNTER.fetch_add(1, Ordering::Relaxed)
+            ),
         })
     }
 
-    fn open_file(&mut self) -> Result<&mut Box<dyn BatchWriter>> {
-        if self.open.is_none() {
-            std::fs::create_dir_all(&self.dir).map_err(|e| {
-                WeirError::external(format!(
-                    "table '{}': cannot create directory '{}': {e}",
-                    self.table,
-                    self.dir.display()
-                ))
+    fn join(&self, relative: &str) -> PathBuf {
+        if relative.is_empty() {
+            self.dir.clone()
+        } else {
+            self.dir.join(relative)
+        }
+    }
+
+    fn open_file(&mut self, partition: &str) -> Result<&mut OpenFile> {
+        if !self.open.contains_key(partition) {
+            let dir = self.join(partition);
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                WeirError::external(format!("table '{}': cannot create directory '{}': {e}", self.table, dir.display()))
             })?;
             let unique = format!(
                 "{}-{}-{}",
@@ -70,43 +153,156 @@ impl FileSink {
                 std::process::id(),
                 SINK_COUNTER.fetch_add(1, Ordering::Relaxed)
             );
-            let path = self.dir.join(format!(".part-{}-inprogress-{unique}.{}", self.task, self.format.extension()));
+            let name = format!(".part-{}-inprogress-{unique}.{}", self.task, self.format.extension());
+            let hidden = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+            let path = self.dir.join(&hidden);
             let file = File::create(&path).map_err(|e| io("create", &path, e))?;
-            self.open = Some((self.format.writer(file, &self.schema)?, path));
+            let writer = self.format.writer(file, &self.file_schema)?;
+            self.open.insert(partition.to_string(), OpenFile { writer, hidden, opened: Instant::now() });
         }
-        match &mut self.open {
-            Some((writer, _)) => Ok(writer),
-            None => Err(WeirError::internal("sink file not open")),
+        self.open.get_mut(partition).ok_or_else(|| WeirError::internal("sink file not open"))
+    }
+
+    /// Close an open file, synced, under its next name: pending (checkpointed) or published.
+    fn roll(&mut self, partition: &str) -> Result<()> {
+        let Some(file) = self.open.remove(partition) else { return Ok(()) };
+        file.writer.close()?;
+        let name = match self.transactional {
+            true => format!("part-{}-{:08}-{:04}.{}", self.task, self.epoch, self.seq, self.format.extension()),
+            false => format!("part-{}-{}-{:04}.{}", self.task, self.run, self.seq, self.format.extension()),
+        };
+        self.seq += 1;
+        let hidden_name = if self.transactional { format!(".{name}.pending") } else { name.clone() };
+        let target = if partition.is_empty() { hidden_name } else { format!("{partition}/{hidden_name}") };
+        let from = self.dir.join(&file.hidden);
+        std::fs::rename(&from, self.dir.join(&target)).map_err(|e| io("rename", &from, e))?;
+        sync_dir(&self.join(partition));
+        if self.transactional {
+            self.closed.push(target);
         }
+        Ok(())
     }
 
-    fn visible_name(&self, epoch: u64) -> String {
-        format!("part-{}-{epoch:08}.{}", self.task, self.format.extension())
-    }
-
-    fn pending_name(&self, epoch: u64) -> String {
-        format!(".{}.pending", self.visible_name(epoch))
-    }
-
-    /// Close the open file, synced, under `name` (hidden or not).
-    fn close_as(&mut self, name: &str) -> Result<bool> {
-        let Some((writer, hidden)) = self.open.take() else { return Ok(false) };
-        writer.close()?;
-        let target = self.dir.join(name);
-        std::fs::rename(&hidden, &target).map_err(|e| io("rename", &hidden, e))?;
-        Ok(true)
-    }
-
-    /// Publish a pending file; done already if the pending file is gone.
-    fn publish(&self, epoch: u64) -> Result<()> {
-        let from = self.dir.join(self.pending_name(epoch));
-        let to = self.dir.join(self.visible_name(epoch));
-        match std::fs::rename(&from, &to) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("publish", &from, e)),
+    fn roll_all(&mut self) -> Result<()> {
+        let partitions: Vec<String> = self.open.keys().cloned().collect();
+        for p in partitions {
+            self.roll(&p)?;
         }
+        Ok(())
     }
+
+    /// Publish checkpoint `epoch`'s files, then its commit record. Idempotent.
+    fn publish(&self, epoch: u64, files: &[String]) -> Result<()> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for pending in files {
+            let visible = visible_of(pending);
+            let (from, to) = (self.dir.join(pending), self.dir.join(&visible));
+            match std::fs::rename(&from, &to) {
+                Ok(()) => {}
+                // Published before (a restart after a partial publish).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
+                Err(e) => return Err(io("publish", &from, e)),
+            }
+            dirs.insert(to.parent().map(Path::to_path_buf).unwrap_or_default());
+        }
+        for d in dirs {
+            sync_dir(&d);
+        }
+        let log = self.dir.join(LOG_DIR);
+        std::fs::create_dir_all(&log).map_err(|e| io("create", &log, e))?;
+        let record = log.join(format!("{}-{epoch:08}.json", self.task));
+        let tmp = log.join(format!(".{}-{epoch:08}.json.tmp", self.task));
+        let body = serde_json::json!({ "task": self.task, "checkpoint": epoch, "files": files.iter().map(|f| visible_of(f)).collect::<Vec<_>>() });
+        std::fs::write(&tmp, body.to_string()).map_err(|e| io("write", &tmp, e))?;
+        File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io("sync", &tmp, e))?;
+        std::fs::rename(&tmp, &record).map_err(|e| io("rename", &tmp, e))?;
+        sync_dir(&log);
+        Ok(())
+    }
+
+    fn state(&self) -> Vec<u8> {
+        let pending: BTreeMap<String, &Vec<String>> = self.pending.iter().map(|(e, f)| (e.to_string(), f)).collect();
+        serde_json::json!({ "pending": pending }).to_string().into_bytes()
+    }
+
+    /// Hidden files of this task, and files it published for checkpoints after `epoch`
+    /// (with their commit records), anywhere under the table directory.
+    fn clean_after(&self, epoch: u64) -> Result<()> {
+        let hidden_prefix = format!(".part-{}-", self.task);
+        let visible_prefix = format!("part-{}-", self.task);
+        let later = |name: &str| -> bool {
+            name.strip_prefix(&visible_prefix)
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_some_and(|e| e > epoch)
+        };
+        let mut stack = vec![self.dir.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    if name == LOG_DIR {
+                        for record in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                            let r = record.file_name().to_string_lossy().to_string();
+                            let stale = r.strip_prefix(&format!("{}-", self.task))
+                                .and_then(|rest| rest.trim_end_matches(".json").parse::<u64>().ok())
+                                .is_some_and(|e| e > epoch)
+                                || r.starts_with(&format!(".{}-", self.task));
+                            if stale {
+                                let _ = std::fs::remove_file(record.path());
+                            }
+                        }
+                    } else {
+                        stack.push(path);
+                    }
+                } else if name.starts_with(&hidden_prefix) || later(&name) {
+                    std::fs::remove_file(&path).map_err(|e| io("remove", &path, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `'sink.rolling-policy.file-size'` and `'sink.rolling-policy.rollover-interval'`, checked
+/// when the table is created.
+pub fn rolling_policy(table: &TableDef) -> Result<(u64, Option<Duration>)> {
+    let roll_bytes = match table.options.get("sink.rolling-policy.file-size") {
+        None => DEFAULT_ROLL_BYTES,
+        Some(v) => parse_size(v).ok_or_else(|| {
+            WeirError::user(format!(
+                "table '{}': 'sink.rolling-policy.file-size' must be a size like '128MB', not '{v}'",
+                table.name
+            ))
+            .at(table.options.location("sink.rolling-policy.file-size"))
+        })?,
+    };
+    let roll_interval = match table.options.get("sink.rolling-policy.rollover-interval") {
+        None => None,
+        Some(v) => Some(parse_duration(v).map_err(|e| {
+            e.context(format!("table '{}': 'sink.rolling-policy.rollover-interval'", table.name))
+                .at(table.options.location("sink.rolling-policy.rollover-interval"))
+        })?),
+    };
+    Ok((roll_bytes, roll_interval))
+}
+
+/// `128MB`, `1GB`, `512kb`, `1000` (bytes).
+fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let digits: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let n: u64 = digits.parse().ok()?;
+    let unit = t[digits.len()..].trim();
+    let factor = match unit {
+        "" | "b" => 1,
+        "kb" | "k" => 1 << 10,
+        "mb" | "m" => 1 << 20,
+        "gb" | "g" => 1 << 30,
+        _ => return None,
+    };
+    (n > 0).then_some(n * factor)
 }
 
 #[async_trait]
@@ -121,85 +317,107 @@ impl Sink for FileSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        self.open_file()?.write(&chunk.batch)
+        let batch = &chunk.batch;
+        // Rows by partition directory.
+        let parts: Vec<(String, Option<UInt32Array>)> = if self.partition_columns.is_empty() {
+            vec![(String::new(), None)]
+        } else {
+            let columns: Vec<(&str, &datafusion::arrow::array::ArrayRef)> =
+                self.partition_columns.iter().map(|(name, i)| (name.as_str(), batch.column(*i))).collect();
+            let dirs = partition::directories(&columns)?;
+            let mut rows: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+            for (i, d) in dirs.iter().enumerate() {
+                rows.entry(d.as_str()).or_default().push(i as u32);
+            }
+            if rows.len() == 1 {
+                vec![(dirs[0].clone(), None)]
+            } else {
+                rows.into_iter().map(|(d, r)| (d.to_string(), Some(UInt32Array::from(r)))).collect()
+            }
+        };
+        let file_batch = batch.project(&self.file_columns)?;
+        for (partition, rows) in parts {
+            let part = match &rows {
+                None => file_batch.clone(),
+                Some(rows) => take_record_batch(&file_batch, rows)?,
+            };
+            let (roll_bytes, roll_interval) = (self.roll_bytes, self.roll_interval);
+            let dir = self.dir.clone();
+            let file = self.open_file(&partition)?;
+            file.writer.write(&part)?;
+            let size = std::fs::metadata(dir.join(&file.hidden)).map(|m| m.len()).unwrap_or(0);
+            if size >= roll_bytes || roll_interval.is_some_and(|i| file.opened.elapsed() >= i) {
+                self.roll(&partition)?;
+            }
+        }
+        Ok(())
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
         self.transactional = true;
-        let name = self.pending_name(epoch);
-        if self.close_as(&name)? {
-            self.pending.push((epoch, name));
+        self.roll_all()?;
+        let files = std::mem::take(&mut self.closed);
+        if !files.is_empty() {
+            self.pending.entry(epoch).or_default().extend(files);
         }
         self.epoch = epoch + 1;
-        let epochs: Vec<u64> = self.pending.iter().map(|(e, _)| *e).collect();
-        Ok(Some(serde_json::json!({ "pending": epochs }).to_string().into_bytes()))
+        self.seq = 0;
+        Ok(Some(self.state()))
     }
 
     async fn commit(&mut self, epoch: u64) -> Result<()> {
-        let due: Vec<u64> = self.pending.iter().filter(|(e, _)| *e <= epoch).map(|(e, _)| *e).collect();
-        for e in &due {
-            self.publish(*e)?;
+        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
+        for e in due {
+            if let Some(files) = self.pending.remove(&e) {
+                self.publish(e, &files)?;
+            }
         }
-        self.pending.retain(|(e, _)| *e > epoch);
         Ok(())
     }
 
     async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
         self.transactional = true;
         self.epoch = epoch + 1;
+        self.seq = 0;
         // Publish what checkpoint `epoch` pre-committed…
         if let Some(state) = state {
-            let value: serde_json::Value = serde_json::from_slice(state)
-                .map_err(|_| WeirError::internal("a file sink state in a checkpoint is damaged"))?;
-            for e in value["pending"].as_array().into_iter().flatten().filter_map(|e| e.as_u64()) {
+            let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
+            let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+            for (e, files) in value["pending"].as_object().into_iter().flatten() {
+                let e: u64 = e.parse().map_err(|_| damaged())?;
+                let files: Vec<String> =
+                    files.as_array().ok_or_else(|| damaged())?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
                 if e <= epoch {
-                    self.publish(e)?;
+                    self.publish(e, &files)?;
                 }
             }
         }
-        // …and remove every hidden file this task left after it.
-        let prefix = format!(".part-{}-", self.task);
-        if let Ok(entries) = std::fs::read_dir(&self.dir) {
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                    let path = entry.path();
-                    std::fs::remove_file(&path).map_err(|e| io("remove", &path, e))?;
-                }
-            }
+        // …and remove what this task left after it.
+        self.clean_after(epoch)
+    }
+
+    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
+        if !self.transactional {
+            return Ok(None);
         }
-        Ok(())
+        let epoch = self.epoch;
+        self.pre_commit(epoch).await
     }
 
     async fn finish(&mut self) -> Result<()> {
         if self.transactional {
-            // The rows after the last checkpoint: the same name a replay would give them.
-            let name = self.visible_name(self.epoch);
-            self.close_as(&name)?;
-            let pending: Vec<u64> = self.pending.iter().map(|(e, _)| *e).collect();
-            for e in pending {
-                self.publish(e)?;
-            }
-            self.pending.clear();
-        } else {
-            let unique = format!(
-                "part-{}-{}-{}-{}.{}",
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
-                std::process::id(),
-                SINK_COUNTER.fetch_add(1, Ordering::Relaxed),
-                self.task,
-                self.format.extension()
-            );
-            self.close_as(&unique)?;
+            // The final checkpoint has committed everything (`pre_commit_final`).
+            return Ok(());
         }
-        Ok(())
+        self.roll_all()
     }
 }
 
 impl Drop for FileSink {
     /// A job that stops without finishing (failure, cancellation) leaves no in-progress file.
     fn drop(&mut self) {
-        if let Some((_, hidden)) = self.open.take() {
-            let _ = std::fs::remove_file(hidden);
+        for file in self.open.values() {
+            let _ = std::fs::remove_file(self.dir.join(&file.hidden));
         }
     }
 }

@@ -24,6 +24,16 @@ pub struct FileSource {
     current: Option<(usize, Box<dyn BatchReader>)>,
     skipped_in_done_files: u64,
     skipped_current: u64,
+    /// A partitioned table (`PARTITIONED BY`): how output columns come from the files and
+    /// from the `col=value` directories.
+    partitioned: Option<Partitioned>,
+}
+
+struct Partitioned {
+    root: PathBuf,
+    keys: Vec<String>,
+    /// Per output column: `Ok(i)` column `i` of what the reader returns, `Err(k)` key `k`.
+    columns: Vec<std::result::Result<usize, usize>>,
 }
 
 /// The files that make up a table: `path` itself, or the visible files of the directory.
@@ -91,11 +101,39 @@ impl FileSource {
         let files = list_files(&table.name, Path::new(path))?;
         let parts = assign(&format, files, split)?;
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
+        let schema = std::sync::Arc::new(table.schema.project(&projection)?);
+        // Partition columns are not in the files: the reader reads the others.
+        let (table_schema, projection, partitioned) = if table.partition_keys.is_empty() {
+            (table.schema.clone(), projection, None)
+        } else {
+            let is_key = |i: &usize| table.partition_keys.contains(table.schema.field(*i).name());
+            let file_columns: Vec<usize> = (0..table.schema.fields().len()).filter(|i| !is_key(i)).collect();
+            let file_schema = std::sync::Arc::new(table.schema.project(&file_columns)?);
+            let mut read: Vec<usize> = Vec::new();
+            let mut columns = Vec::with_capacity(projection.len());
+            for i in &projection {
+                let name = table.schema.field(*i).name();
+                match table.partition_keys.iter().position(|k| k == name) {
+                    Some(k) => columns.push(Err(k)),
+                    None => {
+                        columns.push(Ok(read.len()));
+                        read.push(file_schema.index_of(name)?);
+                    }
+                }
+            }
+            // Row counts come with columns: read one even if the query wants none.
+            if read.is_empty() {
+                read.push(0);
+            }
+            let partitioned = Partitioned { root: PathBuf::from(path), keys: table.partition_keys.clone(), columns };
+            (file_schema, read, Some(partitioned))
+        };
         Ok(Self {
             format,
-            table_schema: table.schema.clone(),
-            schema: std::sync::Arc::new(table.schema.project(&projection)?),
+            table_schema,
+            schema,
             projection,
+            partitioned,
             parts,
             next_part: 0,
             resume_at: None,
@@ -103,6 +141,29 @@ impl FileSource {
             skipped_in_done_files: 0,
             skipped_current: 0,
         })
+    }
+}
+
+impl FileSource {
+    /// A batch of part `index` with the partition columns its directories give.
+    fn with_partition_columns(&self, index: usize, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(p) = &self.partitioned else { return Ok(batch) };
+        let path = &self.parts[index].0;
+        let relative = path.strip_prefix(&p.root).unwrap_or(path);
+        let values = super::partition::values_of(relative, &p.keys);
+        let rows = batch.num_rows();
+        let columns = p
+            .columns
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(c, field)| match c {
+                Ok(i) => Ok(batch.column(*i).clone()),
+                Err(k) => super::partition::constant(values[*k].as_deref(), field.data_type(), rows, field.name())
+                    .map_err(|e| e.context(format!("'{}'", path.display()))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let options = datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)
     }
 }
 
@@ -144,7 +205,7 @@ impl Source for FileSource {
             self.skipped_current = reader.records_skipped();
             if let Some(batch) = batch? {
                 self.current = Some((index, reader));
-                return Ok(Some(batch));
+                return Ok(Some(self.with_partition_columns(index, batch)?));
             }
         }
     }

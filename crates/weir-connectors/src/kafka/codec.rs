@@ -51,11 +51,13 @@ impl Codec {
     }
 }
 
-/// Where a record came from, for errors.
+/// Where a record came from (for errors and metadata columns).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordAt {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp, milliseconds since the epoch.
+    pub timestamp: Option<i64>,
 }
 
 pub struct Decoder {
@@ -135,18 +137,23 @@ impl Decoder {
         }
     }
 
-    /// The records' values as one batch, applying the malformed-record policy.
-    pub fn decode(&mut self, values: &[&[u8]], at: &[RecordAt]) -> Result<Option<RecordBatch>> {
+    /// The records' values as one batch, applying the malformed-record policy; with the
+    /// records kept, when some were skipped.
+    pub fn decode(&mut self, values: &[&[u8]], at: &[RecordAt]) -> Result<Option<(RecordBatch, Option<Vec<usize>>)>> {
         if values.is_empty() {
             return Ok(None);
         }
         if let Ok(batch) = self.decode_all(values) {
-            return Ok(batch);
+            return Ok(batch.map(|b| (b, None)));
         }
         let mut good: Vec<&[u8]> = Vec::with_capacity(values.len());
-        for (v, where_) in values.iter().zip(at) {
+        let mut kept = Vec::with_capacity(values.len());
+        for (i, (v, where_)) in values.iter().zip(at).enumerate() {
             match self.decode_all(&[v]) {
-                Ok(_) => good.push(v),
+                Ok(_) => {
+                    good.push(v);
+                    kept.push(i);
+                }
                 Err(_) if self.policy == ParsePolicy::Skip => self.skipped += 1,
                 Err(e) => {
                     let what = match self.codec {
@@ -168,7 +175,7 @@ impl Decoder {
         if good.is_empty() {
             return Ok(None);
         }
-        self.decode_all(&good)
+        Ok(self.decode_all(&good)?.map(|b| (b, Some(kept))))
     }
 }
 

@@ -131,6 +131,9 @@ pub fn validate(table: &TableDef) -> Result<()> {
         }
     }
     source::startup(table)?;
+    for key in table.metadata.values() {
+        source::metadata_key(table, key)?;
+    }
     Ok(())
 }
 

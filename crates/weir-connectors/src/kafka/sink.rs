@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -119,6 +120,10 @@ pub struct KafkaSink {
     pending: BTreeMap<u64, Transaction>,
     /// At-least-once and none: one producer for the job.
     plain: Option<(KafkaProducer, SinkContext)>,
+    /// Columns written as the value (metadata columns are not), and the column that gives
+    /// the record timestamp (`METADATA FROM 'timestamp'`), if any.
+    value_columns: Vec<usize>,
+    timestamp_column: Option<usize>,
 }
 
 impl KafkaSink {
@@ -168,6 +173,14 @@ impl KafkaSink {
             open: None,
             pending: BTreeMap::new(),
             plain: None,
+            value_columns: (0..schema.fields().len())
+                .filter(|i| !table.metadata.contains_key(schema.field(*i).name()))
+                .collect(),
+            timestamp_column: table
+                .metadata
+                .iter()
+                .find(|(_, key)| key.as_str() == "timestamp")
+                .and_then(|(column, _)| schema.index_of(column).ok()),
         })
     }
 
@@ -273,7 +286,21 @@ impl Sink for KafkaSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        let values = encode(self.value, &chunk.batch)?;
+        let values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
+        let timestamps = match self.timestamp_column {
+            None => None,
+            Some(c) => {
+                let ms = datafusion::arrow::compute::cast(
+                    chunk.batch.column(c),
+                    &datafusion::arrow::datatypes::DataType::Timestamp(
+                        datafusion::arrow::datatypes::TimeUnit::Millisecond,
+                        None,
+                    ),
+                )?;
+                let ms = datafusion::arrow::compute::cast(&ms, &datafusion::arrow::datatypes::DataType::Int64)?;
+                ms.as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().cloned()
+            }
+        };
         let keys = match &self.key {
             None => None,
             Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
@@ -295,6 +322,9 @@ impl Sink for KafkaSink {
             let mut record = BaseRecord::to(&topic).payload(value.as_slice());
             if let Some(keys) = &keys {
                 record = record.key(keys[i].as_slice());
+            }
+            if let Some(ts) = timestamps.as_ref().filter(|t| t.is_valid(i)) {
+                record = record.timestamp(ts.value(i));
             }
             let mut record = record;
             loop {

@@ -73,12 +73,12 @@ pub struct KafkaSource {
     /// Startup offsets still to be resolved at the first read (a restore may replace them).
     assigned: bool,
     startup: Startup,
-    /// CSV is decoded whole (fields by position), then these columns are kept.
-    project_after: Option<Vec<usize>>,
+    /// Where each output column comes from.
+    columns: Vec<Column>,
     /// `'scan.records-per-second'`: at most this many records per second from this task.
     rate: Option<(f64, Instant, u64)>,
     /// A record polled for the next batch (each batch holds one partition's records).
-    held: Option<(i32, i64, Vec<u8>)>,
+    held: Option<(RecordAt, Vec<u8>)>,
     last_partition: Option<u32>,
 }
 
@@ -119,12 +119,24 @@ impl KafkaSource {
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);
         let codec = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
-        // Decoding needs the declared columns the query reads; JSON maps by name, CSV by
-        // position (so a CSV table is read whole, then projected).
-        let decode_schema = match codec {
-            Codec::Csv { .. } => table.schema.clone(),
-            _ => schema.clone(),
+        // Decoding needs the value's columns: those the query reads (JSON maps by name), or
+        // all of them (CSV maps by position); metadata columns come from the record.
+        let is_value = |i: &usize| !table.metadata.contains_key(table.schema.field(*i).name());
+        let value_columns: Vec<usize> = match codec {
+            Codec::Csv { .. } => (0..table.schema.fields().len()).filter(is_value).collect(),
+            _ => projection.iter().copied().filter(is_value).collect(),
         };
+        let decode_schema = std::sync::Arc::new(table.schema.project(&value_columns)?);
+        let columns = projection
+            .iter()
+            .map(|i| {
+                let field = table.schema.field(*i);
+                match table.metadata.get(field.name()) {
+                    Some(key) => Ok(Column::Metadata(metadata_key(table, key)?)),
+                    None => Ok(Column::Value(decode_schema.index_of(field.name())?)),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         let skip = ["format.ignore-parse-errors", "json.ignore-parse-errors", "csv.ignore-parse-errors"]
             .iter()
             .map(|k| table.options.bool(&table.name, k, false))
@@ -148,7 +160,7 @@ impl KafkaSource {
             ends: None,
             assigned: false,
             startup,
-            project_after: matches!(codec, Codec::Csv { .. }).then(|| projection.clone()),
+            columns,
             rate: None,
             held: None,
             last_partition: None,
@@ -279,15 +291,21 @@ impl Source for KafkaSource {
             }
             let mut partition: Option<i32> = None;
             while values.len() < limit {
-                let (p, offset, payload) = match self.held.take() {
+                let (record, payload) = match self.held.take() {
                     Some(held) => held,
                     None => {
                         let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
                         let message =
                             message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
-                        (message.partition(), message.offset(), message.payload().unwrap_or(&[]).to_vec())
+                        let at = RecordAt {
+                            partition: message.partition(),
+                            offset: message.offset(),
+                            timestamp: message.timestamp().to_millis(),
+                        };
+                        (at, message.payload().unwrap_or(&[]).to_vec())
                     }
                 };
+                let (p, offset) = (record.partition, record.offset);
                 let end = self.ends.as_ref().and_then(|e| e.get(&p)).copied().unwrap_or(i64::MAX);
                 // A stale record of an earlier assignment, or one past the bounded end.
                 if self.positions.get(&p).is_none_or(|next| offset < *next) || offset >= end {
@@ -295,13 +313,13 @@ impl Source for KafkaSource {
                 }
                 // One partition per batch: its watermark is its own.
                 if partition.is_some_and(|current| current != p) {
-                    self.held = Some((p, offset, payload));
+                    self.held = Some((record, payload));
                     break;
                 }
                 partition = Some(p);
                 self.positions.insert(p, offset + 1);
                 values.push(payload);
-                at.push(RecordAt { partition: p, offset });
+                at.push(record);
                 if self.finished() {
                     break;
                 }
@@ -318,11 +336,12 @@ impl Source for KafkaSource {
                 *sent += values.len() as u64;
             }
             let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-            let Some(batch) = self.decoder.decode(&refs, &at)? else { continue };
-            return Ok(Some(match &self.project_after {
-                Some(columns) => batch.project(columns)?,
-                None => batch,
-            }));
+            let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
+            let records: Vec<RecordAt> = match kept {
+                Some(kept) => kept.iter().map(|i| at[*i]).collect(),
+                None => at,
+            };
+            return Ok(Some(self.output(&values, &records)?));
         }
     }
 
@@ -359,7 +378,68 @@ impl Source for KafkaSource {
     }
 }
 
+/// Where an output column comes from.
+enum Column {
+    /// This column of the decoded value.
+    Value(usize),
+    Metadata(MetadataKey),
+}
+
+/// The record metadata a column can hold (`METADATA FROM 'key'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetadataKey {
+    Timestamp,
+    Partition,
+    Offset,
+    Topic,
+}
+
+pub(crate) fn metadata_key(table: &TableDef, key: &str) -> Result<MetadataKey> {
+    Ok(match key {
+        "timestamp" => MetadataKey::Timestamp,
+        "partition" => MetadataKey::Partition,
+        "offset" => MetadataKey::Offset,
+        "topic" => MetadataKey::Topic,
+        other => {
+            return Err(WeirError::user(format!(
+                "table '{}': Kafka has no metadata '{other}'; metadata keys are: timestamp, partition, offset, topic",
+                table.name
+            )))
+        }
+    })
+}
+
 impl KafkaSource {
+    /// The output batch: decoded value columns and metadata columns, in the query's order.
+    fn output(&self, values: &RecordBatch, records: &[RecordAt]) -> Result<RecordBatch> {
+        use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
+        let columns = self
+            .columns
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(column, field)| {
+                let array: ArrayRef = match column {
+                    Column::Value(i) => values.column(*i).clone(),
+                    Column::Metadata(MetadataKey::Timestamp) => {
+                        std::sync::Arc::new(records.iter().map(|r| r.timestamp).collect::<TimestampMillisecondArray>())
+                    }
+                    Column::Metadata(MetadataKey::Partition) => {
+                        std::sync::Arc::new(records.iter().map(|r| Some(r.partition)).collect::<Int32Array>())
+                    }
+                    Column::Metadata(MetadataKey::Offset) => {
+                        std::sync::Arc::new(records.iter().map(|r| Some(r.offset)).collect::<Int64Array>())
+                    }
+                    Column::Metadata(MetadataKey::Topic) => {
+                        std::sync::Arc::new(StringArray::from(vec![self.topic.as_str(); records.len()]))
+                    }
+                };
+                Ok(datafusion::arrow::compute::cast(&array, field.data_type())?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let options = datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(records.len()));
+        Ok(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)
+    }
+
     /// Bounded reading in `read_committed` mode: transaction markers and aborted records
     /// take offsets but are never delivered, so a partition whose remaining offsets hold
     /// none for us counts as read to its end once the consumer's position has passed it.
