@@ -469,7 +469,12 @@ pub async fn coordinate(
                 // Every task has ended: a final checkpoint of their final states, so that a
                 // restart resumes at the end and sinks commit what they pre-committed there.
                 if started.is_empty() && tasks.iter().all(|t| finished.contains_key(t)) {
-                    complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await?;
+                    if !complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await? {
+                        return Err(WeirError::external(format!(
+                            "the job's final checkpoint {epoch} could not be written: its last output is not committed \
+                             (running the job again resumes from the checkpoint before)"
+                        )));
+                    }
                     return Ok(());
                 }
                 if stop_pending && started.is_empty() {
@@ -486,7 +491,7 @@ pub async fn coordinate(
 
 /// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,
 /// and tell the sinks it is complete. A checkpoint that fails is given up (the next one
-/// covers its rows), unless this instance has been fenced: that ends the job.
+/// covers its rows; `false`), unless this instance has been fenced: that ends the job.
 async fn complete(
     n: u64,
     states: BTreeMap<String, TaskState>,
@@ -495,7 +500,7 @@ async fn complete(
     store: &std::sync::Arc<dyn CheckpointStore>,
     stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
     committed: &watch::Sender<u64>,
-) -> Result<()> {
+) -> Result<bool> {
     let store = store.clone();
     let fingerprint = config.fingerprint.clone();
     let retained = config.retained;
@@ -518,12 +523,18 @@ async fn complete(
                 all.drain(..excess);
             }
             let _ = committed.send(n);
+            Ok(true)
         }
-        Ok(Err(e)) if e.kind == weir_core::ErrorKind::Fenced => return Err(e),
-        Ok(Err(e)) => log::warn!("checkpoint {n} failed: {e}"),
-        Err(e) => log::warn!("checkpoint {n} failed: {e}"),
+        Ok(Err(e)) if e.kind == weir_core::ErrorKind::Fenced => Err(e),
+        Ok(Err(e)) => {
+            log::warn!("checkpoint {n} failed: {e}");
+            Ok(false)
+        }
+        Err(e) => {
+            log::warn!("checkpoint {n} failed: {e}");
+            Ok(false)
+        }
     }
-    Ok(())
 }
 
 /// A stable fingerprint of a plan's text (FNV-1a).

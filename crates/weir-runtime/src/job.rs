@@ -843,22 +843,20 @@ async fn run_sink(
                     return Ok(());
                 };
                 // Committed with the final checkpoint, which the coordinator writes once
-                // every task has ended.
-                let last = *committed.borrow_and_update();
+                // every task has ended (and any still in flight before it); it closes the
+                // channel after the final one.
                 cp.ack(None, TaskState::from([("sink".to_string(), state)]));
-                let n = loop {
-                    if committed.changed().await.is_err() {
-                        return Err(WeirError::external(
-                            "the job's final checkpoint was not completed: its last output is not committed \
-                             (a restart finishes the commit from the final checkpoint if it was written)",
-                        ));
-                    }
+                let mut last = None;
+                while committed.changed().await.is_ok() {
                     let n = *committed.borrow_and_update();
-                    if n > last {
-                        break n;
-                    }
-                };
-                sink.commit(n).await?;
+                    sink.commit(n).await?;
+                    last = Some(n);
+                }
+                if last.is_none() {
+                    return Err(WeirError::external(
+                        "the job's final checkpoint was not completed: its last output is not committed",
+                    ));
+                }
                 sink.finish().await?;
                 return Ok(());
             }

@@ -8,6 +8,7 @@ mod repl;
 mod restart;
 mod slt;
 mod stop;
+mod table_sink;
 mod windows;
 
 use std::path::PathBuf;

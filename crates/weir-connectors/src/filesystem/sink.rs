@@ -367,6 +367,9 @@ impl Sink for FileSink {
 
     async fn commit(&mut self, epoch: u64) -> Result<()> {
         let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
+        if !due.is_empty() {
+            weir_core::fault::pause("file_commit");
+        }
         for e in due {
             if let Some(files) = self.pending.remove(&e) {
                 self.publish(e, &files)?;
@@ -379,6 +382,7 @@ impl Sink for FileSink {
         self.transactional = true;
         self.epoch = epoch + 1;
         self.seq = 0;
+        weir_core::fault::pause("file_restore");
         // Publish what checkpoint `epoch` pre-committed…
         if let Some(state) = state {
             let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
