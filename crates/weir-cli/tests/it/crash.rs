@@ -70,6 +70,10 @@ fn published(dir: &Path) -> (Vec<String>, Vec<String>) {
     let mut hidden = Vec::new();
     for entry in std::fs::read_dir(dir).expect("output dir").flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
+        // `_weir_log/`: the sink's commit records, not data.
+        if name.starts_with('_') {
+            continue;
+        }
         if name.starts_with('.') {
             hidden.push(name);
             continue;

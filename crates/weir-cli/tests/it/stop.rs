@@ -12,6 +12,9 @@ fn rows(dir: &std::path::Path) -> (Vec<String>, usize) {
     let mut rows = Vec::new();
     let mut hidden = 0;
     for entry in std::fs::read_dir(dir).expect("output").flatten() {
+        if entry.file_name().to_string_lossy().starts_with('_') {
+            continue;
+        }
         if entry.file_name().to_string_lossy().starts_with('.') {
             hidden += 1;
             continue;
