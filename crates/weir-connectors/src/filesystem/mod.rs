@@ -1,8 +1,8 @@
 //! `'connector' = 'filesystem'`: `'path'` is a file or a directory. As a source, every visible
 //! file of the directory (names starting with `.` or `_` are skipped, as Spark and Flink do) is
-//! read in name order. As a sink, `'path'` is a directory; rows go to a hidden in-progress
-//! file that is renamed into place only when the job finishes, so readers never see a
-//! half-written file.
+//! read in name order (partition columns of a `PARTITIONED BY` table from the `col=value`
+//! directories). As a sink, `'path'` is a table directory, written by [`FileSink`]: readers
+//! never see a half-written file, nor, with checkpoints, a row that is later rolled back.
 
 mod partition;
 mod sink;
