@@ -156,6 +156,20 @@ async fn load_bids(broker: &Broker, events: u64) {
     .await;
 }
 
+/// A broker with 18,400 bids in topic `bids`, an empty topic `out`, and the rows of an
+/// uninterrupted run of the windowed job (into topic `reference`).
+async fn with_reference() -> (PathBuf, Broker, Vec<String>) {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    broker.create_topic("reference", 2).await;
+    broker.create_topic("out", 2).await;
+    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    let want = broker.read_committed("reference");
+    assert!(want.len() > 1000, "reference has {} rows", want.len());
+    (dir, broker, want)
+}
+
 fn run_to_end(sql: &Path) {
     let out = Command::new(weir_bin()).arg("run").arg(sql).output().expect("weir run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -234,55 +248,20 @@ fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path) -> bool {
 /// then sees exactly the rows of a run that was never killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_under_sigkill_in_every_phase() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
-    broker.create_topic("reference", 2).await;
-    broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
-    let want = broker.read_committed("reference");
-    assert!(want.len() > 1000, "reference has {} rows", want.len());
+    let (dir, broker, want) = with_reference().await;
 
     // Slow enough to be killed many times before the end: 2 tasks x 700 records/s.
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
-    let mut seed =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
-    println!("random seed {seed}");
-    let mut random = move |below: u64| {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (seed >> 33) % below
-    };
-    let mut kills: BTreeMap<Phase, u32> = BTreeMap::new();
-    let (mut round, mut finished) = (0, 0);
-    while (kills.values().sum::<u32>() < 20 || PHASES.iter().any(|p| kills.get(p).copied().unwrap_or(0) < 3)) && round < 80 {
-        let phase = PHASES[round % PHASES.len()];
-        round += 1;
-        let mut child = start(&sql, phase, &faults);
-        let deadline =
-            Instant::now() + Duration::from_millis(if phase == Phase::Processing { 100 + random(700) } else { 4000 });
-        while Instant::now() < deadline && child.try_wait().expect("poll").is_none() && !in_phase(phase, &checkpoints, &faults)
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let caught = phase == Phase::Processing || in_phase(phase, &checkpoints, &faults);
-        if child.try_wait().expect("poll").is_none() {
-            child.kill().expect("SIGKILL");
-            child.wait().expect("reap");
-            if caught {
-                *kills.entry(phase).or_default() += 1;
-            }
-        } else {
-            finished += 1;
-            assert!(child.wait().expect("reap").success(), "a run failed on its own in round {round}");
-        }
-    }
-    println!("kills per phase: {kills:?}; {finished} runs ended on their own, {round} rounds");
-    for p in PHASES {
-        assert!(kills.get(&p).copied().unwrap_or(0) >= 3, "fewer than 3 kills while {p:?}: {kills:?}");
-    }
-    assert!(kills.values().sum::<u32>() >= 20, "fewer than 20 kills: {kills:?}");
+    crate::kills::kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&sql, phase, &faults),
+        |phase| in_phase(phase, &checkpoints, &faults),
+    );
     run_to_end(&sql);
     let got = broker.read_committed("out");
     let mut dedup = got.clone();
@@ -306,13 +285,7 @@ fn completed_checkpoints(checkpoints: &Path) -> usize {
 /// fenced: it stops with an error, and nothing it writes becomes visible.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_instance_fences_the_old_one() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
-    broker.create_topic("reference", 2).await;
-    broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
-    let want = broker.read_committed("reference");
+    let (dir, broker, want) = with_reference().await;
 
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(1000)));
@@ -349,13 +322,7 @@ async fn a_new_instance_fences_the_old_one() {
 /// At-least-once under SIGKILL: nothing is missing; duplicates are allowed, and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_under_sigkill_loses_nothing() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
-    broker.create_topic("reference", 2).await;
-    broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
-    let want = broker.read_committed("reference");
+    let (dir, broker, want) = with_reference().await;
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "at-least-once", &checkpoints, Some(1000)));
     let mut kills = 0;
@@ -462,4 +429,42 @@ async fn metadata_columns_come_from_the_record() {
         rows("SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '2' SECOND)) GROUP BY window_start, window_end").await,
         ["2023-01-01 00:00:00|2", "2023-01-01 00:00:02|1"]
     );
+}
+
+/// `'topic-pattern'`: every topic whose name matches, partitions of all spread over the tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_pattern_reads_every_matching_topic() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    for topic in ["orders-eu", "orders-us", "payments"] {
+        broker.create_topic(topic, 2).await;
+    }
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
+    for (topic, n) in [("orders-eu", 3), ("orders-us", 5), ("payments", 7)] {
+        for i in 0..n {
+            let value = format!("{{\"amount\": {i}}}");
+            producer.send(BaseRecord::<(), _>::to(topic).partition(i % 2).payload(&value)).expect("send");
+        }
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '2';
+             CREATE TABLE orders (amount BIGINT, topic STRING METADATA)
+               WITH ('connector' = 'kafka', 'topic-pattern' = 'orders-.*', 'properties.bootstrap.servers' = '{}',
+                     'format' = 'json', 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset')",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let stream = engine.query("SELECT topic, amount FROM orders").await.expect("query");
+    let got = crate::rows(&stream.collect().await.expect("rows"));
+    let mut want: Vec<String> =
+        (0..3).map(|i| format!("orders-eu|{i}")).chain((0..5).map(|i| format!("orders-us|{i}"))).collect();
+    want.sort();
+    assert_eq!(got, want, "payments must not be read, every order must");
 }

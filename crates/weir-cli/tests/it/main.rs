@@ -2,6 +2,7 @@
 
 mod crash;
 mod kafka;
+mod kills;
 mod parallel;
 mod quickstart;
 mod repl;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -167,42 +167,14 @@ async fn partitioned_parquet_table_is_exact_under_sigkill() {
 
     let checkpoints = dir.join("out-checkpoints");
     let faults = dir.join("faults");
-    let mut seed =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
-    println!("random seed {seed}");
-    let mut random = move |below: u64| {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (seed >> 33) % below
-    };
-    let mut kills: BTreeMap<Phase, u32> = BTreeMap::new();
-    let (mut round, mut finished) = (0, 0);
-    while (kills.values().sum::<u32>() < 20 || PHASES.iter().any(|p| kills.get(p).copied().unwrap_or(0) < 3)) && round < 80 {
-        let phase = PHASES[round % PHASES.len()];
-        round += 1;
-        let mut child = start(&dir.join("job.sql"), phase, &faults);
-        let wait = if phase == Phase::Processing { 100 + random(600) } else { 4000 };
-        let deadline = Instant::now() + Duration::from_millis(wait);
-        while Instant::now() < deadline && child.try_wait().expect("poll").is_none() && !in_phase(phase, &checkpoints, &faults)
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let caught = phase == Phase::Processing || in_phase(phase, &checkpoints, &faults);
-        if child.try_wait().expect("poll").is_none() {
-            child.kill().expect("SIGKILL");
-            child.wait().expect("reap");
-            if caught {
-                *kills.entry(phase).or_default() += 1;
-            }
-        } else {
-            finished += 1;
-            assert!(child.wait().expect("reap").success(), "a run failed on its own in round {round}");
-        }
-    }
-    println!("kills per phase: {kills:?}; {finished} runs ended on their own, {round} rounds");
-    for p in PHASES {
-        assert!(kills.get(&p).copied().unwrap_or(0) >= 3, "fewer than 3 kills while {p:?}: {kills:?}");
-    }
-    assert!(kills.values().sum::<u32>() >= 20, "fewer than 20 kills: {kills:?}");
+    crate::kills::kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&dir.join("job.sql"), phase, &faults),
+        |phase| in_phase(phase, &checkpoints, &faults),
+    );
     let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
     std::thread::sleep(Duration::from_millis(100));

@@ -54,6 +54,8 @@ impl Codec {
 /// Where a record came from (for errors and metadata columns).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordAt {
+    /// The partition's index among the source task's partitions.
+    pub part: u32,
     pub partition: i32,
     pub offset: i64,
     /// The record's timestamp, milliseconds since the epoch.

@@ -21,6 +21,7 @@ pub use source::KafkaSource;
 const OPTIONS: &[&str] = &[
     "connector",
     "topic",
+    "topic-pattern",
     "format",
     "value.format",
     "key.format",
@@ -45,8 +46,18 @@ pub enum Delivery {
     None,
 }
 
+/// The topic, or for a source reading `'topic-pattern'`, the pattern (for messages).
 pub(crate) fn topic(table: &TableDef) -> Result<String> {
-    Ok(table.options.required(&table.name, "topic")?.to_string())
+    match (table.options.get("topic"), table.options.get("topic-pattern")) {
+        (Some(t), None) => Ok(t.to_string()),
+        (None, Some(p)) => Ok(p.to_string()),
+        (Some(_), Some(_)) => Err(WeirError::user(format!(
+            "table '{}': give 'topic' or 'topic-pattern', not both",
+            table.name
+        ))
+        .at(table.options.location("topic-pattern"))),
+        (None, None) => Err(WeirError::user(format!("table '{}' needs the option 'topic' (or 'topic-pattern')", table.name))),
+    }
 }
 
 pub(crate) fn bootstrap(table: &TableDef) -> Result<String> {

@@ -128,6 +128,12 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     pub fn new(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Self> {
+        if table.options.get("topic-pattern").is_some() {
+            return Err(WeirError::user(format!(
+                "table '{}' reads a 'topic-pattern': it cannot be written (give 'topic')",
+                table.name
+            )));
+        }
         let delivery = super::delivery(table)?;
         let fixed: Vec<(&str, &str)> = match delivery {
             Delivery::ExactlyOnce => vec![("enable.idempotence", "true"), ("statistics.interval.ms", "50")],

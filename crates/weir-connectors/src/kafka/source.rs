@@ -1,5 +1,6 @@
-//! Reading a Kafka topic. The topic's partitions are spread over the source tasks
-//! (partition `p` to task `p % tasks`); each task assigns its partitions itself (no consumer
+//! Reading a Kafka topic, or the topics matching `'topic-pattern'` when the job starts. The
+//! partitions, in (topic, partition) order, are spread over the source tasks (the `i`th to
+//! task `i % tasks`); each task assigns its partitions itself (no consumer
 //! group rebalancing) and reads from the offsets in the checkpoint it restarts from, or
 //! from `'scan.startup.mode'`. Offsets are resolved to numbers at start, so a checkpoint
 //! taken before a partition delivered anything still rewinds it to the same place.
@@ -66,10 +67,13 @@ pub struct KafkaSource {
     topic: String,
     schema: SchemaRef,
     decoder: Decoder,
+    /// This task's partitions (topic, partition); the index is the partition's id here.
+    parts: Vec<(String, i32)>,
+    index: std::collections::HashMap<(String, i32), u32>,
     /// Next offset to read, per partition of this task.
-    positions: BTreeMap<i32, i64>,
+    positions: BTreeMap<u32, i64>,
     /// Bounded: where each partition ends (exclusive).
-    ends: Option<BTreeMap<i32, i64>>,
+    ends: Option<BTreeMap<u32, i64>>,
     /// Startup offsets still to be resolved at the first read (a restore may replace them).
     assigned: bool,
     startup: Startup,
@@ -100,22 +104,37 @@ impl KafkaSource {
             config.set("isolation.level", "read_committed");
         }
         let consumer: BaseConsumer = config.create().map_err(|e| kafka_error("cannot create a consumer", e))?;
+        // One topic, or every topic whose name matches 'topic-pattern' (when the job starts).
+        let pattern = match table.options.get("topic-pattern") {
+            None => None,
+            Some(p) => Some(regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
+                WeirError::user(format!("table '{}': 'topic-pattern' is not a regular expression: {e}", table.name))
+                    .at(table.options.location("topic-pattern"))
+            })?),
+        };
         let metadata = consumer
-            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .fetch_metadata(if pattern.is_some() { None } else { Some(topic.as_str()) }, METADATA_TIMEOUT)
             .map_err(|e| kafka_error(&format!("cannot read the metadata of topic '{topic}'"), e))?;
-        let partitions: Vec<i32> = metadata
+        let mut all: Vec<(String, i32)> = metadata
             .topics()
             .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .filter(|t| t.error().is_none())
+            .filter(|t| match &pattern {
+                Some(p) => p.is_match(t.name()),
+                None => t.name() == topic,
+            })
+            .flat_map(|t| t.partitions().iter().map(move |p| (t.name().to_string(), p.id())))
             .collect();
-        if partitions.is_empty() {
+        all.sort();
+        if all.is_empty() {
             return Err(WeirError::user(format!(
                 "table '{}': topic '{topic}' does not exist or has no partitions",
                 table.name
             )));
         }
-        let mine: Vec<i32> = partitions.into_iter().filter(|p| *p as usize % split.count == split.index).collect();
+        let parts: Vec<(String, i32)> =
+            all.into_iter().enumerate().filter(|(i, _)| i % split.count == split.index).map(|(_, tp)| tp).collect();
+        let index = parts.iter().enumerate().map(|(i, tp)| (tp.clone(), i as u32)).collect();
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);
         let codec = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
@@ -156,7 +175,9 @@ impl KafkaSource {
             topic: topic.clone(),
             schema,
             decoder,
-            positions: mine.iter().map(|p| (*p, -1)).collect(),
+            positions: (0..parts.len() as u32).map(|i| (i, -1)).collect(),
+            parts,
+            index,
             ends: None,
             assigned: false,
             startup,
@@ -175,12 +196,12 @@ impl KafkaSource {
         source.resolve_startup(group.is_some())?;
         if table.options.get("scan.bounded.mode") == Some("latest-offset") {
             let mut ends = BTreeMap::new();
-            for p in source.positions.keys() {
+            for (i, (t, p)) in source.parts.iter().enumerate() {
                 let (_, high) = source
                     .consumer
-                    .fetch_watermarks(&topic, *p, METADATA_TIMEOUT)
+                    .fetch_watermarks(t, *p, METADATA_TIMEOUT)
                     .map_err(|e| kafka_error("cannot read the end offsets", e))?;
-                ends.insert(*p, high);
+                ends.insert(i as u32, high);
             }
             source.ends = Some(ends);
         } else if let Some(mode) = table.options.get("scan.bounded.mode") {
@@ -195,61 +216,65 @@ impl KafkaSource {
 
     /// Startup offsets as numbers.
     fn resolve_startup(&mut self, has_group: bool) -> Result<()> {
-        let partitions: Vec<i32> = self.positions.keys().copied().collect();
-        let mut committed = BTreeMap::new();
+        let list_of = |offset: Option<i64>| -> Result<TopicPartitionList> {
+            let mut list = TopicPartitionList::new();
+            for (t, p) in &self.parts {
+                match offset {
+                    None => {
+                        list.add_partition(t, *p);
+                    }
+                    Some(o) => {
+                        list.add_partition_offset(t, *p, Offset::Offset(o)).map_err(|e| kafka_error("a partition list", e))?
+                    }
+                }
+            }
+            Ok(list)
+        };
+        let mut found: BTreeMap<u32, i64> = BTreeMap::new();
+        let found_offsets = |list: TopicPartitionList, found: &mut BTreeMap<u32, i64>| {
+            for e in list.elements() {
+                if let (Offset::Offset(o), Some(i)) = (e.offset(), self.index.get(&(e.topic().to_string(), e.partition()))) {
+                    found.insert(*i, o);
+                }
+            }
+        };
         if self.startup == Startup::GroupOffsets && has_group {
-            let mut list = TopicPartitionList::new();
-            for p in &partitions {
-                list.add_partition(&self.topic, *p);
-            }
             let offsets = self
                 .consumer
-                .committed_offsets(list, METADATA_TIMEOUT)
+                .committed_offsets(list_of(None)?, METADATA_TIMEOUT)
                 .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
-            for e in offsets.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    committed.insert(e.partition(), o);
-                }
-            }
+            found_offsets(offsets, &mut found);
         }
-        let mut by_time = BTreeMap::new();
         if let Startup::Timestamp(ms) = self.startup {
-            let mut list = TopicPartitionList::new();
-            for p in &partitions {
-                list.add_partition_offset(&self.topic, *p, Offset::Offset(ms))
-                    .map_err(|e| kafka_error("offsets for a time", e))?;
-            }
             let offsets = self
                 .consumer
-                .offsets_for_times(list, METADATA_TIMEOUT)
+                .offsets_for_times(list_of(Some(ms))?, METADATA_TIMEOUT)
                 .map_err(|e| kafka_error("cannot look up offsets for the startup timestamp", e))?;
-            for e in offsets.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    by_time.insert(e.partition(), o);
-                }
-            }
+            found_offsets(offsets, &mut found);
         }
-        for p in partitions {
+        for (i, (t, p)) in self.parts.iter().enumerate() {
+            let i = i as u32;
             let (low, high) = self
                 .consumer
-                .fetch_watermarks(&self.topic, p, METADATA_TIMEOUT)
+                .fetch_watermarks(t, *p, METADATA_TIMEOUT)
                 .map_err(|e| kafka_error("cannot read a partition's offsets", e))?;
             let offset = match self.startup {
                 Startup::Earliest => low,
                 Startup::Latest => high,
                 // A partition without a committed offset starts at the beginning.
-                Startup::GroupOffsets => committed.get(&p).copied().unwrap_or(low),
-                Startup::Timestamp(_) => by_time.get(&p).copied().unwrap_or(high),
+                Startup::GroupOffsets => found.get(&i).copied().unwrap_or(low),
+                Startup::Timestamp(_) => found.get(&i).copied().unwrap_or(high),
             };
-            self.positions.insert(p, offset);
+            self.positions.insert(i, offset);
         }
         Ok(())
     }
 
     fn assign(&mut self) -> Result<()> {
         let mut list = TopicPartitionList::new();
-        for (p, offset) in &self.positions {
-            list.add_partition_offset(&self.topic, *p, Offset::Offset(*offset))
+        for (i, offset) in &self.positions {
+            let (t, p) = &self.parts[*i as usize];
+            list.add_partition_offset(t, *p, Offset::Offset(*offset))
                 .map_err(|e| kafka_error("cannot assign a partition", e))?;
         }
         self.consumer.assign(&list).map_err(|e| kafka_error("cannot assign partitions", e))?;
@@ -289,7 +314,7 @@ impl Source for KafkaSource {
                     tokio::time::sleep_until(due.into()).await;
                 }
             }
-            let mut partition: Option<i32> = None;
+            let mut partition: Option<u32> = None;
             while values.len() < limit {
                 let (record, payload) = match self.held.take() {
                     Some(held) => held,
@@ -297,7 +322,12 @@ impl Source for KafkaSource {
                         let Some(message) = self.consumer.poll(Duration::ZERO) else { break };
                         let message =
                             message.map_err(|e| kafka_error(&format!("reading topic '{}'", self.topic), e))?;
+                        // A partition not (or no longer) ours: a stale record.
+                        let Some(part) = self.index.get(&(message.topic().to_string(), message.partition())) else {
+                            continue;
+                        };
                         let at = RecordAt {
+                            part: *part,
                             partition: message.partition(),
                             offset: message.offset(),
                             timestamp: message.timestamp().to_millis(),
@@ -305,7 +335,7 @@ impl Source for KafkaSource {
                         (at, message.payload().unwrap_or(&[]).to_vec())
                     }
                 };
-                let (p, offset) = (record.partition, record.offset);
+                let (p, offset) = (record.part, record.offset);
                 let end = self.ends.as_ref().and_then(|e| e.get(&p)).copied().unwrap_or(i64::MAX);
                 // A stale record of an earlier assignment, or one past the bounded end.
                 if self.positions.get(&p).is_none_or(|next| offset < *next) || offset >= end {
@@ -324,7 +354,7 @@ impl Source for KafkaSource {
                     break;
                 }
             }
-            self.last_partition = partition.map(|p| p as u32);
+            self.last_partition = partition;
             if values.is_empty() {
                 if self.ends.is_some() {
                     self.catch_up_to_ends()?;
@@ -350,16 +380,20 @@ impl Source for KafkaSource {
     }
 
     fn partitions(&self) -> Vec<u32> {
-        self.positions.keys().map(|p| *p as u32).collect()
+        self.positions.keys().copied().collect()
     }
 
     fn batch_partition(&self) -> Option<u32> {
         self.last_partition
     }
 
-    /// Next offset per partition, as JSON.
+    /// Next offset per partition (`topic/partition`), as JSON.
     fn position(&self) -> Option<Vec<u8>> {
-        let map: BTreeMap<String, i64> = self.positions.iter().map(|(p, o)| (p.to_string(), *o)).collect();
+        let map: BTreeMap<String, i64> = self
+            .positions
+            .iter()
+            .map(|(i, o)| (format!("{}/{}", self.parts[*i as usize].0, self.parts[*i as usize].1), *o))
+            .collect();
         serde_json::to_vec(&map).ok()
     }
 
@@ -367,8 +401,13 @@ impl Source for KafkaSource {
         let map: BTreeMap<String, i64> = serde_json::from_slice(position)
             .map_err(|_| WeirError::internal("a Kafka source position in a checkpoint is damaged"))?;
         for (p, o) in map {
-            let p: i32 = p.parse().map_err(|_| WeirError::internal("a Kafka partition number is damaged"))?;
-            if let Some(slot) = self.positions.get_mut(&p) {
+            let damaged = || WeirError::internal("a Kafka partition in a checkpoint is damaged");
+            let (t, n) = p.rsplit_once('/').ok_or_else(damaged)?;
+            let n: i32 = n.parse().map_err(|_| damaged())?;
+            // A partition that is not this task's any more (topics matching the pattern
+            // changed) is left to the startup mode.
+            let Some(i) = self.index.get(&(t.to_string(), n)) else { continue };
+            if let Some(slot) = self.positions.get_mut(i) {
                 *slot = o;
             }
         }
@@ -429,9 +468,9 @@ impl KafkaSource {
                     Column::Metadata(MetadataKey::Offset) => {
                         std::sync::Arc::new(records.iter().map(|r| Some(r.offset)).collect::<Int64Array>())
                     }
-                    Column::Metadata(MetadataKey::Topic) => {
-                        std::sync::Arc::new(StringArray::from(vec![self.topic.as_str(); records.len()]))
-                    }
+                    Column::Metadata(MetadataKey::Topic) => std::sync::Arc::new(
+                        records.iter().map(|r| Some(self.parts[r.part as usize].0.as_str())).collect::<StringArray>(),
+                    ),
                 };
                 Ok(datafusion::arrow::compute::cast(&array, field.data_type())?)
             })
@@ -446,7 +485,8 @@ impl KafkaSource {
     fn catch_up_to_ends(&mut self) -> Result<()> {
         let Ok(list) = self.consumer.position() else { return Ok(()) };
         for e in list.elements() {
-            if let (Offset::Offset(o), Some(next)) = (e.offset(), self.positions.get_mut(&e.partition())) {
+            let Some(i) = self.index.get(&(e.topic().to_string(), e.partition())) else { continue };
+            if let (Offset::Offset(o), Some(next)) = (e.offset(), self.positions.get_mut(i)) {
                 if o > *next {
                     *next = o;
                 }

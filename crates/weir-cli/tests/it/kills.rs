@@ -1,0 +1,58 @@
+//! Killing `weir run` processes in chosen phases, for the crash tests of the transactional
+//! sinks.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Start a process for each phase in turn and SIGKILL it: for `random`, at a random moment
+/// early in the run; for the others, as soon as `in_phase` says the process is there (the
+/// process is started with that phase slowed down). Goes on until every phase has at least
+/// `each` kills and there are `total` in all. Returns the kills per phase; a run that ends on
+/// its own must succeed.
+pub fn kill_in_phases<P: Copy + Ord + Debug>(
+    phases: &[P],
+    random: P,
+    each: u32,
+    total: u32,
+    start: impl Fn(P) -> Child,
+    in_phase: impl Fn(P) -> bool,
+) -> BTreeMap<P, u32> {
+    let mut seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+    println!("random seed {seed}");
+    let mut next = move |below: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % below
+    };
+    let mut kills: BTreeMap<P, u32> = BTreeMap::new();
+    let enough = |kills: &BTreeMap<P, u32>| {
+        kills.values().sum::<u32>() >= total && phases.iter().all(|p| kills.get(p).copied().unwrap_or(0) >= each)
+    };
+    let (mut round, mut finished) = (0, 0);
+    while !enough(&kills) && round < 80 {
+        let phase = phases[round % phases.len()];
+        round += 1;
+        let mut child = start(phase);
+        let wait = if phase == random { 100 + next(600) } else { 4000 };
+        let deadline = Instant::now() + Duration::from_millis(wait);
+        while Instant::now() < deadline && child.try_wait().expect("poll").is_none() && !in_phase(phase) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let caught = phase == random || in_phase(phase);
+        if child.try_wait().expect("poll").is_none() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reap");
+            if caught {
+                *kills.entry(phase).or_default() += 1;
+            }
+        } else {
+            finished += 1;
+            assert!(child.wait().expect("reap").success(), "a run failed on its own in round {round}");
+        }
+    }
+    println!("kills per phase: {kills:?}; {finished} runs ended on their own, {round} rounds");
+    assert!(enough(&kills), "not enough kills ({each} in each phase, {total} in all): {kills:?}");
+    kills
+}
