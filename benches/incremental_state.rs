@@ -97,10 +97,7 @@ fn main() {
             retained.remove(0);
         }
         let deleted = prune_shared(&shared, &retained).expect("prune");
-        println!(
-            "  retained 2: pruned {deleted} shared files; shared dir {:.1} MB",
-            dir_bytes(&shared) as f64 / 1e6
-        );
+        println!("  retained 2: pruned {deleted} shared files; shared dir {:.1} MB", dir_bytes(&shared) as f64 / 1e6);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,8 @@
 
 /// Pause at the named moment if the environment asks for it.
 pub fn pause(name: &str) {
-    let Some(ms) = std::env::var(format!("WEIR_FAULT_{}_MS", name.to_uppercase())).ok().and_then(|v| v.parse::<u64>().ok())
+    let Some(ms) =
+        std::env::var(format!("WEIR_FAULT_{}_MS", name.to_uppercase())).ok().and_then(|v| v.parse::<u64>().ok())
     else {
         return;
     };

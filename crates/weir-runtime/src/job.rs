@@ -244,7 +244,12 @@ impl Builder<'_> {
     }
 
     /// One task merging `inputs` (watermarks, barriers aligned); returns its output.
-    fn merge_into_one(&mut self, key: &str, name: &str, inputs: Vec<mpsc::Receiver<Message>>) -> mpsc::Receiver<Message> {
+    fn merge_into_one(
+        &mut self,
+        key: &str,
+        name: &str,
+        inputs: Vec<mpsc::Receiver<Message>>,
+    ) -> mpsc::Receiver<Message> {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (checkpoint, _) = self.checkpoint_of(key.to_string());
         let chain = Chain {
@@ -318,7 +323,14 @@ impl Builder<'_> {
                 let lefts = exchanged(left)?;
                 let rights = exchanged(right)?;
                 left_inputs = lefts.first().map_or(0, |l| l.len());
-                lefts.into_iter().zip(rights).map(|(mut l, r)| { l.extend(r); l }).collect()
+                lefts
+                    .into_iter()
+                    .zip(rights)
+                    .map(|(mut l, r)| {
+                        l.extend(r);
+                        l
+                    })
+                    .collect()
             }
             _ => Vec::new(),
         };
@@ -375,7 +387,8 @@ impl Builder<'_> {
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
-                self.tasks.push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
+                self.tasks
+                    .push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
                 continue;
             }
             match start {
@@ -412,7 +425,8 @@ impl Builder<'_> {
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
-                    self.tasks.push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
+                    self.tasks
+                        .push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
                 }
                 Node::Join { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -918,7 +932,8 @@ fn build_attempt(
     }
     // Late rows: every window task's into one sink per late-data table.
     for (name, (table, receivers)) in std::mem::take(&mut builder.late) {
-        let input = builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
+        let input =
+            builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
         let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
         let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
         let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"));

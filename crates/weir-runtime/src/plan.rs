@@ -10,8 +10,8 @@ use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, JoinSpec, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowJoin, WindowKind, WindowSpec,
+    Filter, JoinSpec, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs,
+    WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -50,7 +50,10 @@ pub struct InstanceContext {
 impl OperatorSpec {
     /// A running copy, with its state where `ctx` says.
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
-        let dirs = ctx.rocksdb.as_ref().map(|(local, shared)| StateDirs { local: local.join(&ctx.key), shared: shared.clone() });
+        let dirs = ctx
+            .rocksdb
+            .as_ref()
+            .map(|(local, shared)| StateDirs { local: local.join(&ctx.key), shared: shared.clone() });
         match (self, dirs) {
             (OperatorSpec::WindowAggregate { spec, .. }, Some(dirs)) => {
                 return Ok(Box::new(RocksWindowAggregate::new(spec.clone(), dirs)?))

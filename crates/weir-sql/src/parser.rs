@@ -421,7 +421,8 @@ impl StatementParser<'_, '_> {
                         self.expect_word("ENFORCED")?;
                         table.primary_key = vec![name.clone()];
                     } else if self.p.parse_keyword(Keyword::METADATA) {
-                        let key = if self.p.parse_keyword(Keyword::FROM) { self.string()?.0 } else { name.value.clone() };
+                        let key =
+                            if self.p.parse_keyword(Keyword::FROM) { self.string()?.0 } else { name.value.clone() };
                         // VIRTUAL (not written by a sink): every metadata column is read-only here.
                         let _ = self.p.parse_keyword(Keyword::VIRTUAL);
                         metadata = Some(key);

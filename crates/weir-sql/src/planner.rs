@@ -169,7 +169,14 @@ impl Planner {
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
         }
-        Self { ctx, catalog: Catalog::default(), connectors, schemas, session_input: Default::default(), whole_rows: Default::default() }
+        Self {
+            ctx,
+            catalog: Catalog::default(),
+            connectors,
+            schemas,
+            session_input: Default::default(),
+            whole_rows: Default::default(),
+        }
     }
 
     pub fn connectors(&self) -> &Arc<dyn ConnectorFactory> {
@@ -240,20 +247,19 @@ impl Planner {
                 return Err(WeirError::user(format!("table '{name}': option '{key}' is given twice")).at(Some(*at)));
             }
         }
-        let table =
-            TableDef {
-                name: name.clone(),
-                schema,
-                watermark,
-                partition_keys,
-                options,
-                definition: text.to_string(),
-                metadata: ct
-                    .columns
-                    .iter()
-                    .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
-                    .collect(),
-            };
+        let table = TableDef {
+            name: name.clone(),
+            schema,
+            watermark,
+            partition_keys,
+            options,
+            definition: text.to_string(),
+            metadata: ct
+                .columns
+                .iter()
+                .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
+                .collect(),
+        };
         self.connectors.validate(&table)?;
         if let Some(wm) = &table.watermark {
             let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {
@@ -527,7 +533,9 @@ impl Planner {
 
     /// A window table function: the table's source and watermark, then window assignment.
     fn window_node(&self, window: &WindowTable, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
-        if matches!(window.kind, WindowKind::Session { .. }) && !self.session_input.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if matches!(window.kind, WindowKind::Session { .. })
+            && !self.session_input.swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
             return Err(WeirError::not_supported(
                 "SESSION windows outside a window aggregate (GROUP BY window_start, window_end, partition keys)",
             ));
@@ -575,7 +583,8 @@ impl Planner {
             read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
         let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
         // Back to exactly the columns the scan asked for, in its order (then the extra ones).
-        let position = |i: &usize| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) };
+        let position =
+            |i: &usize| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) };
         let indices = wanted_all.iter().chain(&extra).map(position).collect();
         let schema = Arc::new(window.schema.project(&[wanted_all, extra].concat())?);
         Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
@@ -683,8 +692,11 @@ impl Planner {
         let Some(name) = source.options.get(LATE_DATA_TABLE) else { return Ok(None) };
         let at = source.options.location(LATE_DATA_TABLE);
         let table = self.catalog.tables.get(name).ok_or_else(|| {
-            WeirError::user(format!("table '{}': '{LATE_DATA_TABLE}' names '{name}', which is not a table", source.name))
-                .at(at)
+            WeirError::user(format!(
+                "table '{}': '{LATE_DATA_TABLE}' names '{name}', which is not a table",
+                source.name
+            ))
+            .at(at)
         })?;
         if table.name == source.name {
             return Err(WeirError::user(format!(
@@ -772,7 +784,11 @@ impl Planner {
         let display = format!(
             "{} on {}{}",
             join.join_type,
-            join.on.iter().map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display())).collect::<Vec<_>>().join(" AND "),
+            join.on
+                .iter()
+                .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
+                .collect::<Vec<_>>()
+                .join(" AND "),
             join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
         );
         let spec = JoinSpec {

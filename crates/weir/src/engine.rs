@@ -335,7 +335,8 @@ impl Engine {
             // The longest a pre-committed transaction waits for a restarted job: the
             // checkpoint timeout, then every restart's backoff (doubling).
             let checkpoint_timeout = options.checkpoint.as_ref().map_or(Duration::ZERO, |(c, _)| c.timeout);
-            let restarts = (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
+            let restarts =
+                (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
             for warning in weir_connectors::kafka::check_job(table, checkpoint_timeout, restarts)? {
                 log::warn!("{warning}");
             }

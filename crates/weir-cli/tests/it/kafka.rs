@@ -164,7 +164,11 @@ async fn with_reference() -> (PathBuf, Broker, Vec<String>) {
     load_bids(&broker, 20_000).await;
     broker.create_topic("reference", 2).await;
     broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    run_to_end(&write_sql(
+        &dir,
+        "reference.sql",
+        job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
+    ));
     let want = broker.read_committed("reference");
     assert!(want.len() > 1000, "reference has {} rows", want.len());
     (dir, broker, want)
@@ -187,9 +191,11 @@ async fn exactly_once_kafka_to_kafka_matches_a_plain_run() {
     let broker = Broker::start(&dir);
     load_bids(&broker, 20_000).await;
     assert_eq!(broker.read_committed("bids").len(), 18_400, "bids loaded");
-    for (topic, delivery) in [("out_exactly", "exactly-once"), ("out_at_least", "at-least-once"), ("out_none", "none")] {
+    for (topic, delivery) in [("out_exactly", "exactly-once"), ("out_at_least", "at-least-once"), ("out_none", "none")]
+    {
         broker.create_topic(topic, 2).await;
-        let sql = write_sql(&dir, &format!("{topic}.sql"), job(&broker.bootstrap, topic, delivery, &dir.join(topic), None));
+        let sql =
+            write_sql(&dir, &format!("{topic}.sql"), job(&broker.bootstrap, topic, delivery, &dir.join(topic), None));
         run_to_end(&sql);
     }
     let want = broker.read_committed("out_none");
@@ -290,7 +296,8 @@ async fn a_new_instance_fences_the_old_one() {
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(1000)));
     let old_log = std::fs::File::create(dir.join("old.log")).expect("log");
-    let mut old = Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(old_log).spawn().expect("old");
+    let mut old =
+        Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(old_log).spawn().expect("old");
     let deadline = Instant::now() + Duration::from_secs(30);
     while completed_checkpoints(&checkpoints) < 3 {
         assert!(Instant::now() < deadline, "the old instance completed no checkpoints");
@@ -327,7 +334,13 @@ async fn at_least_once_under_sigkill_loses_nothing() {
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "at-least-once", &checkpoints, Some(1000)));
     let mut kills = 0;
     for round in 0..8u64 {
-        let mut child = Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
+        let mut child = Command::new(weir_bin())
+            .arg("run")
+            .arg(&sql)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run");
         std::thread::sleep(Duration::from_millis(300 + 97 * round % 400));
         if child.try_wait().expect("poll").is_none() {
             child.kill().expect("SIGKILL");
@@ -395,7 +408,8 @@ async fn metadata_columns_come_from_the_record() {
     // 2023-01-01 00:00:00 UTC = 1672531200000 ms.
     for (i, partition) in [(0, 0), (1, 1), (2, 0)] {
         let value = format!("{{\"page\": \"p{i}\"}}");
-        let record = BaseRecord::<(), _>::to("clicks").partition(partition).payload(&value).timestamp(1672531200000 + i * 1500);
+        let record =
+            BaseRecord::<(), _>::to("clicks").partition(partition).payload(&value).timestamp(1672531200000 + i * 1500);
         producer.send(record).expect("send");
     }
     producer.flush(Duration::from_secs(10)).expect("flush");
@@ -467,4 +481,43 @@ async fn a_topic_pattern_reads_every_matching_topic() {
         (0..3).map(|i| format!("orders-eu|{i}")).chain((0..5).map(|i| format!("orders-us|{i}"))).collect();
     want.sort();
     assert_eq!(got, want, "payments must not be read, every order must");
+}
+
+/// A malformed record fails the job naming topic, partition and offset; with
+/// `'format.ignore-parse-errors'` it is skipped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_records_are_located_or_skipped() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("raw", 1).await;
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
+    for value in ["{\"n\": 1}", "{\"n\": oops", "{\"n\": 3}"] {
+        producer.send(BaseRecord::<(), _>::to("raw").payload(value)).expect("send");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
+    let engine = weir::Engine::new();
+    let table = |name: &str, extra: &str| {
+        format!(
+            "CREATE TABLE {name} (n BIGINT) WITH ('connector' = 'kafka', 'topic' = 'raw', \
+             'properties.bootstrap.servers' = '{}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset', \
+             'scan.bounded.mode' = 'latest-offset'{extra})",
+            broker.bootstrap
+        )
+    };
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '1'; {}; {}",
+            table("strict", ""),
+            table("lenient", ", 'format.ignore-parse-errors' = 'true'")
+        ),
+    )
+    .await;
+    let failed = async { engine.query("SELECT n FROM strict").await?.collect().await }.await;
+    let message = failed.expect_err("a malformed record must fail the query").to_string();
+    assert!(message.contains("malformed JSON record in topic 'raw' partition 0 at offset 1"), "{message}");
+    let rows = crate::rows(&engine.query("SELECT n FROM lenient").await.expect("query").collect().await.expect("rows"));
+    assert_eq!(rows, ["1", "3"]);
 }

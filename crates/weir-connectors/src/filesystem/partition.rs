@@ -98,6 +98,9 @@ pub fn constant(value: Option<&str>, data_type: &DataType, rows: usize, column: 
     let text: ArrayRef = Arc::new(StringArray::from(vec![value; rows]));
     let options = datafusion::arrow::compute::CastOptions { safe: false, ..Default::default() };
     datafusion::arrow::compute::cast_with_options(&text, data_type, &options).map_err(|e| {
-        WeirError::user(format!("partition directory value '{}' of column '{column}' is not a {data_type}: {e}", value.unwrap_or("")))
+        WeirError::user(format!(
+            "partition directory value '{}' of column '{column}' is not a {data_type}: {e}",
+            value.unwrap_or("")
+        ))
     })
 }

@@ -97,11 +97,8 @@ impl FileSink {
         let format = Format::from_options(table)?;
         let dir = PathBuf::from(table.options.required(&table.name, "path")?);
         let schema = &table.schema;
-        let partition_columns = table
-            .partition_keys
-            .iter()
-            .map(|k| Ok((k.clone(), schema.index_of(k)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let partition_columns =
+            table.partition_keys.iter().map(|k| Ok((k.clone(), schema.index_of(k)?))).collect::<Result<Vec<_>>>()?;
         let file_columns: Vec<usize> =
             (0..schema.fields().len()).filter(|i| !partition_columns.iter().any(|(_, p)| p == i)).collect();
         if file_columns.is_empty() {
@@ -246,7 +243,8 @@ impl FileSink {
                     if name == LOG_DIR {
                         for record in std::fs::read_dir(&path).into_iter().flatten().flatten() {
                             let r = record.file_name().to_string_lossy().to_string();
-                            let stale = r.strip_prefix(&format!("{}-", self.task))
+                            let stale = r
+                                .strip_prefix(&format!("{}-", self.task))
                                 .and_then(|rest| rest.trim_end_matches(".json").parse::<u64>().ok())
                                 .is_some_and(|e| e > epoch)
                                 || r.starts_with(&format!(".{}-", self.task));
@@ -389,8 +387,12 @@ impl Sink for FileSink {
             let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
             for (e, files) in value["pending"].as_object().into_iter().flatten() {
                 let e: u64 = e.parse().map_err(|_| damaged())?;
-                let files: Vec<String> =
-                    files.as_array().ok_or_else(|| damaged())?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
+                let files: Vec<String> = files
+                    .as_array()
+                    .ok_or_else(|| damaged())?
+                    .iter()
+                    .filter_map(|f| f.as_str().map(String::from))
+                    .collect();
                 if e <= epoch {
                     self.publish(e, &files)?;
                 }

@@ -51,12 +51,13 @@ pub(crate) fn topic(table: &TableDef) -> Result<String> {
     match (table.options.get("topic"), table.options.get("topic-pattern")) {
         (Some(t), None) => Ok(t.to_string()),
         (None, Some(p)) => Ok(p.to_string()),
-        (Some(_), Some(_)) => Err(WeirError::user(format!(
-            "table '{}': give 'topic' or 'topic-pattern', not both",
-            table.name
-        ))
-        .at(table.options.location("topic-pattern"))),
-        (None, None) => Err(WeirError::user(format!("table '{}' needs the option 'topic' (or 'topic-pattern')", table.name))),
+        (Some(_), Some(_)) => {
+            Err(WeirError::user(format!("table '{}': give 'topic' or 'topic-pattern', not both", table.name))
+                .at(table.options.location("topic-pattern")))
+        }
+        (None, None) => {
+            Err(WeirError::user(format!("table '{}' needs the option 'topic' (or 'topic-pattern')", table.name)))
+        }
     }
 }
 
@@ -69,13 +70,11 @@ pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
         "exactly-once" => Delivery::ExactlyOnce,
         "at-least-once" => Delivery::AtLeastOnce,
         "none" => Delivery::None,
-        other => {
-            return Err(WeirError::user(format!(
-                "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
-                table.name
-            ))
-            .at(table.options.location("sink.delivery-guarantee")))
-        }
+        other => return Err(WeirError::user(format!(
+            "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
+            table.name
+        ))
+        .at(table.options.location("sink.delivery-guarantee"))),
     })
 }
 
@@ -106,15 +105,21 @@ pub(crate) fn transaction_timeout(table: &TableDef) -> Result<Duration> {
     match table.options.get("properties.transaction.timeout.ms") {
         None => Ok(Duration::from_secs(900)),
         Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| {
-            WeirError::user(format!("table '{}': 'properties.transaction.timeout.ms' must be milliseconds, not '{v}'", table.name))
-                .at(table.options.location("properties.transaction.timeout.ms"))
+            WeirError::user(format!(
+                "table '{}': 'properties.transaction.timeout.ms' must be milliseconds, not '{v}'",
+                table.name
+            ))
+            .at(table.options.location("properties.transaction.timeout.ms"))
         }),
     }
 }
 
 pub fn validate(table: &TableDef) -> Result<()> {
     for (key, _) in table.options.iter() {
-        if !key.starts_with("properties.") && !OPTIONS.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key) {
+        if !key.starts_with("properties.")
+            && !OPTIONS.contains(&key)
+            && !weir_core::table::ENGINE_OPTIONS.contains(&key)
+        {
             return Err(WeirError::user(format!(
                 "table '{}': unknown option '{key}'; options here are: {}, properties.* (librdkafka settings)",
                 table.name,
@@ -125,7 +130,10 @@ pub fn validate(table: &TableDef) -> Result<()> {
     }
     topic(table)?;
     bootstrap(table)?;
-    codec::Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+    codec::Codec::from_table(
+        table,
+        if table.options.get("value.format").is_some() { "value.format" } else { "format" },
+    )?;
     if delivery(table)? == Delivery::ExactlyOnce && table.options.get("sink.transactional-id-prefix").is_none() {
         return Err(WeirError::user(format!(
             "table '{}': 'sink.delivery-guarantee' = 'exactly-once' needs 'sink.transactional-id-prefix', \
@@ -137,8 +145,11 @@ pub fn validate(table: &TableDef) -> Result<()> {
     transaction_timeout(table)?;
     for key in table.options.get("key.fields").into_iter().flat_map(|k| k.split(';')) {
         if table.schema.field_with_name(key.trim()).is_err() {
-            return Err(WeirError::user(format!("table '{}': 'key.fields' names '{key}', which is not a column", table.name))
-                .at(table.options.location("key.fields")));
+            return Err(WeirError::user(format!(
+                "table '{}': 'key.fields' names '{key}', which is not a column",
+                table.name
+            ))
+            .at(table.options.location("key.fields")));
         }
     }
     source::startup(table)?;

@@ -145,7 +145,10 @@ impl KafkaSink {
         if delivery == Delivery::ExactlyOnce {
             config.set("transaction.timeout.ms", txn_timeout.as_millis().to_string());
         }
-        let value = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+        let value = Codec::from_table(
+            table,
+            if table.options.get("value.format").is_some() { "value.format" } else { "format" },
+        )?;
         let key = match table.options.get("key.fields") {
             None => None,
             Some(fields) => {
@@ -153,7 +156,10 @@ impl KafkaSink {
                     .split(';')
                     .map(|f| {
                         schema.index_of(f.trim()).map_err(|_| {
-                            WeirError::user(format!("table '{}': 'key.fields' names '{f}', which is not a column", table.name))
+                            WeirError::user(format!(
+                                "table '{}': 'key.fields' names '{f}', which is not a column",
+                                table.name
+                            ))
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
@@ -210,7 +216,11 @@ impl KafkaSink {
         if self.open.is_none() {
             let (producer, context) = self.transactional_producer(self.epoch)?;
             producer.begin_transaction().map_err(|e| kafka_error("cannot begin a transaction", e))?;
-            let id = PreCommitted { transactional_id: self.transactional_id(self.epoch), producer_id: -1, producer_epoch: -1 };
+            let id = PreCommitted {
+                transactional_id: self.transactional_id(self.epoch),
+                producer_id: -1,
+                producer_epoch: -1,
+            };
             self.open = Some(Transaction { epoch: self.epoch, producer, context, id, rows: 0 });
         }
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
@@ -219,8 +229,10 @@ impl KafkaSink {
     fn plain(&mut self) -> Result<&(KafkaProducer, SinkContext)> {
         if self.plain.is_none() {
             let context = SinkContext::default();
-            let producer: KafkaProducer =
-                self.config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
+            let producer: KafkaProducer = self
+                .config
+                .create_with_context(context.clone())
+                .map_err(|e| kafka_error("cannot create a producer", e))?;
             self.plain = Some((producer, context));
         }
         self.plain.as_ref().ok_or_else(|| WeirError::internal("no producer"))
@@ -287,7 +299,10 @@ impl KafkaSink {
 impl Sink for KafkaSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
         if !chunk.is_append_only() {
-            return Err(WeirError::not_supported(format!("writing updates or deletes to the Kafka table '{}'", self.table)));
+            return Err(WeirError::not_supported(format!(
+                "writing updates or deletes to the Kafka table '{}'",
+                self.table
+            )));
         }
         if chunk.num_rows() == 0 {
             return Ok(());

@@ -43,8 +43,11 @@ pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
         "timestamp" => {
             let ms = table.options.required(&table.name, "scan.startup.timestamp-millis")?;
             Startup::Timestamp(ms.parse().map_err(|_| {
-                WeirError::user(format!("table '{}': 'scan.startup.timestamp-millis' must be a number, not '{ms}'", table.name))
-                    .at(table.options.location("scan.startup.timestamp-millis"))
+                WeirError::user(format!(
+                    "table '{}': 'scan.startup.timestamp-millis' must be a number, not '{ms}'",
+                    table.name
+                ))
+                .at(table.options.location("scan.startup.timestamp-millis"))
             })?)
         }
         other => {
@@ -90,11 +93,8 @@ impl KafkaSource {
     pub fn new(table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Self> {
         let topic = super::topic(table)?;
         let group = table.options.get("properties.group.id").map(str::to_string);
-        let fixed = [
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "false"),
-        ];
+        let fixed =
+            [("enable.auto.commit", "false"), ("enable.auto.offset.store", "false"), ("enable.partition.eof", "false")];
         let mut config = super::client_config(table, &fixed)?;
         if group.is_none() {
             // librdkafka wants a group id even without a group; nothing is committed to it.
@@ -137,7 +137,10 @@ impl KafkaSource {
         let index = parts.iter().enumerate().map(|(i, tp)| (tp.clone(), i as u32)).collect();
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);
-        let codec = Codec::from_table(table, if table.options.get("value.format").is_some() { "value.format" } else { "format" })?;
+        let codec = Codec::from_table(
+            table,
+            if table.options.get("value.format").is_some() { "value.format" } else { "format" },
+        )?;
         // Decoding needs the value's columns: those the query reads (JSON maps by name), or
         // all of them (CSV maps by position); metadata columns come from the record.
         let is_value = |i: &usize| !table.metadata.contains_key(table.schema.field(*i).name());
@@ -223,9 +226,9 @@ impl KafkaSource {
                     None => {
                         list.add_partition(t, *p);
                     }
-                    Some(o) => {
-                        list.add_partition_offset(t, *p, Offset::Offset(o)).map_err(|e| kafka_error("a partition list", e))?
-                    }
+                    Some(o) => list
+                        .add_partition_offset(t, *p, Offset::Offset(o))
+                        .map_err(|e| kafka_error("a partition list", e))?,
                 }
             }
             Ok(list)
@@ -233,7 +236,9 @@ impl KafkaSource {
         let mut found: BTreeMap<u32, i64> = BTreeMap::new();
         let found_offsets = |list: TopicPartitionList, found: &mut BTreeMap<u32, i64>| {
             for e in list.elements() {
-                if let (Offset::Offset(o), Some(i)) = (e.offset(), self.index.get(&(e.topic().to_string(), e.partition()))) {
+                if let (Offset::Offset(o), Some(i)) =
+                    (e.offset(), self.index.get(&(e.topic().to_string(), e.partition())))
+                {
                     found.insert(*i, o);
                 }
             }
@@ -283,7 +288,9 @@ impl KafkaSource {
     }
 
     fn finished(&self) -> bool {
-        self.ends.as_ref().is_some_and(|ends| ends.iter().all(|(p, end)| self.positions.get(p).is_some_and(|o| o >= end)))
+        self.ends
+            .as_ref()
+            .is_some_and(|ends| ends.iter().all(|(p, end)| self.positions.get(p).is_some_and(|o| o >= end)))
     }
 }
 
@@ -366,6 +373,10 @@ impl Source for KafkaSource {
                 *sent += values.len() as u64;
             }
             let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+            // A batch is one partition's: errors name its topic.
+            if let Some(p) = partition {
+                self.decoder.topic.clone_from(&self.parts[p as usize].0);
+            }
             let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
             let records: Vec<RecordAt> = match kept {
                 Some(kept) => kept.iter().map(|i| at[*i]).collect(),

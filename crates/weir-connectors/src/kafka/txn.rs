@@ -108,7 +108,11 @@ fn call(broker: &str, api_key: i16, api_version: i16, body: &[u8], timeout: Dura
 }
 
 /// The broker coordinating `transactional_id`, as `host:port`.
-fn find_coordinator(bootstrap: &str, transactional_id: &str, timeout: Duration) -> Result<std::result::Result<String, i16>> {
+fn find_coordinator(
+    bootstrap: &str,
+    transactional_id: &str,
+    timeout: Duration,
+) -> Result<std::result::Result<String, i16>> {
     let mut body = Vec::new();
     put_string(&mut body, transactional_id);
     body.push(1); // key type: transaction
@@ -171,7 +175,9 @@ pub fn commit(bootstrap: &[String], txn: &PreCommitted, timeout: Duration) -> Re
                 code @ (INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE) => {
                     return Ok(Outcome::Superseded(code))
                 }
-                code @ (COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
+                code @ (COORDINATOR_LOAD_IN_PROGRESS
+                | COORDINATOR_NOT_AVAILABLE
+                | NOT_COORDINATOR
                 | CONCURRENT_TRANSACTIONS) => last_error = format!("EndTxn error {code} (retried)"),
                 code => {
                     return Err(WeirError::external(format!(

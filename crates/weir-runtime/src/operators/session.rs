@@ -92,7 +92,10 @@ fn decode(bytes: &[u8]) -> Result<Vec<Session>> {
 
 /// Sessions by key, and timers (session end, key) to find due sessions.
 enum Sessions {
-    Memory { by_key: HashMap<Vec<u8>, Vec<Session>>, timers: BTreeSet<(i64, Vec<u8>)> },
+    Memory {
+        by_key: HashMap<Vec<u8>, Vec<Session>>,
+        timers: BTreeSet<(i64, Vec<u8>)>,
+    },
     /// Table 1: key -> encoded sessions. Table 2: ordered(end) ++ key -> nothing.
     Rocks(RocksState),
 }
@@ -103,7 +106,9 @@ const TIMERS: u32 = 2;
 impl Sessions {
     fn load(&self, keys: &[Vec<u8>]) -> Result<Vec<Vec<Session>>> {
         match self {
-            Sessions::Memory { by_key, .. } => Ok(keys.iter().map(|k| by_key.get(k).cloned().unwrap_or_default()).collect()),
+            Sessions::Memory { by_key, .. } => {
+                Ok(keys.iter().map(|k| by_key.get(k).cloned().unwrap_or_default()).collect())
+            }
             Sessions::Rocks(state) => {
                 let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
                 let stored = state.store()?.table(SESSIONS).multi_get(&refs)?;
@@ -142,7 +147,8 @@ impl Sessions {
                     values.push((!new.is_empty()).then(|| encode(new)));
                 }
                 // Deletes before puts: a session whose end did not change keeps its timer.
-                let mut timer_changes: Vec<(&[u8], Option<&[u8]>)> = deletes.iter().map(|k| (k.as_slice(), None)).collect();
+                let mut timer_changes: Vec<(&[u8], Option<&[u8]>)> =
+                    deletes.iter().map(|k| (k.as_slice(), None)).collect();
                 timer_changes.extend(puts.iter().map(|k| (k.as_slice(), Some(&[][..]))));
                 let session_changes: Vec<(&[u8], Option<&[u8]>)> =
                     updates.iter().zip(&values).map(|((k, _, _), v)| (k.as_slice(), v.as_deref())).collect();
@@ -264,8 +270,7 @@ impl SessionAggregate {
                 rows_of.push((0..n).collect());
             }
             Some(converter) => {
-                let key_columns: Vec<ArrayRef> =
-                    self.key_positions.iter().map(|p| group_columns[*p].clone()).collect();
+                let key_columns: Vec<ArrayRef> = self.key_positions.iter().map(|p| group_columns[*p].clone()).collect();
                 let rows = converter.convert_columns(&key_columns)?;
                 let mut index: HashMap<&[u8], usize> = HashMap::new();
                 for i in 0..n {
@@ -350,7 +355,11 @@ impl SessionAggregate {
             if late_groups[g] {
                 continue;
             }
-            per_key[*k].push(Session { start: *start, end: *end, state: encoded.as_ref().map_or(Vec::new(), |e| e.row(g).data().to_vec()) });
+            per_key[*k].push(Session {
+                start: *start,
+                end: *end,
+                state: encoded.as_ref().map_or(Vec::new(), |e| e.row(g).data().to_vec()),
+            });
         }
         let updates = distinct.into_iter().zip(stored).zip(per_key).map(|((k, old), new)| (k, old, new)).collect();
         self.sessions.store(updates)

@@ -217,7 +217,8 @@ impl WindowSpec {
         late: &mut u64,
         late_rows: &mut Vec<RecordBatch>,
     ) -> Result<Option<Evaluated>> {
-        let evaluated = evaluate(chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, watermark)?;
+        let evaluated =
+            evaluate(chunk, &self.group_exprs, &self.aggregates, &self.filters, self.window_end, watermark)?;
         let Some((mask, count)) = &evaluated.late else { return Ok(Some(evaluated)) };
         *late += *count as u64;
         if let Some(output) = &self.late {

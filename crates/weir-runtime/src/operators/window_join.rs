@@ -8,9 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array,
-};
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::compute::{concat_batches, filter_record_batch, take};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -64,7 +62,13 @@ impl WindowJoin {
     pub fn new(spec: JoinSpec) -> Result<Self> {
         let fields =
             spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
-        Ok(Self { keys: RowConverter::new(fields)?, spec, windows: BTreeMap::new(), watermark: Watermark::MIN, late: 0 })
+        Ok(Self {
+            keys: RowConverter::new(fields)?,
+            spec,
+            windows: BTreeMap::new(),
+            watermark: Watermark::MIN,
+            late: 0,
+        })
     }
 
     fn add(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
@@ -191,7 +195,8 @@ impl WindowJoin {
     /// Output rows of one input without a partner, the other input's columns NULL.
     fn padded(&self, batch: &RecordBatch, rows: &UInt32Array, side: usize) -> Result<RecordBatch> {
         let n = rows.len();
-        let taken = batch.columns().iter().map(|c| take(c.as_ref(), rows, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let taken =
+            batch.columns().iter().map(|c| take(c.as_ref(), rows, None)).collect::<std::result::Result<Vec<_>, _>>()?;
         let nulls = |s: usize| -> Vec<ArrayRef> {
             self.spec.schemas[s].fields().iter().map(|f| new_null_array(f.data_type(), n)).collect()
         };
