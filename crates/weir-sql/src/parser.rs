@@ -152,7 +152,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
     for token in tokens.into_iter().chain(std::iter::once(TokenWithSpan::wrap(Token::SemiColon))) {
         if token.token == Token::SemiColon {
             // Keep inner whitespace (the parser skips it; texts are rebuilt from it).
-            let mut meaningful: Vec<_> = current.drain(..).collect();
+            let mut meaningful: Vec<_> = std::mem::take(&mut current);
             while meaningful.last().is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
                 meaningful.pop();
             }
@@ -564,13 +564,11 @@ fn rewrite_window_tvfs(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>>
                 break;
             }
         }
-        if !at(j).is_some_and(|t| t.token == Token::Comma)
-            || !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR"))
+        if at(j).is_none_or(|t| t.token != Token::Comma) || !at(j + 1).is_some_and(|t| is_word(&t.token, "DESCRIPTOR"))
         {
             return Err(err(j, ", DESCRIPTOR(time column)"));
         }
-        if !at(j + 2).is_some_and(|t| t.token == Token::LParen) || !at(j + 4).is_some_and(|t| t.token == Token::RParen)
-        {
+        if at(j + 2).is_none_or(|t| t.token != Token::LParen) || at(j + 4).is_none_or(|t| t.token != Token::RParen) {
             return Err(err(j + 2, "DESCRIPTOR(time column)"));
         }
         let column = at(j + 3).and_then(name_of).ok_or_else(|| err(j + 3, "a column name in DESCRIPTOR"))?;
@@ -588,7 +586,7 @@ fn rewrite_window_tvfs(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>>
             }
             end += 1;
         }
-        if !at(end + 1).is_some_and(|t| t.token == Token::RParen) {
+        if at(end + 1).is_none_or(|t| t.token != Token::RParen) {
             return Err(err(end + 1, "the closing parenthesis of TABLE("));
         }
         // Copy what came before, then the rewritten call.

@@ -154,7 +154,7 @@ impl StateStore {
     /// whatever compaction does next), and reading the small per-checkpoint files (returned
     /// by name). Left to [`Upload::run`], which may run on another thread while the store
     /// goes on: copying the SST files no earlier checkpoint holds into `shared`.
-    pub fn begin_checkpoint(&mut self, shared: &Path) -> Result<(StoreSnapshot, Vec<(String, Vec<u8>)>, Upload)> {
+    pub fn begin_checkpoint(&mut self, shared: &Path) -> Result<(StoreSnapshot, OwnFiles, Upload)> {
         self.db.flush().map_err(|e| db_error("flush", e))?;
         self.checkpoints += 1;
         let local = self.path.with_extension(format!("chk-{}", self.checkpoints));
@@ -197,6 +197,9 @@ impl StateStore {
         Ok((snapshot, own, upload))
     }
 }
+
+/// A checkpoint's small per-checkpoint files (MANIFEST, CURRENT, OPTIONS): name and bytes.
+pub type OwnFiles = Vec<(String, Vec<u8>)>;
 
 /// The second half of a checkpoint: new SST files copied (and synced) into the shared
 /// directory. A checkpoint that uses them counts only once this has succeeded.

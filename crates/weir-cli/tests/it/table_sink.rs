@@ -153,9 +153,9 @@ async fn partitioned_parquet_table_is_exact_under_sigkill() {
                     }
                 }
                 for f in visible {
-                    if !seen.contains_key(&f) {
-                        let rows = read_file(&table.join(&f));
-                        seen.insert(f, rows);
+                    if let std::collections::btree_map::Entry::Vacant(slot) = seen.entry(f) {
+                        let rows = read_file(&table.join(slot.key()));
+                        slot.insert(rows);
                     }
                 }
                 drop(seen);

@@ -387,12 +387,8 @@ impl Sink for FileSink {
             let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
             for (e, files) in value["pending"].as_object().into_iter().flatten() {
                 let e: u64 = e.parse().map_err(|_| damaged())?;
-                let files: Vec<String> = files
-                    .as_array()
-                    .ok_or_else(|| damaged())?
-                    .iter()
-                    .filter_map(|f| f.as_str().map(String::from))
-                    .collect();
+                let files: Vec<String> =
+                    files.as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
                 if e <= epoch {
                     self.publish(e, &files)?;
                 }

@@ -71,7 +71,7 @@ impl Format {
         let single_byte = |key: &str, default: u8| -> Result<u8> {
             match opts.get(key) {
                 None => Ok(default),
-                Some(v) if v == "\\t" => Ok(b'\t'),
+                Some("\\t") => Ok(b'\t'),
                 Some(v) if v.len() == 1 => Ok(v.as_bytes()[0]),
                 Some(v) => Err(WeirError::user(format!(
                     "table '{name}': option '{key}' must be a single character, not '{v}'"

@@ -70,11 +70,13 @@ pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
         "exactly-once" => Delivery::ExactlyOnce,
         "at-least-once" => Delivery::AtLeastOnce,
         "none" => Delivery::None,
-        other => return Err(WeirError::user(format!(
+        other => {
+            return Err(WeirError::user(format!(
             "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
             table.name
         ))
-        .at(table.options.location("sink.delivery-guarantee"))),
+            .at(table.options.location("sink.delivery-guarantee")))
+        }
     })
 }
 

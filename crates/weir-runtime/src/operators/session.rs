@@ -97,7 +97,7 @@ enum Sessions {
         timers: BTreeSet<(i64, Vec<u8>)>,
     },
     /// Table 1: key -> encoded sessions. Table 2: ordered(end) ++ key -> nothing.
-    Rocks(RocksState),
+    Rocks(Box<RocksState>),
 }
 
 const SESSIONS: u32 = 1;
@@ -227,7 +227,7 @@ impl SessionAggregate {
         }
         let sessions = match dirs {
             None => Sessions::Memory { by_key: HashMap::new(), timers: BTreeSet::new() },
-            Some(dirs) => Sessions::Rocks(RocksState::open(dirs)?),
+            Some(dirs) => Sessions::Rocks(Box::new(RocksState::open(dirs)?)),
         };
         Ok(Self {
             spec,

@@ -149,7 +149,7 @@ impl WindowJoin {
         let one_side = |batch: &RecordBatch, rows: UInt32Array| -> Result<Option<RecordBatch>> {
             let columns =
                 batch.columns().iter().map(|c| take(c.as_ref(), &rows, None)).collect::<std::result::Result<_, _>>()?;
-            Ok((!rows.is_empty()).then(|| self.output(columns, rows.len())).transpose()?)
+            (!rows.is_empty()).then(|| self.output(columns, rows.len())).transpose()
         };
         match self.spec.kind {
             JoinKind::LeftSemi => return one_side(&left, with_partner(left.num_rows(), &li, true)),
