@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -13,6 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 use crate::{repo, weir_bin};
 
 /// A broker for one test, on a free port, with a fresh data directory; stopped on drop.
@@ -46,6 +47,21 @@ impl Broker {
         for r in results {
             r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e:?}"));
         }
+    }
+
+    /// Write records directly (rdkafka, not Weir): (topic, partition, value, timestamp ms).
+    pub fn produce(&self, records: &[(&str, i32, String, Option<i64>)]) {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer =
+            ClientConfig::new().set("bootstrap.servers", &self.bootstrap).create().expect("producer");
+        for (topic, partition, value, timestamp) in records {
+            let mut record = BaseRecord::<(), _>::to(topic).partition(*partition).payload(value);
+            if let Some(ts) = timestamp {
+                record = record.timestamp(*ts);
+            }
+            producer.send(record).expect("send");
+        }
+        producer.flush(Duration::from_secs(10)).expect("flush");
     }
 
     /// Every record value a `read_committed` consumer sees in `topic`, with the number of
@@ -204,51 +220,6 @@ async fn exactly_once_kafka_to_kafka_matches_a_plain_run() {
     assert_eq!(broker.read_committed("out_at_least"), want);
 }
 
-/// Where a kill lands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    /// Reading, windowing, writing into an open transaction.
-    Processing,
-    /// After the sinks pre-committed (flushed) and before the checkpoint's manifest exists.
-    PreCommitted,
-    /// After the checkpoint completed and before the sinks committed their transactions.
-    Committing,
-    /// While a restarted job finishes the transactions of the checkpoint it restores.
-    Restoring,
-}
-
-const PHASES: [Phase; 4] = [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
-
-fn start(sql: &Path, phase: Phase, faults: &Path) -> Child {
-    let _ = std::fs::remove_dir_all(faults);
-    std::fs::create_dir_all(faults).expect("fault dir");
-    let mut cmd = Command::new(weir_bin());
-    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null()).env("WEIR_FAULT_DIR", faults);
-    match phase {
-        Phase::Processing => {}
-        Phase::PreCommitted => {
-            cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300");
-        }
-        Phase::Committing => {
-            cmd.env("WEIR_FAULT_KAFKA_COMMIT_MS", "300");
-        }
-        Phase::Restoring => {
-            cmd.env("WEIR_FAULT_KAFKA_RESTORE_MS", "300");
-        }
-    }
-    cmd.spawn().expect("start weir")
-}
-
-/// Whether the process is in `phase` now.
-fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path) -> bool {
-    match phase {
-        Phase::Processing => false,
-        Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
-        Phase::Committing => faults.join("kafka_commit").exists(),
-        Phase::Restoring => faults.join("kafka_restore").exists(),
-    }
-}
-
 /// Kafka -> window -> Kafka, exactly-once, as a `weir run` process killed with SIGKILL over
 /// and over, at least 3 times in each phase of the two-phase commit; a read_committed reader
 /// then sees exactly the rows of a run that was never killed.
@@ -260,13 +231,13 @@ async fn exactly_once_under_sigkill_in_every_phase() {
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
-    crate::kills::kill_in_phases(
+    kill_in_phases(
         &PHASES,
         Phase::Processing,
         3,
         20,
-        |phase| start(&sql, phase, &faults),
-        |phase| in_phase(phase, &checkpoints, &faults),
+        |phase| start(&sql, phase, &faults, "kafka"),
+        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
     );
     run_to_end(&sql);
     let got = broker.read_committed("out");
@@ -361,20 +332,20 @@ async fn at_least_once_under_sigkill_loses_nothing() {
 /// per partition (their minimum), so the partition read second has no late rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watermarks_are_per_partition() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     broker.create_topic("events", 2).await;
-    let producer: BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
     // Partition 0: 00:01:00 to 00:01:59; partition 1: 00:00:00 to 00:00:59, one per second.
-    for (partition, minute) in [(0, 1), (1, 0)] {
-        for second in 0..60 {
-            let value = format!("{{\"k\": \"p{partition}\", \"ts\": \"2023-01-01 00:0{minute}:{second:02}\"}}");
-            producer.send(BaseRecord::<(), _>::to("events").partition(partition).payload(&value)).expect("send");
-        }
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    let records: Vec<_> = [(0, 1), (1, 0)]
+        .into_iter()
+        .flat_map(|(partition, minute)| {
+            (0..60).map(move |second| {
+                let value = format!("{{\"k\": \"p{partition}\", \"ts\": \"2023-01-01 00:0{minute}:{second:02}\"}}");
+                ("events", partition, value, None)
+            })
+        })
+        .collect();
+    broker.produce(&records);
     let engine = weir::Engine::new();
     crate::run(
         &engine,
@@ -399,20 +370,15 @@ async fn watermarks_are_per_partition() {
 /// record timestamp can be the event time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_columns_come_from_the_record() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     broker.create_topic("clicks", 2).await;
-    let producer: BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
     // 2023-01-01 00:00:00 UTC = 1672531200000 ms.
-    for (i, partition) in [(0, 0), (1, 1), (2, 0)] {
-        let value = format!("{{\"page\": \"p{i}\"}}");
-        let record =
-            BaseRecord::<(), _>::to("clicks").partition(partition).payload(&value).timestamp(1672531200000 + i * 1500);
-        producer.send(record).expect("send");
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    let records: Vec<_> = [(0i64, 0), (1, 1), (2, 0)]
+        .into_iter()
+        .map(|(i, partition)| ("clicks", partition, format!("{{\"page\": \"p{i}\"}}"), Some(1672531200000 + i * 1500)))
+        .collect();
+    broker.produce(&records);
     let engine = weir::Engine::new();
     crate::run(
         &engine,
@@ -448,21 +414,16 @@ async fn metadata_columns_come_from_the_record() {
 /// `'topic-pattern'`: every topic whose name matches, partitions of all spread over the tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_pattern_reads_every_matching_topic() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     for topic in ["orders-eu", "orders-us", "payments"] {
         broker.create_topic(topic, 2).await;
     }
-    let producer: BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
-    for (topic, n) in [("orders-eu", 3), ("orders-us", 5), ("payments", 7)] {
-        for i in 0..n {
-            let value = format!("{{\"amount\": {i}}}");
-            producer.send(BaseRecord::<(), _>::to(topic).partition(i % 2).payload(&value)).expect("send");
-        }
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    let records: Vec<_> = [("orders-eu", 3), ("orders-us", 5), ("payments", 7)]
+        .into_iter()
+        .flat_map(|(topic, n)| (0..n).map(move |i| (topic, i % 2, format!("{{\"amount\": {i}}}"), None)))
+        .collect();
+    broker.produce(&records);
     let engine = weir::Engine::new();
     crate::run(
         &engine,
@@ -487,16 +448,12 @@ async fn a_topic_pattern_reads_every_matching_topic() {
 /// `'format.ignore-parse-errors'` it is skipped and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_records_are_located_or_skipped() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     broker.create_topic("raw", 1).await;
-    let producer: BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
-    for value in ["{\"n\": 1}", "{\"n\": oops", "{\"n\": 3}"] {
-        producer.send(BaseRecord::<(), _>::to("raw").payload(value)).expect("send");
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    let records: Vec<_> =
+        ["{\"n\": 1}", "{\"n\": oops", "{\"n\": 3}"].into_iter().map(|v| ("raw", 0, v.to_string(), None)).collect();
+    broker.produce(&records);
     let engine = weir::Engine::new();
     let table = |name: &str, extra: &str| {
         format!(

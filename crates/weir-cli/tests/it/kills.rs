@@ -3,8 +3,50 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Where a kill lands, for a sink that commits with checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Reading, computing, writing uncommitted output.
+    Processing,
+    /// After the sinks pre-committed and before the checkpoint's manifest exists.
+    PreCommitted,
+    /// After the checkpoint completed and before the sinks committed (published) its output.
+    Committing,
+    /// While a restarted job finishes the commits of the checkpoint it restores.
+    Restoring,
+}
+
+pub const PHASES: [Phase; 4] = [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
+
+/// `weir run sql`, slowed down in `phase` through the fault hooks of `sink` (`kafka`, `file`).
+pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
+    let _ = std::fs::remove_dir_all(faults);
+    std::fs::create_dir_all(faults).expect("fault dir");
+    let mut cmd = Command::new(crate::weir_bin());
+    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null()).env("WEIR_FAULT_DIR", faults);
+    let sink = sink.to_uppercase();
+    match phase {
+        Phase::Processing => &mut cmd,
+        Phase::PreCommitted => cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300"),
+        Phase::Committing => cmd.env(format!("WEIR_FAULT_{sink}_COMMIT_MS"), "300"),
+        Phase::Restoring => cmd.env(format!("WEIR_FAULT_{sink}_RESTORE_MS"), "300"),
+    };
+    cmd.spawn().expect("start weir")
+}
+
+/// Whether the process started by [`start`] is in `phase` now.
+pub fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path, sink: &str) -> bool {
+    match phase {
+        Phase::Processing => false,
+        Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
+        Phase::Committing => faults.join(format!("{sink}_commit")).exists(),
+        Phase::Restoring => faults.join(format!("{sink}_restore")).exists(),
+    }
+}
 
 /// Start a process for each phase in turn and SIGKILL it: for `random`, at a random moment
 /// early in the run; for the others, as soon as `in_phase` says the process is there (the

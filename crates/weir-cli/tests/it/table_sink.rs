@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
+use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 use crate::weir_bin;
 
 fn job(dir: &Path, table: &str) -> String {
@@ -36,48 +37,6 @@ GROUP BY auction, window_start, window_end;
         ck = dir.join(format!("{table}-checkpoints")).display(),
         out = dir.join(table).display(),
     )
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    Processing,
-    /// Files pre-committed, the checkpoint's manifest not written yet.
-    PreCommitted,
-    /// Checkpoint complete, its files not all published yet.
-    Publishing,
-    /// A restarted job publishing what its checkpoint recorded and cleaning up.
-    Restoring,
-}
-
-const PHASES: [Phase; 4] = [Phase::Processing, Phase::PreCommitted, Phase::Publishing, Phase::Restoring];
-
-fn start(sql: &Path, phase: Phase, faults: &Path) -> Child {
-    let _ = std::fs::remove_dir_all(faults);
-    std::fs::create_dir_all(faults).expect("fault dir");
-    let mut cmd = Command::new(weir_bin());
-    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null()).env("WEIR_FAULT_DIR", faults);
-    match phase {
-        Phase::Processing => {}
-        Phase::PreCommitted => {
-            cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300");
-        }
-        Phase::Publishing => {
-            cmd.env("WEIR_FAULT_FILE_COMMIT_MS", "300");
-        }
-        Phase::Restoring => {
-            cmd.env("WEIR_FAULT_FILE_RESTORE_MS", "300");
-        }
-    }
-    cmd.spawn().expect("start weir")
-}
-
-fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path) -> bool {
-    match phase {
-        Phase::Processing => false,
-        Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
-        Phase::Publishing => faults.join("file_commit").exists(),
-        Phase::Restoring => faults.join("file_restore").exists(),
-    }
 }
 
 /// Every file under `dir` (relative paths), hidden ones included.
@@ -167,13 +126,13 @@ async fn partitioned_parquet_table_is_exact_under_sigkill() {
 
     let checkpoints = dir.join("out-checkpoints");
     let faults = dir.join("faults");
-    crate::kills::kill_in_phases(
+    kill_in_phases(
         &PHASES,
         Phase::Processing,
         3,
         20,
-        |phase| start(&dir.join("job.sql"), phase, &faults),
-        |phase| in_phase(phase, &checkpoints, &faults),
+        |phase| start(&dir.join("job.sql"), phase, &faults, "file"),
+        |phase| in_phase(phase, &checkpoints, &faults, "file"),
     );
     let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
