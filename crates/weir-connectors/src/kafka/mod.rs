@@ -188,5 +188,14 @@ pub fn check_job(table: &TableDef, checkpoint_timeout: Duration, restart_delay: 
     )])
 }
 
+/// Run a blocking librdkafka call (flush, transaction calls) without stalling the other tasks
+/// of this async worker, where the runtime allows it (a multi-threaded one).
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// A poll loop's wait when nothing is there.
 pub(crate) const IDLE_POLL: Duration = Duration::from_millis(2);

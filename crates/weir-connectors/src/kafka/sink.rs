@@ -330,7 +330,7 @@ impl Sink for KafkaSink {
         let table = self.table.clone();
         let (producer, context) = match self.delivery {
             Delivery::ExactlyOnce => {
-                let t = self.begin()?;
+                let t = super::blocking(|| self.begin())?;
                 t.rows += values.len() as u64;
                 (&t.producer, &t.context)
             }
@@ -366,7 +366,7 @@ impl Sink for KafkaSink {
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
         match self.delivery {
             Delivery::ExactlyOnce => {
-                if let Some(t) = self.pre_commit_open()? {
+                if let Some(t) = super::blocking(|| self.pre_commit_open())? {
                     self.pending.insert(t.epoch, t);
                 }
                 self.epoch = epoch + 1;
@@ -374,7 +374,7 @@ impl Sink for KafkaSink {
             }
             Delivery::AtLeastOnce => {
                 if let Some((producer, context)) = &self.plain {
-                    producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    super::blocking(|| producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
                     Self::check(context, &self.table)?;
                 }
                 Ok(None)
@@ -390,7 +390,7 @@ impl Sink for KafkaSink {
         }
         for e in due {
             if let Some(t) = self.pending.remove(&e) {
-                self.commit_one(t)?;
+                super::blocking(|| self.commit_one(t))?;
             }
         }
         Ok(())
@@ -435,7 +435,7 @@ impl Sink for KafkaSink {
         }
         // 2. Abort what attempts after it left open, and fence them.
         for e in epoch + 1..=epoch + IDS_AHEAD {
-            let this = self.transactional_producer(e);
+            let this = super::blocking(|| self.transactional_producer(e));
             let (producer, _) = this?;
             drop(producer);
         }
@@ -446,7 +446,7 @@ impl Sink for KafkaSink {
         if self.delivery != Delivery::ExactlyOnce {
             return Ok(None);
         }
-        if let Some(t) = self.pre_commit_open()? {
+        if let Some(t) = super::blocking(|| self.pre_commit_open())? {
             self.pending.insert(t.epoch, t);
         }
         Ok(Some(self.state()))
@@ -460,18 +460,18 @@ impl Sink for KafkaSink {
                 if let Some(t) = self.open.take() {
                     t.producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
                     Self::check(&t.context, &self.table)?;
-                    self.commit_one(t)?;
+                    super::blocking(|| self.commit_one(t))?;
                 }
                 let rest: Vec<u64> = self.pending.keys().copied().collect();
                 for e in rest {
                     if let Some(t) = self.pending.remove(&e) {
-                        self.commit_one(t)?;
+                        super::blocking(|| self.commit_one(t))?;
                     }
                 }
             }
             _ => {
                 if let Some((producer, context)) = &self.plain {
-                    producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    super::blocking(|| producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
                     Self::check(context, &self.table)?;
                 }
             }
