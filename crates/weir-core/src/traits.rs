@@ -24,6 +24,15 @@ pub trait Source: Send {
         0
     }
 
+    /// Checkpoint `epoch` took this source's `position` just now.
+    fn checkpoint_taken(&mut self, _epoch: u64) {}
+
+    /// Checkpoint `epoch` is complete: a source may tell its system how far it has read
+    /// (a Kafka consumer group's offsets, for monitoring; the checkpoint stays the truth).
+    fn checkpoint_complete(&mut self, _epoch: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// The partitions this source task reads, when it reads several streams whose event
     /// times advance separately (Kafka partitions): watermarks are then kept per partition.
     fn partitions(&self) -> Vec<u32> {

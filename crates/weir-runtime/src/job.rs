@@ -209,6 +209,8 @@ struct Builder<'a> {
     /// Checkpointing: where tasks acknowledge barriers, and the keys of every task.
     acks: Option<mpsc::UnboundedSender<Ack>>,
     trigger: Option<watch::Receiver<Trigger>>,
+    /// Checkpoints completed (sources tell their systems, e.g. Kafka consumer groups).
+    committed: Option<watch::Receiver<u64>>,
     keys: Vec<String>,
     /// Late rows of window operators, by late-data table: every task's channel.
     late: std::collections::BTreeMap<String, (Arc<weir_core::TableDef>, Vec<mpsc::Receiver<Message>>)>,
@@ -404,7 +406,7 @@ impl Builder<'_> {
                             op.source_partitions(&partitions, self.options.idle_timeout);
                         }
                     }
-                    let trigger = self.trigger.clone();
+                    let trigger = self.trigger.clone().zip(self.committed.clone());
                     let metrics =
                         source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
                     let idle = self.options.idle_timeout;
@@ -419,7 +421,7 @@ impl Builder<'_> {
                     let metrics =
                         source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
                     let chain = chain.with_metrics(metrics.clone());
-                    let trigger = self.trigger.clone();
+                    let trigger = self.trigger.clone().zip(self.committed.clone());
                     self.tasks
                         .push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
                 }
@@ -682,16 +684,23 @@ async fn run_source(
     metrics: Arc<OperatorMetrics>,
     mut chain: Chain,
     idle_timeout: Option<Duration>,
-    mut trigger: Option<watch::Receiver<Trigger>>,
+    mut checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
 ) -> Result<()> {
     loop {
+        if let Some((_, committed)) = &mut checkpoints {
+            if committed.has_changed().unwrap_or(false) {
+                let n = *committed.borrow_and_update();
+                source.checkpoint_complete(n)?;
+            }
+        }
         // A checkpoint asked for: between two batches, the position is exact.
-        if let Some(t) = &mut trigger {
+        if let Some((t, _)) = &mut checkpoints {
             if t.has_changed().unwrap_or(false) {
                 let Trigger { epoch, stop } = *t.borrow_and_update();
                 let position = source
                     .position()
                     .ok_or_else(|| WeirError::not_supported("checkpoints of a job with a source that cannot rewind"))?;
+                source.checkpoint_taken(epoch);
                 chain.extra.insert("source".into(), position);
                 let kind =
                     if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
@@ -908,6 +917,7 @@ fn build_attempt(
         stages: 0,
         acks: checkpointing.as_ref().map(|_| ack_tx),
         trigger: checkpointing.as_ref().map(|_| trigger_rx),
+        committed: checkpointing.as_ref().map(|_| committed_rx.clone()),
         keys: Vec::new(),
         late: Default::default(),
     };

@@ -478,3 +478,49 @@ async fn malformed_records_are_located_or_skipped() {
     let rows = crate::rows(&engine.query("SELECT n FROM lenient").await.expect("query").collect().await.expect("rows"));
     assert_eq!(rows, ["1", "3"]);
 }
+
+/// With `properties.group.id`, the offsets of completed checkpoints are committed to the
+/// consumer group while the job runs, for monitoring (the job itself resumes from its
+/// checkpoints, not from them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_checkpoints_commit_offsets_to_the_consumer_group() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '2'; SET 'checkpoint.interval' = '100ms'; SET 'checkpoint.dir' = '{}';
+             SET 'table.dml-sync' = 'true';
+             {};
+             CREATE TABLE devnull (auction BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO devnull SELECT auction FROM bids;",
+            dir.join("ck").display(),
+            bids_table(
+                &broker.bootstrap,
+                "bids",
+                ", 'properties.group.id' = 'monitor', 'scan.records-per-second' = '4000'"
+            )
+        ),
+    )
+    .await;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", "monitor")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition("bids", 0);
+    list.add_partition("bids", 1);
+    let committed = consumer.committed_offsets(list, Duration::from_secs(10)).expect("committed offsets");
+    let mut total = 0;
+    for e in committed.elements() {
+        let (_, high) = consumer.fetch_watermarks("bids", e.partition(), Duration::from_secs(10)).expect("watermarks");
+        if let Offset::Offset(o) = e.offset() {
+            assert!(o <= high, "partition {} committed {o} beyond its end {high}", e.partition());
+            total += o;
+        }
+    }
+    assert!(total > 0, "no offsets committed to the group: {committed:?}");
+}

@@ -87,6 +87,9 @@ pub struct KafkaSource {
     /// A record polled for the next batch (each batch holds one partition's records).
     held: Option<(RecordAt, Vec<u8>)>,
     last_partition: Option<u32>,
+    /// With `properties.group.id`: positions at checkpoints not yet complete, committed to the
+    /// group when they are (for monitoring consumer lag; never read back by Weir).
+    group_commits: Option<BTreeMap<u64, BTreeMap<u32, i64>>>,
 }
 
 impl KafkaSource {
@@ -188,6 +191,7 @@ impl KafkaSource {
             rate: None,
             held: None,
             last_partition: None,
+            group_commits: group.is_some().then(BTreeMap::new),
         };
         if let Some(rate) = table.options.get("scan.records-per-second") {
             let rate: f64 = rate.parse().ok().filter(|r: &f64| *r > 0.0).ok_or_else(|| {
@@ -392,6 +396,29 @@ impl Source for KafkaSource {
 
     fn partitions(&self) -> Vec<u32> {
         self.positions.keys().copied().collect()
+    }
+
+    fn checkpoint_taken(&mut self, epoch: u64) {
+        if let Some(pending) = &mut self.group_commits {
+            pending.insert(epoch, self.positions.clone());
+        }
+    }
+
+    fn checkpoint_complete(&mut self, epoch: u64) -> Result<()> {
+        let Some(pending) = &mut self.group_commits else { return Ok(()) };
+        let Some(positions) = pending.range(..=epoch).next_back().map(|(_, p)| p.clone()) else { return Ok(()) };
+        pending.retain(|e, _| *e > epoch);
+        let mut list = TopicPartitionList::new();
+        for (i, offset) in positions.iter().filter(|(_, o)| **o >= 0) {
+            let (t, p) = &self.parts[*i as usize];
+            list.add_partition_offset(t, *p, Offset::Offset(*offset))
+                .map_err(|e| kafka_error("a partition list", e))?;
+        }
+        // Best effort, asynchronous: monitoring only.
+        if let Err(e) = self.consumer.commit(&list, rdkafka::consumer::CommitMode::Async) {
+            log::warn!("Kafka: committing offsets of checkpoint {epoch} to the consumer group failed: {e}");
+        }
+        Ok(())
     }
 
     fn batch_partition(&self) -> Option<u32> {
