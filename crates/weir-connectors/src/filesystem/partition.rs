@@ -48,7 +48,7 @@ pub fn unescape(value: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The partition directory of every row: `a=1/b=x`.
+/// The partition directory of each row of the key columns: `a=1/b=x`.
 pub fn directories(columns: &[(&str, &ArrayRef)]) -> Result<Vec<String>> {
     let rows = columns.first().map_or(0, |(_, c)| c.len());
     let mut dirs = vec![String::new(); rows];

@@ -22,9 +22,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::UInt32Array;
+use datafusion::arrow::array::{ArrayRef, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_plan::aggregates::group_values::new_group_values;
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use weir_core::{parse_duration, Chunk, Result, Sink, Split, TableDef, WeirError};
 
 use super::partition;
@@ -49,6 +52,7 @@ pub struct FileSink {
     file_schema: SchemaRef,
     file_columns: Vec<usize>,
     partition_columns: Vec<(String, usize)>,
+    partition_schema: SchemaRef,
     task: usize,
     roll_bytes: u64,
     roll_interval: Option<Duration>,
@@ -111,6 +115,9 @@ impl FileSink {
             format,
             file_schema: std::sync::Arc::new(schema.project(&file_columns)?),
             file_columns,
+            partition_schema: std::sync::Arc::new(
+                schema.project(&partition_columns.iter().map(|(_, i)| *i).collect::<Vec<_>>())?,
+            ),
             partition_columns,
             task: split.index,
             roll_bytes,
@@ -316,21 +323,27 @@ impl Sink for FileSink {
             return Ok(());
         }
         let batch = &chunk.batch;
-        // Rows by partition directory.
+        // Rows by partition: the key columns interned a batch at a time, a directory name
+        // formatted once per distinct key.
         let parts: Vec<(String, Option<UInt32Array>)> = if self.partition_columns.is_empty() {
             vec![(String::new(), None)]
         } else {
-            let columns: Vec<(&str, &datafusion::arrow::array::ArrayRef)> =
-                self.partition_columns.iter().map(|(name, i)| (name.as_str(), batch.column(*i))).collect();
-            let dirs = partition::directories(&columns)?;
-            let mut rows: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-            for (i, d) in dirs.iter().enumerate() {
-                rows.entry(d.as_str()).or_default().push(i as u32);
-            }
-            if rows.len() == 1 {
+            let keys: Vec<ArrayRef> = self.partition_columns.iter().map(|(_, i)| batch.column(*i).clone()).collect();
+            let mut values = new_group_values(self.partition_schema.clone(), &GroupOrdering::None)?;
+            let mut groups = Vec::with_capacity(batch.num_rows());
+            values.intern(&keys, &mut groups)?;
+            let distinct = values.emit(EmitTo::All)?;
+            let named: Vec<(&str, &ArrayRef)> =
+                self.partition_columns.iter().zip(&distinct).map(|((name, _), c)| (name.as_str(), c)).collect();
+            let dirs = partition::directories(&named)?;
+            if dirs.len() == 1 {
                 vec![(dirs[0].clone(), None)]
             } else {
-                rows.into_iter().map(|(d, r)| (d.to_string(), Some(UInt32Array::from(r)))).collect()
+                let mut rows: Vec<Vec<u32>> = vec![Vec::new(); dirs.len()];
+                for (i, g) in groups.iter().enumerate() {
+                    rows[*g].push(i as u32);
+                }
+                dirs.into_iter().zip(rows).map(|(d, r)| (d, Some(UInt32Array::from(r)))).collect()
             }
         };
         let file_batch = batch.project(&self.file_columns)?;

@@ -99,7 +99,6 @@ struct Transaction {
     producer: KafkaProducer,
     context: SinkContext,
     id: PreCommitted,
-    rows: u64,
 }
 
 pub struct KafkaSink {
@@ -221,7 +220,7 @@ impl KafkaSink {
                 producer_id: -1,
                 producer_epoch: -1,
             };
-            self.open = Some(Transaction { epoch: self.epoch, producer, context, id, rows: 0 });
+            self.open = Some(Transaction { epoch: self.epoch, producer, context, id });
         }
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
     }
@@ -331,7 +330,6 @@ impl Sink for KafkaSink {
         let (producer, context) = match self.delivery {
             Delivery::ExactlyOnce => {
                 let t = super::blocking(|| self.begin())?;
-                t.rows += values.len() as u64;
                 (&t.producer, &t.context)
             }
             _ => {

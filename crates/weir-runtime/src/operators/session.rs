@@ -20,7 +20,7 @@ use datafusion::logical_expr::EmitTo;
 use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 
 use super::rocks_state::{header_i64, header_u64, ordered, RocksState, StateDirs};
-use super::window::{millis, Evaluated, WindowSpec};
+use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
 
 /// A session window aggregate as planned.
 #[derive(Debug, Clone)]
@@ -364,65 +364,6 @@ impl SessionAggregate {
         let updates = distinct.into_iter().zip(stored).zip(per_key).map(|((k, old), new)| (k, old, new)).collect();
         self.sessions.store(updates)
     }
-
-    /// Emit every session that ends at or before `watermark` + 1 ms, by end then start.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let bound = watermark.0.saturating_add(1);
-        let keys = self.sessions.due(bound)?;
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let stored = self.sessions.load(&keys)?;
-        let mut due: Vec<(i64, i64, usize, &[u8])> = Vec::new(); // end, start, key, state
-        let mut updates = Vec::with_capacity(keys.len());
-        for (k, sessions) in stored.iter().enumerate() {
-            let (fired, kept): (Vec<&Session>, Vec<&Session>) = sessions.iter().partition(|s| s.end <= bound);
-            due.extend(fired.iter().map(|s| (s.end, s.start, k, s.state.as_slice())));
-            updates.push((keys[k].clone(), sessions.clone(), kept.into_iter().cloned().collect()));
-        }
-        due.sort_unstable_by(|a, b| (a.0, a.1, &keys[a.2]).cmp(&(b.0, b.1, &keys[b.2])));
-        let m = due.len();
-        let group_schema = &self.spec.spec.group_schema;
-        let key_columns = match &self.keys {
-            None => Vec::new(),
-            Some(converter) => {
-                let parser = converter.parser();
-                converter.convert_rows(due.iter().map(|d| parser.parse(&keys[d.2])))?
-            }
-        };
-        let timestamps = |values: Vec<i64>, p: usize| -> Result<ArrayRef> {
-            let array: ArrayRef = Arc::new(TimestampMillisecondArray::from(values));
-            Ok(cast(&array, group_schema.field(p).data_type())?)
-        };
-        let mut key_columns = key_columns.into_iter();
-        let mut columns = Vec::with_capacity(self.spec.spec.schema.fields().len());
-        for p in 0..group_schema.fields().len() {
-            columns.push(if p == self.spec.window_start {
-                timestamps(due.iter().map(|d| d.1).collect(), p)?
-            } else if p == self.spec.spec.window_end {
-                timestamps(due.iter().map(|d| d.0).collect(), p)?
-            } else if Some(p) == self.spec.window_time {
-                timestamps(due.iter().map(|d| d.0 - 1).collect(), p)?
-            } else {
-                key_columns.next().ok_or_else(|| WeirError::internal("session key column missing"))?
-            });
-        }
-        let states: Vec<&[u8]> = due.iter().map(|d| d.3).collect();
-        let all: Vec<usize> = (0..m).collect();
-        let mut accs = self.spec.spec.accumulators()?;
-        for (acc, state) in accs.iter_mut().zip(self.state_columns(&states)?) {
-            acc.merge_batch(&state, &all, m)?;
-            columns.push(acc.evaluate(EmitTo::All)?);
-        }
-        let options = RecordBatchOptions::new().with_row_count(Some(m));
-        let batch = RecordBatch::try_new_with_options(self.spec.spec.schema.clone(), columns, &options)?;
-        drop(due);
-        self.sessions.store(updates)?;
-        if m > 0 {
-            out.push(Message::Chunk(Chunk::inserts(batch)));
-        }
-        Ok(())
-    }
 }
 
 impl Operator for SessionAggregate {
@@ -441,12 +382,7 @@ impl Operator for SessionAggregate {
     }
 
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.fire(watermark, out)?;
-        }
-        out.push(Message::Watermark(watermark));
-        Ok(())
+        advance(self, watermark, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
@@ -523,6 +459,71 @@ impl Operator for SessionAggregate {
                     by_key.insert(key, sessions);
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl Fires for SessionAggregate {
+    fn watermark_mut(&mut self) -> &mut Watermark {
+        &mut self.watermark
+    }
+
+    /// Emit every session that ends at or before `watermark` + 1 ms, by end then start.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let keys = self.sessions.due(bound)?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let stored = self.sessions.load(&keys)?;
+        let mut due: Vec<(i64, i64, usize, &[u8])> = Vec::new(); // end, start, key, state
+        let mut updates = Vec::with_capacity(keys.len());
+        for (k, sessions) in stored.iter().enumerate() {
+            let (fired, kept): (Vec<&Session>, Vec<&Session>) = sessions.iter().partition(|s| s.end <= bound);
+            due.extend(fired.iter().map(|s| (s.end, s.start, k, s.state.as_slice())));
+            updates.push((keys[k].clone(), sessions.clone(), kept.into_iter().cloned().collect()));
+        }
+        due.sort_unstable_by(|a, b| (a.0, a.1, &keys[a.2]).cmp(&(b.0, b.1, &keys[b.2])));
+        let m = due.len();
+        let group_schema = &self.spec.spec.group_schema;
+        let key_columns = match &self.keys {
+            None => Vec::new(),
+            Some(converter) => {
+                let parser = converter.parser();
+                converter.convert_rows(due.iter().map(|d| parser.parse(&keys[d.2])))?
+            }
+        };
+        let timestamps = |values: Vec<i64>, p: usize| -> Result<ArrayRef> {
+            let array: ArrayRef = Arc::new(TimestampMillisecondArray::from(values));
+            Ok(cast(&array, group_schema.field(p).data_type())?)
+        };
+        let mut key_columns = key_columns.into_iter();
+        let mut columns = Vec::with_capacity(self.spec.spec.schema.fields().len());
+        for p in 0..group_schema.fields().len() {
+            columns.push(if p == self.spec.window_start {
+                timestamps(due.iter().map(|d| d.1).collect(), p)?
+            } else if p == self.spec.spec.window_end {
+                timestamps(due.iter().map(|d| d.0).collect(), p)?
+            } else if Some(p) == self.spec.window_time {
+                timestamps(due.iter().map(|d| d.0 - 1).collect(), p)?
+            } else {
+                key_columns.next().ok_or_else(|| WeirError::internal("session key column missing"))?
+            });
+        }
+        let states: Vec<&[u8]> = due.iter().map(|d| d.3).collect();
+        let all: Vec<usize> = (0..m).collect();
+        let mut accs = self.spec.spec.accumulators()?;
+        for (acc, state) in accs.iter_mut().zip(self.state_columns(&states)?) {
+            acc.merge_batch(&state, &all, m)?;
+            columns.push(acc.evaluate(EmitTo::All)?);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(m));
+        let batch = RecordBatch::try_new_with_options(self.spec.spec.schema.clone(), columns, &options)?;
+        drop(due);
+        self.sessions.store(updates)?;
+        if m > 0 {
+            out.push(Message::Chunk(Chunk::inserts(batch)));
         }
         Ok(())
     }

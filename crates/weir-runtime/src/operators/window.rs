@@ -75,6 +75,26 @@ impl WindowKind {
     }
 }
 
+/// An operator that holds rows until the watermark passes the end of their window (or
+/// session), and emits them then.
+pub(crate) trait Fires {
+    /// The highest watermark seen.
+    fn watermark_mut(&mut self) -> &mut Watermark;
+    /// Emit every window that ends at or before `watermark` + 1 ms.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()>;
+}
+
+/// What every window operator does with a watermark: fire the windows it passed, once, when
+/// it rises; then forward it.
+pub(crate) fn advance(op: &mut impl Fires, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+    if watermark > *op.watermark_mut() {
+        *op.watermark_mut() = watermark;
+        op.fire(watermark, out)?;
+    }
+    out.push(Message::Watermark(watermark));
+    Ok(())
+}
+
 /// Adds `window_start`, `window_end`, `window_time` to every row, repeating a row for each of
 /// its windows (HOP, CUMULATE).
 pub struct WindowAssign {
@@ -255,26 +275,6 @@ impl WindowAggregate {
         Ok(WindowGroups { values, accumulators: self.spec.accumulators()? })
     }
 
-    /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let bound = watermark.0.saturating_add(1);
-        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
-        for end in due {
-            let Some(mut window) = self.windows.remove(&end) else { continue };
-            let rows = window.values.len();
-            let mut columns = window.values.emit(EmitTo::All)?;
-            for acc in &mut window.accumulators {
-                columns.push(acc.evaluate(EmitTo::All)?);
-            }
-            // Group columns come back in the group schema's types; the output may differ
-            // only in nullability.
-            let options = RecordBatchOptions::new().with_row_count(Some(rows));
-            let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
-            out.push(Message::Chunk(Chunk::inserts(batch)));
-        }
-        Ok(())
-    }
-
     fn update(
         &mut self,
         end: i64,
@@ -321,12 +321,7 @@ impl Operator for WindowAggregate {
     }
 
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.fire(watermark, out)?;
-        }
-        out.push(Message::Watermark(watermark));
-        Ok(())
+        advance(self, watermark, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
@@ -511,4 +506,30 @@ pub(crate) fn accumulators(aggregates: &[Arc<AggregateFunctionExpr>]) -> Result<
             }
         })
         .collect()
+}
+
+impl Fires for WindowAggregate {
+    fn watermark_mut(&mut self) -> &mut Watermark {
+        &mut self.watermark
+    }
+
+    /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
+        for end in due {
+            let Some(mut window) = self.windows.remove(&end) else { continue };
+            let rows = window.values.len();
+            let mut columns = window.values.emit(EmitTo::All)?;
+            for acc in &mut window.accumulators {
+                columns.push(acc.evaluate(EmitTo::All)?);
+            }
+            // Group columns come back in the group schema's types; the output may differ
+            // only in nullability.
+            let options = RecordBatchOptions::new().with_row_count(Some(rows));
+            let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+            out.push(Message::Chunk(Chunk::inserts(batch)));
+        }
+        Ok(())
+    }
 }

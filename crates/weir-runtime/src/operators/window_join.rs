@@ -17,7 +17,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 
-use super::window::millis;
+use super::window::{advance, millis, Fires};
 
 /// Which rows without a partner are kept (padded with NULLs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,18 +208,6 @@ impl WindowJoin {
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
         Ok(RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?)
     }
-
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let bound = watermark.0.saturating_add(1);
-        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
-        for end in due {
-            let Some(inputs) = self.windows.remove(&end) else { continue };
-            if let Some(batch) = self.join(&inputs)? {
-                out.push(Message::Chunk(Chunk::inserts(batch)));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Whether every row of `ends` is `end` (no need to filter).
@@ -248,12 +236,7 @@ impl Operator for WindowJoin {
     }
 
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.fire(watermark, out)?;
-        }
-        out.push(Message::Watermark(watermark));
-        Ok(())
+        advance(self, watermark, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
@@ -309,6 +292,24 @@ impl Operator for WindowJoin {
             }
         }
         self.watermark = watermark;
+        Ok(())
+    }
+}
+
+impl Fires for WindowJoin {
+    fn watermark_mut(&mut self) -> &mut Watermark {
+        &mut self.watermark
+    }
+
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
+        for end in due {
+            let Some(inputs) = self.windows.remove(&end) else { continue };
+            if let Some(batch) = self.join(&inputs)? {
+                out.push(Message::Chunk(Chunk::inserts(batch)));
+            }
+        }
         Ok(())
     }
 }

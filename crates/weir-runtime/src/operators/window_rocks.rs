@@ -20,7 +20,7 @@ use weir_core::{Chunk, Message, Operator, Result, Watermark};
 use weir_state::StateStore;
 
 use super::rocks_state::{header_i64, header_u64, ordered as prefix, RocksState, StateDirs};
-use super::window::{millis, Evaluated, WindowSpec};
+use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
 
 /// The operator's keys in its store.
 const TABLE: u32 = 1;
@@ -135,43 +135,6 @@ impl RocksWindowAggregate {
         self.open.extend(ends.values().iter().copied());
         Ok(())
     }
-
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let bound = watermark.0.saturating_add(1);
-        let due: Vec<i64> = self.open.range(..=bound).copied().collect();
-        for end in due {
-            self.open.remove(&end);
-            let (from, to) = (prefix(end), prefix(end.saturating_add(1)));
-            let entries = self.store()?.table(TABLE).scan(&from, &to)?;
-            if entries.is_empty() {
-                continue;
-            }
-            let m = entries.len();
-            let key_parser = self.keys.parser();
-            let key_columns = self.keys.convert_rows(entries.iter().map(|(k, _)| key_parser.parse(&k[8..])))?;
-            let state_parser = self.states.parser();
-            let state_columns = if self.state_widths.is_empty() {
-                Vec::new()
-            } else {
-                self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?
-            };
-            let all: Vec<usize> = (0..m).collect();
-            let mut accs = self.spec.accumulators()?;
-            let mut columns = key_columns;
-            for (acc, state) in accs.iter_mut().zip(self.split_states(state_columns)) {
-                acc.merge_batch(&state, &all, m)?;
-                columns.push(acc.evaluate(EmitTo::All)?);
-            }
-            let options = RecordBatchOptions::new().with_row_count(Some(m));
-            out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(
-                self.spec.schema.clone(),
-                columns,
-                &options,
-            )?)));
-            self.store()?.table(TABLE).delete_range(&from, &to)?;
-        }
-        Ok(())
-    }
 }
 
 impl Operator for RocksWindowAggregate {
@@ -188,12 +151,7 @@ impl Operator for RocksWindowAggregate {
     }
 
     fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.fire(watermark, out)?;
-        }
-        out.push(Message::Watermark(watermark));
-        Ok(())
+        advance(self, watermark, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
@@ -231,6 +189,49 @@ impl Operator for RocksWindowAggregate {
         self.open = header["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()).collect();
         self.watermark = Watermark(header_i64(&header, "watermark")?);
         self.late = header_u64(&header, "late")?;
+        Ok(())
+    }
+}
+
+impl Fires for RocksWindowAggregate {
+    fn watermark_mut(&mut self) -> &mut Watermark {
+        &mut self.watermark
+    }
+
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let due: Vec<i64> = self.open.range(..=bound).copied().collect();
+        for end in due {
+            self.open.remove(&end);
+            let (from, to) = (prefix(end), prefix(end.saturating_add(1)));
+            let entries = self.store()?.table(TABLE).scan(&from, &to)?;
+            if entries.is_empty() {
+                continue;
+            }
+            let m = entries.len();
+            let key_parser = self.keys.parser();
+            let key_columns = self.keys.convert_rows(entries.iter().map(|(k, _)| key_parser.parse(&k[8..])))?;
+            let state_parser = self.states.parser();
+            let state_columns = if self.state_widths.is_empty() {
+                Vec::new()
+            } else {
+                self.states.convert_rows(entries.iter().map(|(_, v)| state_parser.parse(v)))?
+            };
+            let all: Vec<usize> = (0..m).collect();
+            let mut accs = self.spec.accumulators()?;
+            let mut columns = key_columns;
+            for (acc, state) in accs.iter_mut().zip(self.split_states(state_columns)) {
+                acc.merge_batch(&state, &all, m)?;
+                columns.push(acc.evaluate(EmitTo::All)?);
+            }
+            let options = RecordBatchOptions::new().with_row_count(Some(m));
+            out.push(Message::Chunk(Chunk::inserts(RecordBatch::try_new_with_options(
+                self.spec.schema.clone(),
+                columns,
+                &options,
+            )?)));
+            self.store()?.table(TABLE).delete_range(&from, &to)?;
+        }
         Ok(())
     }
 }
