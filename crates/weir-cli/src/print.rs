@@ -7,6 +7,35 @@ use weir::arrow::record_batch::RecordBatch;
 use weir::arrow::util::display::ArrayFormatter;
 use weir::Result;
 
+/// Widest cell shown, in characters: a longer value is cut with an ellipsis, as psql's
+/// wrapped and DuckDB's boxes do, so that one wide value cannot push every row off the screen
+/// (the print connector keeps whole values).
+pub const MAX_CELL_CHARS: usize = 80;
+
+/// A value as one table cell: control characters (a newline would break the row) escaped,
+/// and cut at [`MAX_CELL_CHARS`].
+pub fn cell_text(value: &str) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    for ch in value.chars() {
+        let piece: std::borrow::Cow<'_, str> = match ch {
+            '\n' => "\\n".into(),
+            '\r' => "\\r".into(),
+            '\t' => "\\t".into(),
+            c if c.is_control() => c.escape_unicode().to_string().into(),
+            c => c.to_string().into(),
+        };
+        let n = piece.chars().count();
+        if chars + n > MAX_CELL_CHARS - 1 {
+            out.push('…');
+            return out;
+        }
+        out.push_str(&piece);
+        chars += n;
+    }
+    out
+}
+
 /// Prints a table whose rows come in batches: the column widths are fixed by the header and
 /// the first batch (later, wider values widen their row only), so rows print as they come.
 pub struct TablePrinter {
@@ -17,7 +46,7 @@ pub struct TablePrinter {
 
 impl TablePrinter {
     pub fn new(schema: &SchemaRef) -> Self {
-        Self { names: schema.fields().iter().map(|f| f.name().clone()).collect(), widths: None, rows: 0 }
+        Self { names: schema.fields().iter().map(|f| cell_text(f.name())).collect(), widths: None, rows: 0 }
     }
 
     fn cells(batch: &RecordBatch) -> Result<Vec<Vec<String>>> {
@@ -27,7 +56,9 @@ impl TablePrinter {
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok((0..batch.num_rows()).map(|r| formatters.iter().map(|f| f.value(r).to_string()).collect()).collect())
+        Ok((0..batch.num_rows())
+            .map(|r| formatters.iter().map(|f| cell_text(&f.value(r).to_string())).collect())
+            .collect())
     }
 
     fn line(&self, widths: &[usize]) -> String {
@@ -41,8 +72,12 @@ impl TablePrinter {
 
     fn row(cells: &[String], widths: &[usize]) -> String {
         let mut s = String::from("|");
+        // Padded by hand: a format width has a limit, and must not be where a value panics.
         for (c, w) in cells.iter().zip(widths) {
-            s.push_str(&format!(" {c:<w$} |"));
+            s.push(' ');
+            s.push_str(c);
+            s.extend(std::iter::repeat_n(' ', w.saturating_sub(c.chars().count())));
+            s.push_str(" |");
         }
         s
     }

@@ -267,6 +267,12 @@ impl Source for NexmarkSource {
         Ok(Some(batch))
     }
 
+    /// Paced by a sleep before anything is generated: a read dropped while it waits loses
+    /// nothing.
+    fn cancel_safe(&self) -> bool {
+        true
+    }
+
     /// The next block of events this task generates.
     fn position(&self) -> Option<Vec<u8>> {
         Some(self.next_block.to_le_bytes().to_vec())

@@ -19,6 +19,14 @@ pub trait Source: Send {
     /// The next batch, or `None` at the end of a bounded input.
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
 
+    /// Whether a `next_batch` call may be dropped while it waits (at an `.await`) without
+    /// losing or repeating anything: it takes records only once it returns them. A source
+    /// that waits for data (Kafka) should be, so that the task can take checkpoint barriers
+    /// while there is nothing to read; the others are read to the next batch first.
+    fn cancel_safe(&self) -> bool {
+        false
+    }
+
     /// Malformed records skipped so far under the table's parse-error policy.
     fn records_skipped(&self) -> u64 {
         0
@@ -56,8 +64,31 @@ pub trait Source: Send {
     }
 }
 
-/// See [`Operator::take_snapshot_upload`].
+/// Work a snapshot leaves that may run on another thread while the operator goes on
+/// (copying new RocksDB files to checkpoint storage).
 pub type SnapshotUpload = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// One operator's state at a barrier.
+pub struct OperatorSnapshot {
+    /// What [`Operator::restore`] takes back.
+    pub state: Vec<u8>,
+    /// Files the state needs in the checkpoints' shared directory: kept while a retained
+    /// checkpoint names them.
+    pub shared_files: Vec<String>,
+    /// Bytes copied for this snapshot, and bytes it refers to (copied now or before).
+    pub bytes_copied: u64,
+    pub bytes_referenced: u64,
+    /// Runs off the task's thread; the checkpoint counts for the task only once it has
+    /// succeeded.
+    pub upload: Option<SnapshotUpload>,
+}
+
+impl OperatorSnapshot {
+    /// State that is all in its bytes (memory state).
+    pub fn bytes(state: Vec<u8>) -> Self {
+        Self { state, shared_files: Vec::new(), bytes_copied: 0, bytes_referenced: 0, upload: None }
+    }
+}
 
 /// A stateless or stateful step between a source and a sink. Driven one message at a time;
 /// what it emits goes into `out`, in order.
@@ -95,22 +126,11 @@ pub trait Operator: Send {
         Vec::new()
     }
 
-    /// Work left from the last `snapshot` that may run on another thread while the
-    /// operator goes on (copying new RocksDB files to checkpoint storage); the checkpoint
-    /// counts for this task only once it has succeeded.
-    fn take_snapshot_upload(&mut self) -> Option<SnapshotUpload> {
-        None
-    }
-
-    /// The operator's state at a barrier, for the checkpoint (`None`: stateless).
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    /// The operator's state at a barrier, for the checkpoint (`None`: stateless). Everything
+    /// the checkpoint needs of it comes in this one value, so that no path through the
+    /// runtime (a barrier, a task's end) can take the bytes and forget the files.
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
         Ok(None)
-    }
-
-    /// About the last `snapshot`: files it put in the checkpoints' shared directory (kept
-    /// while a retained checkpoint refers to them), and bytes copied for it / referenced by it.
-    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
-        (Vec::new(), 0, 0)
     }
 
     /// Take back the state `snapshot` gave, before any message.

@@ -43,13 +43,34 @@ pub struct CheckpointConfig {
     pub fingerprint: String,
 }
 
-/// A task state part named `op<i>` + this lists the shared files the operator's state needs.
-pub const SHARED_SUFFIX: &str = ".shared";
-/// A task state part named `op<i>` + this holds the bytes copied and referenced (2 × u64 LE).
-pub const SIZES_SUFFIX: &str = ".sizes";
+/// One operator's part of a task's checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorState {
+    /// What the operator's `restore` takes back.
+    pub state: Vec<u8>,
+    /// Files in the checkpoints' shared directory that the state needs.
+    pub shared_files: Vec<String>,
+    pub bytes_copied: u64,
+    pub bytes_referenced: u64,
+}
 
-/// One task's state in a checkpoint: named parts (source position, each operator, sink).
-pub type TaskState = BTreeMap<String, Vec<u8>>;
+/// One task's state in a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskState {
+    /// A source task's position.
+    pub source: Option<Vec<u8>>,
+    /// Stateful operators, by their place in the task's chain.
+    pub operators: BTreeMap<usize, OperatorState>,
+    /// What a sink task pre-committed.
+    pub sink: Option<Vec<u8>>,
+}
+
+impl TaskState {
+    /// Every shared file the task's state needs.
+    pub fn shared_files(&self) -> impl Iterator<Item = &String> {
+        self.operators.values().flat_map(|o| o.shared_files.iter())
+    }
+}
 
 /// A task's acknowledgement of a barrier.
 #[derive(Debug)]
@@ -168,19 +189,44 @@ impl LocalStore {
         if manifest["fingerprint"].as_str() != Some(fingerprint) {
             return Err("taken by a different plan or parallelism".into());
         }
-        let mut tasks = BTreeMap::new();
+        let mut tasks: BTreeMap<String, TaskState> = BTreeMap::new();
         let files = manifest["files"].as_array().ok_or("manifest lists no files")?;
         for f in files {
-            let (Some(task), Some(part), Some(name), Some(sum)) =
-                (f["task"].as_str(), f["part"].as_str(), f["file"].as_str(), f["checksum"].as_str())
-            else {
+            let (Some(task), Some(part)) = (f["task"].as_str(), f["part"].as_str()) else {
+                return Err("manifest entry incomplete".into());
+            };
+            let state = tasks.entry(task.to_string()).or_default();
+            if part == "none" {
+                continue;
+            }
+            let (Some(name), Some(sum)) = (f["file"].as_str(), f["checksum"].as_str()) else {
                 return Err("manifest entry incomplete".into());
             };
             let bytes = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
             if format!("{:016x}", checksum(&bytes)) != sum {
                 return Err(format!("{name}: checksum mismatch"));
             }
-            tasks.entry(task.to_string()).or_insert_with(TaskState::new).insert(part.to_string(), bytes);
+            match part {
+                "source" => state.source = Some(bytes),
+                "sink" => state.sink = Some(bytes),
+                "operator" => {
+                    let op = f["operator"].as_u64().ok_or("manifest entry without its operator")? as usize;
+                    let shared_files = f["shared"]
+                        .as_array()
+                        .ok_or("manifest entry without its shared files")?
+                        .iter()
+                        .map(|s| s.as_str().map(String::from).ok_or("a shared file name is not text"))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    let o = OperatorState {
+                        state: bytes,
+                        shared_files,
+                        bytes_copied: f["bytes_copied"].as_u64().unwrap_or(0),
+                        bytes_referenced: f["bytes_referenced"].as_u64().unwrap_or(0),
+                    };
+                    state.operators.insert(op, o);
+                }
+                other => return Err(format!("manifest names an unknown part '{other}'")),
+            }
         }
         Ok(Restored { epoch, tasks })
     }
@@ -212,35 +258,54 @@ impl CheckpointStore for LocalStore {
         let mut files = Vec::new();
         let mut bytes_written = 0u64;
         let mut bytes_referenced = 0u64;
-        let mut shared = Vec::new();
-        for parts in tasks.values() {
-            for (part, bytes) in parts {
-                if part.ends_with(SHARED_SUFFIX) {
-                    shared.extend(String::from_utf8_lossy(bytes).lines().map(String::from));
-                } else if part.ends_with(SIZES_SUFFIX) && bytes.len() == 16 {
-                    let mut copied = [0u8; 8];
-                    let mut referenced = [0u8; 8];
-                    copied.copy_from_slice(&bytes[..8]);
-                    referenced.copy_from_slice(&bytes[8..]);
-                    bytes_written += u64::from_le_bytes(copied);
-                    bytes_referenced += u64::from_le_bytes(referenced);
-                }
+        let mut shared = std::collections::BTreeSet::new();
+        // RocksDB files copied for (and referenced by) the operators' states.
+        let (mut files_copied, mut files_referenced) = (0u64, 0u64);
+        let mut stateless = Vec::new();
+        let mut write_part = |name: String, bytes: &[u8], entry: serde_json::Value| -> Result<()> {
+            let path = dir.join(&name);
+            let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
+            f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io("write", &path, e))?;
+            bytes_written += bytes.len() as u64;
+            bytes_referenced += bytes.len() as u64;
+            let mut entry = entry;
+            entry["file"] = name.into();
+            entry["bytes"] = bytes.len().into();
+            entry["checksum"] = format!("{:016x}", checksum(bytes)).into();
+            files.push(entry);
+            Ok(())
+        };
+        for (i, (task, state)) in tasks.iter().enumerate() {
+            if let Some(bytes) = &state.source {
+                write_part(
+                    format!("state-{i}-source.bin"),
+                    bytes,
+                    serde_json::json!({ "task": task, "part": "source" }),
+                )?;
+            }
+            for (op, o) in &state.operators {
+                files_copied += o.bytes_copied;
+                files_referenced += o.bytes_referenced;
+                shared.extend(o.shared_files.iter().cloned());
+                let entry = serde_json::json!({
+                    "task": task, "part": "operator", "operator": op, "shared": o.shared_files,
+                    "bytes_copied": o.bytes_copied, "bytes_referenced": o.bytes_referenced,
+                });
+                write_part(format!("state-{i}-op{op}.bin"), &o.state, entry)?;
+            }
+            if let Some(bytes) = &state.sink {
+                write_part(format!("state-{i}-sink.bin"), bytes, serde_json::json!({ "task": task, "part": "sink" }))?;
+            }
+            if state.source.is_none() && state.operators.is_empty() && state.sink.is_none() {
+                // A stateless task is listed all the same: its acknowledgement is part of
+                // the checkpoint.
+                stateless.push(serde_json::json!({ "task": task, "part": "none" }));
             }
         }
-        for (i, (task, parts)) in tasks.iter().enumerate() {
-            for (j, (part, bytes)) in parts.iter().enumerate() {
-                let name = format!("state-{i}-{j}.bin");
-                let path = dir.join(&name);
-                let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
-                f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io("write", &path, e))?;
-                bytes_written += bytes.len() as u64;
-                bytes_referenced += bytes.len() as u64;
-                files.push(serde_json::json!({
-                    "task": task, "part": part, "file": name, "bytes": bytes.len(),
-                    "checksum": format!("{:016x}", checksum(bytes)),
-                }));
-            }
-        }
+        files.extend(stateless);
+        let shared: Vec<String> = shared.into_iter().collect();
+        bytes_written += files_copied;
+        bytes_referenced += files_referenced;
         // Fault-injection for tests: hold the checkpoint open (state written, no manifest) so
         // that a test can kill the process in the middle of the asynchronous write.
         if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
@@ -547,7 +612,7 @@ mod tests {
     use super::*;
 
     fn state(bytes: &[u8]) -> BTreeMap<String, TaskState> {
-        BTreeMap::from([("stage0-task0".to_string(), TaskState::from([("source".to_string(), bytes.to_vec())]))])
+        BTreeMap::from([("stage0-task0".to_string(), TaskState { source: Some(bytes.to_vec()), ..Default::default() })])
     }
 
     fn scratch() -> PathBuf {
@@ -569,11 +634,11 @@ mod tests {
         assert_eq!(store.latest("plan").expect("latest").map(|r| r.epoch), Some(2));
 
         // A damaged state file: checksum mismatch, the one before is used.
-        let damaged = dir.join("chk-0000000002").join("state-0-0.bin");
+        let damaged = dir.join("chk-0000000002").join("state-0-source.bin");
         std::fs::write(&damaged, b"tw0").expect("damage");
         let restored = store.latest("plan").expect("latest").expect("a checkpoint");
         assert_eq!(restored.epoch, 1);
-        assert_eq!(restored.tasks["stage0-task0"]["source"], b"one".to_vec());
+        assert_eq!(restored.tasks["stage0-task0"].source, Some(b"one".to_vec()));
 
         // Checkpoints of another plan are refused loudly, not skipped into a fresh start.
         let err = store.latest("other plan").expect_err("another plan");

@@ -14,8 +14,8 @@ use weir_core::{
 };
 
 use crate::checkpoint::{
-    Ack, CheckpointConfig, CheckpointMode, CheckpointStats, CheckpointStore, Restored, TaskCheckpoint, TaskState,
-    Trigger,
+    Ack, CheckpointConfig, CheckpointMode, CheckpointStats, CheckpointStore, OperatorState, Restored, TaskCheckpoint,
+    TaskState, Trigger,
 };
 use crate::exchange::Partitioning;
 use crate::merge::InputMerger;
@@ -259,7 +259,7 @@ impl Builder<'_> {
             output: Output::Forward(tx),
             metrics: None,
             checkpoint,
-            extra: TaskState::new(),
+            extra: TaskState::default(),
             late: Vec::new(),
             acking: None,
         };
@@ -380,12 +380,13 @@ impl Builder<'_> {
                 let ctx =
                     InstanceContext { key: format!("stage{stage}-task{index}-op{i}"), rocksdb: self.rocksdb_dirs() };
                 let mut op = s.instantiate_in(&ctx)?;
-                if let Some(state) = restored.as_ref().and_then(|r| r.get(&format!("op{i}"))) {
-                    op.restore(state)?;
+                if let Some(state) = restored.as_ref().and_then(|r| r.operators.get(&i)) {
+                    op.restore(&state.state)?;
                 }
                 ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
             }
-            let chain = Chain { ops, output, metrics: None, checkpoint, extra: TaskState::new(), late, acking: None };
+            let chain =
+                Chain { ops, output, metrics: None, checkpoint, extra: TaskState::default(), late, acking: None };
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -396,7 +397,7 @@ impl Builder<'_> {
             match start {
                 Node::Source { table, projection, .. } => {
                     let mut source = self.connectors.source(table, projection.clone(), split)?;
-                    if let Some(position) = restored.as_ref().and_then(|r| r.get("source")) {
+                    if let Some(position) = restored.as_ref().and_then(|r| r.source.as_ref()) {
                         source.seek(position)?;
                     }
                     let partitions = source.partitions();
@@ -549,19 +550,7 @@ impl Chain {
                     Message::Barrier(b) => {
                         if self.checkpoint.is_some() {
                             let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
-                            if let Some(s) = op.snapshot()? {
-                                uploads.extend(op.take_snapshot_upload());
-                                state.insert(format!("op{i}"), s);
-                                let (files, copied, referenced) = op.snapshot_files();
-                                if !files.is_empty() || copied > 0 {
-                                    state.insert(
-                                        format!("op{i}{}", crate::checkpoint::SHARED_SUFFIX),
-                                        files.join("\n").into_bytes(),
-                                    );
-                                    let sizes = [copied.to_le_bytes(), referenced.to_le_bytes()].concat();
-                                    state.insert(format!("op{i}{}", crate::checkpoint::SIZES_SUFFIX), sizes);
-                                }
-                            }
+                            take_snapshot(op.as_mut(), i, state, &mut uploads)?;
                         }
                         op.process_barrier(b, &mut next)?
                     }
@@ -648,18 +637,39 @@ impl Chain {
         self.acked().await?;
         if let Some(cp) = &self.checkpoint {
             let mut state = std::mem::take(&mut self.extra);
+            let mut uploads = Vec::new();
             for (i, (op, _)) in self.ops.iter_mut().enumerate() {
-                if let Some(s) = op.snapshot()? {
-                    if let Some(upload) = op.take_snapshot_upload() {
-                        upload()?;
-                    }
-                    state.insert(format!("op{i}"), s);
-                }
+                take_snapshot(op.as_mut(), i, &mut state, &mut uploads)?;
             }
+            tokio::task::spawn_blocking(move || uploads.into_iter().try_for_each(|upload| upload()))
+                .await
+                .map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))??;
             cp.ack(None, state);
         }
         Ok(())
     }
+}
+
+/// Operator `i`'s snapshot into its task's state; its upload, if any, into `uploads`, to
+/// run before the task acknowledges. The one place a snapshot is taken apart, for barriers
+/// and a task's end alike.
+fn take_snapshot(
+    op: &mut dyn Operator,
+    i: usize,
+    state: &mut TaskState,
+    uploads: &mut Vec<weir_core::SnapshotUpload>,
+) -> Result<()> {
+    if let Some(s) = op.snapshot()? {
+        uploads.extend(s.upload);
+        let o = OperatorState {
+            state: s.state,
+            shared_files: s.shared_files,
+            bytes_copied: s.bytes_copied,
+            bytes_referenced: s.bytes_referenced,
+        };
+        state.operators.insert(i, o);
+    }
+    Ok(())
 }
 
 /// Send one message, counting the time spent waiting for room as backpressure.
@@ -684,24 +694,30 @@ async fn run_source(
     metrics: Arc<OperatorMetrics>,
     mut chain: Chain,
     idle_timeout: Option<Duration>,
-    mut checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
+    checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
 ) -> Result<()> {
+    let (mut trigger, mut committed) = checkpoints.unzip();
+    // A cancel-safe read is given up when a barrier is asked for while it waits, so that a
+    // quiet source still takes part in checkpoints (and exactly-once output is committed).
+    let interruptible = source.cancel_safe();
+    let mut last_data = tokio::time::Instant::now();
+    let mut idle = false;
     loop {
-        if let Some((_, committed)) = &mut checkpoints {
+        if let Some(committed) = &mut committed {
             if committed.has_changed().unwrap_or(false) {
                 let n = *committed.borrow_and_update();
                 source.checkpoint_complete(n)?;
             }
         }
         // A checkpoint asked for: between two batches, the position is exact.
-        if let Some((t, _)) = &mut checkpoints {
+        if let Some(t) = &mut trigger {
             if t.has_changed().unwrap_or(false) {
                 let Trigger { epoch, stop } = *t.borrow_and_update();
                 let position = source
                     .position()
                     .ok_or_else(|| WeirError::not_supported("checkpoints of a job with a source that cannot rewind"))?;
                 source.checkpoint_taken(epoch);
-                chain.extra.insert("source".into(), position);
+                chain.extra.source = Some(position);
                 let kind =
                     if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
                 if !chain.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
@@ -714,26 +730,32 @@ async fn run_source(
             }
         }
         let next = {
-            // Keep the same read going while reporting idleness: dropping it could lose data.
+            // Keep the same read going while reporting idleness: dropping a read that is not
+            // cancel-safe could lose data.
             let read = source.next_batch();
             tokio::pin!(read);
-            match idle_timeout {
-                None => read.await,
-                Some(timeout) => tokio::select! {
-                    r = &mut read => r,
-                    _ = tokio::time::sleep(timeout) => {
+            loop {
+                let idle_at = idle_timeout.filter(|_| !idle).map(|t| last_data + t);
+                tokio::select! {
+                    r = &mut read => break Some(r),
+                    () = sleep_until(idle_at) => {
+                        idle = true;
                         if !chain.push(Message::Idle).await? {
                             return Ok(());
                         }
-                        // Idle until data comes; the next chunk makes it active again.
-                        read.await
                     }
-                },
+                    // Seen here without being marked seen: taken at the top of the loop.
+                    () = changed(trigger.as_ref()), if interruptible => break None,
+                    () = changed(committed.as_ref()), if interruptible => break None,
+                }
             }
         };
+        let Some(next) = next else { continue };
         metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
         match next? {
             Some(batch) => {
+                last_data = tokio::time::Instant::now();
+                idle = false;
                 metrics.record_out(batch.num_rows());
                 let chunk = Chunk::inserts(batch).from_partition(source.batch_partition());
                 if !chain.push(Message::Chunk(chunk)).await? {
@@ -746,12 +768,30 @@ async fn run_source(
                     chain.push(Message::End).await?;
                 }
                 if let Some(position) = source.position() {
-                    chain.extra.insert("source".into(), position);
+                    chain.extra.source = Some(position);
                 }
                 chain.finished().await?;
                 return Ok(());
             }
         }
+    }
+}
+
+/// Sleep until `at`; never without it.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the watched value has a version not yet seen, leaving it unseen (a clone waits, so
+/// that the caller's `has_changed` still tells); never without a channel, or once it closed.
+async fn changed<T>(rx: Option<&watch::Receiver<T>>) {
+    let Some(rx) = rx else { return std::future::pending().await };
+    let mut probe = rx.clone();
+    if probe.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -848,10 +888,7 @@ async fn run_sink(
                 }
                 let state = sink.pre_commit(b.epoch).await?;
                 if let Some(cp) = &checkpoint {
-                    cp.ack(
-                        Some(b.epoch),
-                        state.map(|s| TaskState::from([("sink".to_string(), s)])).unwrap_or_default(),
-                    );
+                    cp.ack(Some(b.epoch), TaskState { sink: state, ..Default::default() });
                 }
             }
             Message::Idle => {}
@@ -862,13 +899,13 @@ async fn run_sink(
                 };
                 let Some(state) = sink.pre_commit_final().await? else {
                     sink.finish().await?;
-                    cp.ack(None, TaskState::new());
+                    cp.ack(None, TaskState::default());
                     return Ok(());
                 };
                 // Committed with the final checkpoint, which the coordinator writes once
                 // every task has ended (and any still in flight before it); it closes the
                 // channel after the final one.
-                cp.ack(None, TaskState::from([("sink".to_string(), state)]));
+                cp.ack(None, TaskState { sink: Some(state), ..Default::default() });
                 let mut last = None;
                 while committed.changed().await.is_ok() {
                     let n = *committed.borrow_and_update();
@@ -932,8 +969,7 @@ fn build_attempt(
         let (checkpoint, restored) = builder.checkpoint_of(format!("sink-task{index}"));
         // With checkpoints a sink always restores: from the checkpoint, or from nothing
         // (epoch 0) to clear what an earlier attempt left unpublished.
-        let restored =
-            checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
+        let restored = checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|s| s.sink)));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((
             format!("sink [{index}]"),
@@ -947,8 +983,7 @@ fn build_attempt(
         let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
         let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
         let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"));
-        let restored =
-            checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|mut s| s.remove("sink"))));
+        let restored = checkpointing.as_ref().map(|_| (restored_epoch.unwrap_or(0), restored.and_then(|s| s.sink)));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((
             format!("sink [late rows to {name}]"),

@@ -524,3 +524,77 @@ async fn completed_checkpoints_commit_offsets_to_the_consumer_group() {
     }
     assert!(total > 0, "no offsets committed to the group: {committed:?}");
 }
+
+/// An unbounded Kafka source that has read everything still takes checkpoint barriers, so the
+/// exactly-once output of its last windows is committed within about one checkpoint interval
+/// though no more data comes. (A source task took barriers only between two batches, and the
+/// Kafka source waited inside `next_batch` until data came: nothing was ever committed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_source_still_commits_exactly_once_output() {
+    let (dir, broker, want) = with_reference().await;
+    // One record per partition far ahead in event time: every window of the bids fires.
+    let sample = broker.read_committed("bids").pop().expect("a bid");
+    let at = sample.find("\"date_time\":\"").expect("a date_time field") + "\"date_time\":\"".len();
+    let ahead = format!("{}2030-01-01 00:00:00.000{}", &sample[..at], &sample[at + 23..]);
+    broker.produce(&[("bids", 0, ahead.clone(), None), ("bids", 1, ahead, None)]);
+
+    let bounded = job(&broker.bootstrap, "out", "exactly-once", &dir.join("checkpoints"), None);
+    let unbounded = bounded.replace(",\n               'scan.bounded.mode' = 'latest-offset'", "");
+    assert_ne!(bounded, unbounded, "the job's source is still bounded");
+    let sql = write_sql(&dir, "unbounded.sql", unbounded.replace("'100ms'", "'1s'"));
+    let mut child = Command::new(weir_bin()).arg("run").arg(&sql).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let child = child.as_mut().expect("start weir");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while Instant::now() < deadline {
+        assert!(child.try_wait().expect("poll").is_none(), "the unbounded job ended");
+        got = broker.read_committed("out");
+        if got.len() >= want.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(got.len(), want.len(), "committed rows after the source went quiet");
+    assert!(got == want, "rows differ from the bounded run");
+}
+
+/// A run killed after many checkpoints that never completed (each timed out while a RocksDB
+/// upload was slowed down) leaves one pre-committed transaction per checkpoint, far more than
+/// the next one or two. The restart aborts every one of them, so a read_committed reader is
+/// not held back and sees exactly the rows of an uninterrupted run. The restarted run takes
+/// few checkpoints, so it does not happen to reuse (and so abort) the dead run's ids itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_of_checkpoints_that_never_completed_are_aborted_on_restart() {
+    let (dir, broker, want) = with_reference().await;
+    let checkpoints = dir.join("checkpoints");
+    let sql = job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)).replace(
+        "SET 'restart.attempts' = '0';",
+        &format!(
+            "SET 'restart.attempts' = '0';\nSET 'state.backend' = 'rocksdb';\nSET 'state.dir' = '{}';\nSET 'checkpoint.timeout' = '300ms';",
+            dir.join("state").display()
+        ),
+    );
+    let sql = write_sql(&dir, "job.sql", sql);
+    let mut child = Command::new(weir_bin())
+        .arg("run")
+        .arg(&sql)
+        .env("WEIR_TEST_DELAY_UPLOAD_MS", "3000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start weir");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(child.try_wait().expect("poll").is_none(), "the slowed run ended early");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    assert_eq!(completed_checkpoints(&checkpoints), 0, "a checkpoint completed: the test needs none to");
+    // The dead run's pre-committed transactions are open: read_committed sees nothing yet.
+    assert!(broker.read_committed("out").is_empty(), "rows visible before the restart");
+    let restart = std::fs::read_to_string(&sql).expect("read sql").replace("'100ms'", "'5s'");
+    run_to_end(&write_sql(&dir, "restart.sql", restart));
+    let got = broker.read_committed("out");
+    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}

@@ -197,5 +197,8 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// A poll loop's wait when nothing is there.
+/// A poll loop's first wait when nothing is there; it doubles while nothing comes, up to
+/// [`IDLE_POLL_MAX`], so that a quiet source costs next to nothing and a busy one adds no
+/// latency.
 pub(crate) const IDLE_POLL: Duration = Duration::from_millis(2);
+pub(crate) const IDLE_POLL_MAX: Duration = Duration::from_millis(50);

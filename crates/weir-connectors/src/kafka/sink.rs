@@ -2,15 +2,22 @@
 //! partitioner keeps a key in one partition).
 //!
 //! `exactly-once`: the rows between barrier `n - 1` and barrier `n` go into one Kafka
-//! transaction, with the transactional id `<prefix>-<task>-<n>` (a new id per checkpoint:
-//! committing `n` after a crash can then touch nothing but `n`). On barrier `n` the
-//! transaction is flushed (pre-commit) and its id, producer id and producer epoch go into
-//! checkpoint `n`; rows after the barrier go into transaction `n + 1`. When checkpoint `n`
-//! is complete, transactions up to `n` are committed. After a restart from checkpoint `n`,
-//! the transactions it recorded are committed as their producers would have ([`super::txn`]:
-//! a crash between checkpoint completion and commit loses nothing and duplicates nothing),
-//! then the ids of the next checkpoints are initialized, which aborts what the dead attempt
-//! had left open and fences any instance of it still running.
+//! transaction, with a transactional id of its own, `<prefix>-<task>-<s>`, where `s` counts
+//! the task's transactions (committing one after a crash can then touch nothing else). On
+//! barrier `n` the transaction is flushed (pre-commit) and its id, producer id and producer
+//! epoch go into checkpoint `n`, with the next `s`; rows after the barrier go into the next
+//! transaction. When checkpoint `n` is complete, transactions up to `n` are committed.
+//!
+//! After a restart from checkpoint `n`, the transactions it recorded are committed as their
+//! producers would have ([`super::txn`]: a crash between checkpoint completion and commit
+//! loses nothing and duplicates nothing). Then every id that attempts after `n` may have used
+//! is initialized, which aborts what they left open and fences them: probing upward from the
+//! next `s` recorded in `n` until an id that was never used (epoch 0), as Flink does. The ids
+//! are dense for that: an id is used only when a transaction is opened, in order, and each
+//! attempt starts at the `s` of the checkpoint it restored, so the ids used after any
+//! checkpoint are one unbroken run. (Ids per checkpoint number had gaps, at checkpoints
+//! without rows, and a fixed look-ahead of three missed the transactions of checkpoints that
+//! never completed: each held back every later committed row on its partitions.)
 //!
 //! `at-least-once`: an idempotent producer, flushed at every barrier. `none`: no flush.
 
@@ -31,9 +38,10 @@ use super::txn::{self, PreCommitted};
 use super::Delivery;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
-/// Ids initialized past a restored checkpoint: the transactions a dead attempt may have had
-/// open (one being written, one pre-committed) and one more.
-const IDS_AHEAD: u64 = 3;
+/// Probing stops after this many never-used ids in a row: one would do while restores only
+/// move forward; the rest cover a restore from an older checkpoint (the newest was damaged),
+/// after which the ids used since need not start right at its `s`.
+const FRESH_IDS_TO_STOP: u32 = 3;
 
 /// Delivery errors and the producer id and epoch, from librdkafka's callbacks.
 #[derive(Default)]
@@ -96,6 +104,8 @@ fn fenced(message: String) -> WeirError {
 /// A transaction being written or waiting for its checkpoint.
 struct Transaction {
     epoch: u64,
+    /// Its number among the task's transactions, in its id.
+    seq: u64,
     producer: KafkaProducer,
     context: SinkContext,
     id: PreCommitted,
@@ -114,6 +124,8 @@ pub struct KafkaSink {
     txn_timeout: Duration,
     /// The rows since the last barrier (exactly-once: in this transaction).
     epoch: u64,
+    /// The number of the next transaction opened.
+    next_seq: u64,
     open: Option<Transaction>,
     /// Pre-committed, waiting for their checkpoint to complete.
     pending: BTreeMap<u64, Transaction>,
@@ -181,6 +193,7 @@ impl KafkaSink {
             task: split.index,
             txn_timeout,
             epoch: 1,
+            next_seq: 1,
             open: None,
             pending: BTreeMap::new(),
             plain: None,
@@ -195,15 +208,15 @@ impl KafkaSink {
         })
     }
 
-    fn transactional_id(&self, epoch: u64) -> String {
-        format!("{}-{}-{}", self.prefix, self.task, epoch)
+    fn transactional_id(&self, seq: u64) -> String {
+        format!("{}-{}-{}", self.prefix, self.task, seq)
     }
 
-    /// A transactional producer for checkpoint `epoch`'s id, initialized: whatever an
+    /// A transactional producer for transaction `seq`'s id, initialized: whatever an
     /// earlier producer with that id left open is aborted, and that producer is fenced.
-    fn transactional_producer(&self, epoch: u64) -> Result<(KafkaProducer, SinkContext)> {
+    fn transactional_producer(&self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
         let mut config = self.config.clone();
-        config.set("transactional.id", self.transactional_id(epoch));
+        config.set("transactional.id", self.transactional_id(seq));
         let context = SinkContext::default();
         let producer: KafkaProducer =
             config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
@@ -213,14 +226,12 @@ impl KafkaSink {
 
     fn begin(&mut self) -> Result<&mut Transaction> {
         if self.open.is_none() {
-            let (producer, context) = self.transactional_producer(self.epoch)?;
+            let seq = self.next_seq;
+            let (producer, context) = self.transactional_producer(seq)?;
             producer.begin_transaction().map_err(|e| kafka_error("cannot begin a transaction", e))?;
-            let id = PreCommitted {
-                transactional_id: self.transactional_id(self.epoch),
-                producer_id: -1,
-                producer_epoch: -1,
-            };
-            self.open = Some(Transaction { epoch: self.epoch, producer, context, id });
+            let id = PreCommitted { transactional_id: self.transactional_id(seq), producer_id: -1, producer_epoch: -1 };
+            self.next_seq = seq + 1;
+            self.open = Some(Transaction { epoch: self.epoch, seq, producer, context, id });
         }
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
     }
@@ -278,7 +289,10 @@ impl KafkaSink {
                 })
             })
             .collect();
-        serde_json::json!({ "pending": pending }).to_string().into_bytes()
+        // The open transaction's number is the next one after a restore from here: its
+        // rows are not in this checkpoint.
+        let next = self.open.as_ref().map_or(self.next_seq, |t| t.seq);
+        serde_json::json!({ "pending": pending, "next": next }).to_string().into_bytes()
     }
 
     fn commit_one(&self, t: Transaction) -> Result<()> {
@@ -401,9 +415,11 @@ impl Sink for KafkaSink {
         self.epoch = epoch + 1;
         weir_core::fault::pause("kafka_restore");
         // 1. Commit what checkpoint `epoch` pre-committed: it is complete.
+        let mut next_seq = 1;
         if let Some(state) = state {
             let damaged = || WeirError::internal("a Kafka sink state in a checkpoint is damaged");
             let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+            next_seq = value["next"].as_u64().ok_or_else(damaged)?;
             for t in value["pending"].as_array().into_iter().flatten() {
                 let e = t["epoch"].as_u64().ok_or_else(damaged)?;
                 if e > epoch {
@@ -432,11 +448,23 @@ impl Sink for KafkaSink {
             }
         }
         // 2. Abort what attempts after it left open, and fence them.
-        for e in epoch + 1..=epoch + IDS_AHEAD {
-            let this = super::blocking(|| self.transactional_producer(e));
-            let (producer, _) = this?;
-            drop(producer);
-        }
+        let ids: Vec<String> = (next_seq..).take(1 << 20).map(|s| self.transactional_id(s)).collect();
+        let (bootstrap, txn_timeout) = (self.bootstrap.clone(), self.txn_timeout);
+        let probed = tokio::task::spawn_blocking(move || {
+            let mut fresh_in_a_row = 0;
+            for (probed, id) in ids.iter().enumerate() {
+                let epoch = txn::init_producer_id(&bootstrap, id, txn_timeout, FLUSH_TIMEOUT)?;
+                fresh_in_a_row = if epoch == 0 { fresh_in_a_row + 1 } else { 0 };
+                if fresh_in_a_row == FRESH_IDS_TO_STOP {
+                    return Ok(probed + 1);
+                }
+            }
+            Err(WeirError::internal("a million transactional ids in use"))
+        })
+        .await
+        .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
+        log::debug!("Kafka sink of '{}', task {}: {probed} transactional ids initialized", self.table, self.task);
+        self.next_seq = next_seq;
         Ok(())
     }
 

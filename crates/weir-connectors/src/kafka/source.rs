@@ -86,6 +86,8 @@ pub struct KafkaSource {
     rate: Option<(f64, Instant, u64)>,
     /// A record polled for the next batch (each batch holds one partition's records).
     held: Option<(RecordAt, Vec<u8>)>,
+    /// The next wait of the poll loop while nothing comes.
+    idle_wait: Duration,
     last_partition: Option<u32>,
     /// With `properties.group.id`: positions at checkpoints not yet complete, committed to the
     /// group when they are (for monitoring consumer lag; never read back by Weir).
@@ -190,6 +192,7 @@ impl KafkaSource {
             columns,
             rate: None,
             held: None,
+            idle_wait: super::IDLE_POLL,
             last_partition: None,
             group_commits: group.is_some().then(BTreeMap::new),
         };
@@ -370,9 +373,12 @@ impl Source for KafkaSource {
                 if self.ends.is_some() {
                     self.catch_up_to_ends()?;
                 }
-                tokio::time::sleep(super::IDLE_POLL).await;
+                // Cancel-safe: nothing has been taken in this round.
+                tokio::time::sleep(self.idle_wait).await;
+                self.idle_wait = (self.idle_wait * 2).min(super::IDLE_POLL_MAX);
                 continue;
             }
+            self.idle_wait = super::IDLE_POLL;
             if let Some((_, _, sent)) = &mut self.rate {
                 *sent += values.len() as u64;
             }
@@ -392,6 +398,12 @@ impl Source for KafkaSource {
 
     fn records_skipped(&self) -> u64 {
         self.decoder.skipped
+    }
+
+    /// Records are taken from the consumer only in the synchronous part of a round, and a
+    /// held one stays in `self`: a read dropped while it sleeps loses nothing.
+    fn cancel_safe(&self) -> bool {
+        true
     }
 
     fn partitions(&self) -> Vec<u32> {

@@ -1,5 +1,5 @@
 //! Finishing another producer's transaction: the commit-phase recovery of the exactly-once
-//! sink.
+//! sink; and finding the transactional ids that earlier attempts used.
 //!
 //! A sink task pre-commits transaction `n` (flushes it) and records its transactional id,
 //! producer id and producer epoch in checkpoint `n`. If the process dies after checkpoint `n`
@@ -9,6 +9,11 @@
 //! id) and `EndTxn` (commit, as that producer id and epoch). Both are tiny, fixed-layout
 //! requests of the Kafka protocol (non-flexible versions: FindCoordinator v1, EndTxn v1),
 //! encoded here by hand rather than through a protocol crate.
+//!
+//! `InitProducerId` (v0) is the third: initializing a transactional id aborts whatever
+//! transaction it has open and fences its producer, and the epoch it returns tells whether
+//! the id had been used before (epoch 0: never). The sink probes its ids upward with it after
+//! a restart, as Flink's Kafka sink does.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,6 +23,7 @@ use weir_core::{Result, WeirError};
 
 const FIND_COORDINATOR: i16 = 10;
 const END_TXN: i16 = 26;
+const INIT_PRODUCER_ID: i16 = 22;
 const CLIENT_ID: &str = "weir-txn-recovery";
 
 /// Kafka error codes this module tells apart.
@@ -42,6 +48,91 @@ pub struct PreCommitted {
 fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as i16).to_be_bytes());
     out.extend_from_slice(s.as_bytes());
+}
+
+/// One request to the coordinator of `transactional_id`, retried while the coordinator moves
+/// or is busy; `decide` reads the response: `Ok(Some(_))` is the answer, `Ok(None)` retries.
+fn with_coordinator<T>(
+    bootstrap: &[String],
+    transactional_id: &str,
+    timeout: Duration,
+    what: &str,
+    mut request: impl FnMut(&str, Duration) -> Result<Vec<u8>>,
+    mut decide: impl FnMut(&mut Reader<'_>) -> Result<std::result::Result<T, i16>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = String::from("no broker answered");
+    while Instant::now() < deadline {
+        for broker in bootstrap {
+            let step = Duration::from_secs(5).min(deadline.saturating_duration_since(Instant::now()));
+            let coordinator = match find_coordinator(broker, transactional_id, step) {
+                Ok(Ok(c)) => c,
+                Ok(Err(code)) => {
+                    last_error = format!("FindCoordinator error {code}");
+                    continue;
+                }
+                Err(e) => {
+                    last_error = e.message;
+                    continue;
+                }
+            };
+            let response = match request(&coordinator, step) {
+                Ok(r) => r,
+                Err(e) => {
+                    last_error = e.message;
+                    continue;
+                }
+            };
+            match decide(&mut Reader { bytes: &response, at: 0 })? {
+                Ok(answer) => return Ok(answer),
+                Err(code) => last_error = format!("error code {code} (retried)"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(WeirError::external(format!(
+        "Kafka: could not {what} transaction '{transactional_id}' within {timeout:?}: {last_error}"
+    )))
+}
+
+/// Errors that go away when asked again: the coordinator moves, loads, or is still ending a
+/// transaction.
+fn retriable(code: i16) -> bool {
+    matches!(code, COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR | CONCURRENT_TRANSACTIONS)
+}
+
+/// Initialize `transactional_id` as a new producer would: its open transaction, if any, is
+/// aborted and its producer fenced. Returns the new producer epoch: 0 if the id had never
+/// been used.
+pub fn init_producer_id(
+    bootstrap: &[String],
+    transactional_id: &str,
+    txn_timeout: Duration,
+    timeout: Duration,
+) -> Result<i16> {
+    let mut body = Vec::new();
+    put_string(&mut body, transactional_id);
+    body.extend_from_slice(&(txn_timeout.as_millis().min(i32::MAX as u128) as i32).to_be_bytes());
+    with_coordinator(
+        bootstrap,
+        transactional_id,
+        timeout,
+        "initialize",
+        |coordinator, step| call(coordinator, INIT_PRODUCER_ID, 0, &body, step),
+        |r| {
+            let _throttle = r.i32()?;
+            match r.i16()? {
+                NONE => {
+                    let _producer_id = r.take(8)?;
+                    Ok(Ok(r.i16()?))
+                }
+                code if retriable(code) => Ok(Err(code)),
+                code => Err(WeirError::external(format!(
+                    "Kafka: initializing transactional id '{transactional_id}' failed with error code {code}"
+                ))),
+            }
+        },
+    )
 }
 
 struct Reader<'a> {
@@ -140,57 +231,30 @@ pub enum Outcome {
 
 /// Commit `txn` as its producer would have. Retries while the coordinator moves or is busy.
 pub fn commit(bootstrap: &[String], txn: &PreCommitted, timeout: Duration) -> Result<Outcome> {
-    let deadline = Instant::now() + timeout;
-    let mut last_error = String::from("no broker answered");
-    while Instant::now() < deadline {
-        for broker in bootstrap {
-            let step = Duration::from_secs(5).min(deadline.saturating_duration_since(Instant::now()));
-            let coordinator = match find_coordinator(broker, &txn.transactional_id, step) {
-                Ok(Ok(c)) => c,
-                Ok(Err(code)) => {
-                    last_error = format!("FindCoordinator error {code}");
-                    continue;
-                }
-                Err(e) => {
-                    last_error = e.message;
-                    continue;
-                }
-            };
-            let mut body = Vec::new();
-            put_string(&mut body, &txn.transactional_id);
-            body.extend_from_slice(&txn.producer_id.to_be_bytes());
-            body.extend_from_slice(&txn.producer_epoch.to_be_bytes());
-            body.push(1); // committed
-            let response = match call(&coordinator, END_TXN, 1, &body, step) {
-                Ok(r) => r,
-                Err(e) => {
-                    last_error = e.message;
-                    continue;
-                }
-            };
-            let mut r = Reader { bytes: &response, at: 0 };
+    let mut body = Vec::new();
+    put_string(&mut body, &txn.transactional_id);
+    body.extend_from_slice(&txn.producer_id.to_be_bytes());
+    body.extend_from_slice(&txn.producer_epoch.to_be_bytes());
+    body.push(1); // committed
+    with_coordinator(
+        bootstrap,
+        &txn.transactional_id,
+        timeout,
+        "commit",
+        |coordinator, step| call(coordinator, END_TXN, 1, &body, step),
+        |r| {
             let _throttle = r.i32()?;
             match r.i16()? {
-                NONE => return Ok(Outcome::Committed),
+                NONE => Ok(Ok(Outcome::Committed)),
                 code @ (INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE) => {
-                    return Ok(Outcome::Superseded(code))
+                    Ok(Ok(Outcome::Superseded(code)))
                 }
-                code @ (COORDINATOR_LOAD_IN_PROGRESS
-                | COORDINATOR_NOT_AVAILABLE
-                | NOT_COORDINATOR
-                | CONCURRENT_TRANSACTIONS) => last_error = format!("EndTxn error {code} (retried)"),
-                code => {
-                    return Err(WeirError::external(format!(
-                        "Kafka: committing transaction '{}' failed with error code {code}",
-                        txn.transactional_id
-                    )))
-                }
+                code if retriable(code) => Ok(Err(code)),
+                code => Err(WeirError::external(format!(
+                    "Kafka: committing transaction '{}' failed with error code {code}",
+                    txn.transactional_id
+                ))),
             }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(WeirError::external(format!(
-        "Kafka: could not commit transaction '{}' within {timeout:?}: {last_error}",
-        txn.transactional_id
-    )))
+        },
+    )
 }

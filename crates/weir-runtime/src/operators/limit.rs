@@ -33,10 +33,10 @@ impl Operator for Limit {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         let mut bytes = (self.skip as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(&self.remaining.map_or(u64::MAX, |r| r as u64).to_le_bytes());
-        Ok(Some(bytes))
+        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {

@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
-use weir_core::{Result, WeirError};
-use weir_state::{StateStore, StoreSnapshot, Upload};
+use weir_core::{OperatorSnapshot, Result, WeirError};
+use weir_state::{StateStore, StoreSnapshot};
 
 /// Where a task's RocksDB lives and where checkpoints keep SST files.
 #[derive(Debug, Clone)]
@@ -24,10 +24,6 @@ pub(crate) struct RocksState {
     dirs: StateDirs,
     /// `None` only while being replaced by a restored store.
     store: Option<StateStore>,
-    /// The last snapshot's shared files and byte counts.
-    last_snapshot: (Vec<String>, u64, u64),
-    /// The last snapshot's SST copies, until the task takes them.
-    upload: Option<Upload>,
 }
 
 fn damaged() -> WeirError {
@@ -37,7 +33,7 @@ fn damaged() -> WeirError {
 impl RocksState {
     pub fn open(dirs: StateDirs) -> Result<Self> {
         let store = StateStore::open(dirs.local.join("db"))?;
-        Ok(Self { dirs, store: Some(store), last_snapshot: (Vec::new(), 0, 0), upload: None })
+        Ok(Self { dirs, store: Some(store) })
     }
 
     pub fn store(&self) -> Result<&StateStore> {
@@ -45,14 +41,11 @@ impl RocksState {
     }
 
     /// Checkpoint the store; `header` is the operator's own metadata, given back by
-    /// [`RocksState::restore`]. The new SST files still have to be copied: see
-    /// [`RocksState::take_upload`].
-    pub fn snapshot(&mut self, header: serde_json::Value) -> Result<Vec<u8>> {
+    /// [`RocksState::restore`]. The new SST files are copied by the snapshot's upload.
+    pub fn snapshot(&mut self, header: serde_json::Value) -> Result<OperatorSnapshot> {
         let shared = self.dirs.shared.clone();
         let store = self.store.as_mut().ok_or_else(|| WeirError::internal("operator state store is closed"))?;
         let (snap, own, upload) = store.begin_checkpoint(&shared)?;
-        self.upload = Some(upload);
-        self.last_snapshot = (snap.shared.values().cloned().collect(), snap.bytes_copied, snap.bytes_referenced);
         let header = serde_json::json!({
             "store": snap.to_json(),
             "sizes": own.iter().map(|(_, f)| f.len()).collect::<Vec<_>>(),
@@ -64,17 +57,13 @@ impl RocksState {
         for (_, f) in own {
             bytes.extend_from_slice(&f);
         }
-        Ok(bytes)
-    }
-
-    /// The copy of the last snapshot's new SST files, to run off the task's thread.
-    pub fn take_upload(&mut self) -> Option<Upload> {
-        self.upload.take()
-    }
-
-    /// Shared files of the last snapshot, bytes copied, bytes referenced.
-    pub fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
-        self.last_snapshot.clone()
+        Ok(OperatorSnapshot {
+            state: bytes,
+            shared_files: snap.shared.values().cloned().collect(),
+            bytes_copied: snap.bytes_copied,
+            bytes_referenced: snap.bytes_referenced,
+            upload: Some(Box::new(move || upload.run())),
+        })
     }
 
     /// Replace the store with the one in `state`; returns the operator's header.

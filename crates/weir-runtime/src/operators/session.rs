@@ -399,7 +399,7 @@ impl Operator for SessionAggregate {
 
     /// In memory: the watermark, the late count, then each key and its encoded sessions.
     /// In RocksDB: the store's incremental checkpoint.
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         match &mut self.sessions {
             Sessions::Rocks(state) => {
                 let header = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
@@ -418,24 +418,8 @@ impl Operator for SessionAggregate {
                     bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
                     bytes.extend_from_slice(&value);
                 }
-                Ok(Some(bytes))
+                Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
             }
-        }
-    }
-
-    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
-        match &self.sessions {
-            Sessions::Rocks(state) => state.snapshot_files(),
-            Sessions::Memory { .. } => (Vec::new(), 0, 0),
-        }
-    }
-
-    fn take_snapshot_upload(&mut self) -> Option<weir_core::SnapshotUpload> {
-        match &mut self.sessions {
-            Sessions::Rocks(state) => {
-                state.take_upload().map(|u| Box::new(move || u.run()) as weir_core::SnapshotUpload)
-            }
-            Sessions::Memory { .. } => None,
         }
     }
 

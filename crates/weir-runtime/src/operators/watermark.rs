@@ -86,13 +86,13 @@ impl Operator for WatermarkGenerator {
     }
 
     /// The watermark, then each partition's highest value.
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         let mut bytes = self.current.0.to_le_bytes().to_vec();
         for (p, (w, _)) in &self.partitions {
             bytes.extend_from_slice(&p.to_le_bytes());
             bytes.extend_from_slice(&w.0.to_le_bytes());
         }
-        Ok(Some(bytes))
+        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {

@@ -338,7 +338,7 @@ impl Operator for WindowAggregate {
 
     /// The watermark, the late count, then an Arrow IPC stream with one batch per open
     /// window: `window_end`, the group columns, each accumulator's state columns.
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         let schema = self.snapshot_schema()?;
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
@@ -364,7 +364,7 @@ impl Operator for WindowAggregate {
         }
         writer.finish()?;
         drop(writer);
-        Ok(Some(bytes))
+        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {

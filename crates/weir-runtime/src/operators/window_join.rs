@@ -249,7 +249,7 @@ impl Operator for WindowJoin {
 
     /// The watermark, the late count, then each input's buffered rows as an Arrow IPC
     /// stream (the left one's length first).
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
         bytes.extend_from_slice(&self.late.to_le_bytes());
@@ -270,7 +270,7 @@ impl Operator for WindowJoin {
         bytes.extend_from_slice(&(streams[0].len() as u64).to_le_bytes());
         bytes.extend_from_slice(&streams[0]);
         bytes.extend_from_slice(&streams[1]);
-        Ok(Some(bytes))
+        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {

@@ -167,21 +167,13 @@ impl Operator for RocksWindowAggregate {
     }
 
     /// The store's checkpoint, with the open windows, watermark and late count.
-    fn snapshot(&mut self) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
         let header = serde_json::json!({
             "open": self.open.iter().collect::<Vec<_>>(),
             "watermark": self.watermark.0,
             "late": self.late,
         });
         Ok(Some(self.state.snapshot(header)?))
-    }
-
-    fn snapshot_files(&self) -> (Vec<String>, u64, u64) {
-        self.state.snapshot_files()
-    }
-
-    fn take_snapshot_upload(&mut self) -> Option<weir_core::SnapshotUpload> {
-        self.state.take_upload().map(|u| Box::new(move || u.run()) as weir_core::SnapshotUpload)
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
