@@ -175,6 +175,10 @@ pub struct NexmarkSource {
     /// Events per second for this task, if paced.
     rate: Option<f64>,
     split: Split,
+    /// Blocks to generate before `next_block`: left by the tasks of an earlier run at another
+    /// parallelism (ascending).
+    pending: std::collections::VecDeque<u64>,
+    /// The next of this task's blocks: `split.index`, then every `split.count`-th.
     next_block: u64,
     started: Option<Instant>,
     generated: u64,
@@ -203,6 +207,7 @@ impl NexmarkSource {
             events: number(table, "events")?,
             rate: number(table, "rate")?.map(|r| r as f64 / split.count as f64),
             split,
+            pending: Default::default(),
             next_block: split.index as u64,
             started: None,
             generated: 0,
@@ -249,19 +254,25 @@ impl Source for NexmarkSource {
 
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let per_batch = self.kind.epochs_per_batch();
-        let first_epoch = self.next_block * per_batch;
-        if let Some(events) = self.events {
-            if first_epoch * PROPORTION >= events {
-                return Ok(None);
-            }
+        let events = self.events;
+        let past_end = move |block: u64| events.is_some_and(|events| block * per_batch * PROPORTION >= events);
+        while self.pending.front().is_some_and(|b| past_end(*b)) {
+            self.pending.pop_front();
         }
+        let block = self.pending.front().copied().unwrap_or(self.next_block);
+        if past_end(block) {
+            return Ok(None);
+        }
+        let first_epoch = block * per_batch;
         if let Some(rate) = self.rate {
             // Pace by wall-clock time; the values and event times do not depend on it.
             let started = *self.started.get_or_insert_with(Instant::now);
             let due = started + Duration::from_secs_f64(self.generated as f64 / rate);
             tokio::time::sleep_until(due.into()).await;
         }
-        self.next_block += self.split.count as u64;
+        if self.pending.pop_front().is_none() {
+            self.next_block += self.split.count as u64;
+        }
         let batch = self.generate(first_epoch, first_epoch + per_batch)?;
         self.generated += per_batch * PROPORTION;
         Ok(Some(batch))
@@ -273,17 +284,60 @@ impl Source for NexmarkSource {
         true
     }
 
-    /// The next block of events this task generates.
+    /// The blocks this task has still to generate: `pending`, then every `step`-th from
+    /// `from`.
     fn position(&self) -> Option<Vec<u8>> {
-        Some(self.next_block.to_le_bytes().to_vec())
+        let json = serde_json::json!({
+            "pending": self.pending.iter().collect::<Vec<_>>(),
+            "from": self.next_block,
+            "step": self.split.count,
+        });
+        Some(json.to_string().into_bytes())
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let bytes: [u8; 8] =
-            position.try_into().map_err(|_| WeirError::internal("a nexmark position in a checkpoint is damaged"))?;
-        self.next_block = u64::from_le_bytes(bytes);
+        let (pending, from, step) = unread(position)?;
+        if step != self.split.count as u64 || from % step != self.split.index as u64 % step {
+            return Err(WeirError::internal("a nexmark position of another task"));
+        }
+        self.pending = pending.into();
+        self.next_block = from;
         Ok(())
     }
+
+    /// Every block no earlier task generated, split anew: the blocks below the highest
+    /// frontier that some task had still to generate are listed, and from there on every
+    /// block is left, so this task takes its share of both.
+    fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
+        let tasks = positions.iter().map(|p| unread(p)).collect::<Result<Vec<_>>>()?;
+        let frontier = tasks.iter().map(|(_, from, _)| *from).max().unwrap_or(0);
+        let mut left: Vec<u64> = Vec::new();
+        for (pending, from, step) in &tasks {
+            left.extend(pending.iter().copied().filter(|b| *b < frontier));
+            left.extend((*from..frontier).step_by(*step as usize));
+        }
+        left.sort_unstable();
+        left.dedup();
+        let (index, count) = (self.split.index as u64, self.split.count as u64);
+        self.pending = left.into_iter().filter(|b| b % count == index).collect();
+        self.next_block = frontier + (index + count - frontier % count) % count;
+        Ok(())
+    }
+}
+
+/// A task's position: its pending blocks, its frontier and its step.
+fn unread(position: &[u8]) -> Result<(Vec<u64>, u64, u64)> {
+    let damaged = || WeirError::internal("a nexmark position in a checkpoint is damaged");
+    let v: serde_json::Value = serde_json::from_slice(position).map_err(|_| damaged())?;
+    let pending = v["pending"]
+        .as_array()
+        .ok_or_else(damaged)?
+        .iter()
+        .map(|b| b.as_u64().ok_or_else(damaged))
+        .collect::<Result<_>>()?;
+    let from = v["from"].as_u64().ok_or_else(damaged)?;
+    let step = v["step"].as_u64().filter(|s| *s > 0).ok_or_else(damaged)?;
+    Ok((pending, from, step))
 }
 
 /// Values of event `n`: pure functions of (seed, n, field).

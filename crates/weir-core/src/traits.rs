@@ -62,6 +62,13 @@ pub trait Source: Send {
     fn seek(&mut self, _position: &[u8]) -> Result<()> {
         Err(crate::WeirError::not_supported("restoring this source from a checkpoint"))
     }
+
+    /// Continue from a checkpoint taken at another parallelism: `positions` are those of
+    /// every task of the earlier run, and each task of this run (all given the same ones)
+    /// takes its share of what they had left, so that together they read it once.
+    fn seek_rescaled(&mut self, _positions: &[&[u8]]) -> Result<()> {
+        Err(crate::WeirError::not_supported("restoring this source at another parallelism than its checkpoint's"))
+    }
 }
 
 /// Work a snapshot leaves that may run on another thread while the operator goes on
@@ -133,8 +140,10 @@ pub trait Operator: Send {
         Ok(None)
     }
 
-    /// Take back the state `snapshot` gave, before any message.
-    fn restore(&mut self, _state: &[u8]) -> Result<()> {
+    /// Take back the state `snapshot` gave, before any message: one snapshot, or at another
+    /// parallelism those of every earlier task whose key groups this task now owns in part.
+    /// An operator without keyed state takes exactly one ([`single_state`]).
+    fn restore(&mut self, _states: &[&[u8]]) -> Result<()> {
         Err(crate::WeirError::internal(format!("operator {} has no state to restore", self.name())))
     }
 
@@ -152,6 +161,17 @@ pub trait Operator: Send {
     /// runtime can end the stream early and stop its sources.
     fn is_done(&self) -> bool {
         false
+    }
+}
+
+/// The one snapshot an operator without keyed state restores from; several (a restore at
+/// another parallelism) are refused, naming the operator.
+pub fn single_state<'a>(states: &[&'a [u8]], operator: &str) -> Result<&'a [u8]> {
+    match states {
+        [one] => Ok(one),
+        _ => Err(crate::WeirError::not_supported(format!(
+            "restoring {operator} from a checkpoint taken at another parallelism"
+        ))),
     }
 }
 
@@ -190,6 +210,19 @@ pub trait Sink: Send {
     /// discard what attempts after it wrote. Must be idempotent: a restore can be cut short.
     async fn restore(&mut self, _epoch: u64, _state: Option<&[u8]>) -> Result<()> {
         Ok(())
+    }
+
+    /// [`Sink::restore`] from a checkpoint taken at another parallelism: `old` holds the
+    /// states of the earlier tasks that fall to this one (by index), with their index; every
+    /// earlier task falls to exactly one. By default, a sink without state restores as from
+    /// nothing; one with state refuses.
+    async fn restore_rescaled(&mut self, epoch: u64, old: &[(usize, Option<&[u8]>)]) -> Result<()> {
+        if old.iter().any(|(_, s)| s.is_some()) {
+            return Err(crate::WeirError::not_supported(
+                "restoring this sink from a checkpoint taken at another parallelism",
+            ));
+        }
+        self.restore(epoch, None).await
     }
 
     /// The input ended: flush and publish everything.

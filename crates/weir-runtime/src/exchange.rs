@@ -1,7 +1,9 @@
 //! Routing a task's output to the tasks of the next stage: by key hash, round-robin, or to
 //! all of them. Rows are split with vectorized hashing of the key columns over whole batches
 //! (DataFusion's `create_hashes`, with a fixed seed so that a key goes to the same task in
-//! every run: state restored from a checkpoint must meet its keys again).
+//! every run: state restored from a checkpoint must meet its keys again). A hash picks a key
+//! group, and the group its task ([`KeyGroups`]): so a key's task at any parallelism is the
+//! one that owns its group's state.
 
 use std::sync::Arc;
 
@@ -9,6 +11,7 @@ use datafusion::arrow::array::{Array, Int8Array, UInt32Array};
 use datafusion::arrow::compute::{take, take_record_batch};
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use weir_core::{Chunk, Result, WeirError};
+use weir_state::KeyGroups;
 
 /// How rows are spread over the next stage's tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,15 +40,36 @@ impl Partitioning {
 /// The seed of the partitioning hash: fixed, so that partitioning is the same in every run.
 const SEED: RandomState = RandomState::with_seed(0x5745_4952); // "WEIR"
 
-/// Split `chunk` by the hash of its `keys` columns into `n` parts (`None` for empty parts).
-pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize) -> Result<Vec<Option<Chunk>>> {
-    let rows = chunk.num_rows();
+/// The key group of each row of `batch`, by its `keys` columns: what the exchange routed it
+/// by, so an operator can file the row's state under it.
+pub fn key_groups_of(
+    batch: &datafusion::arrow::record_batch::RecordBatch,
+    keys: &[usize],
+    groups: KeyGroups,
+) -> Result<Vec<u16>> {
+    let columns: Vec<_> = keys.iter().map(|k| batch.column(*k).clone()).collect();
+    key_groups_of_columns(&columns, batch.num_rows(), groups)
+}
+
+/// The key group of each of `rows` rows of the key `columns` (in the exchange's order; none:
+/// every row in group 0).
+pub fn key_groups_of_columns(
+    columns: &[datafusion::arrow::array::ArrayRef],
+    rows: usize,
+    groups: KeyGroups,
+) -> Result<Vec<u16>> {
     let mut hashes = vec![0u64; rows];
-    let columns: Vec<_> = keys.iter().map(|k| chunk.batch.column(*k).clone()).collect();
     create_hashes(columns.iter(), &SEED, &mut hashes)?;
+    Ok(hashes.into_iter().map(|h| groups.of_hash(h)).collect())
+}
+
+/// Split `chunk` by the key groups of its `keys` columns into `n` parts, one per task of the
+/// next stage (`None` for empty parts).
+pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups) -> Result<Vec<Option<Chunk>>> {
+    let rows = chunk.num_rows();
     let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(rows / n + 1); n];
-    for (row, h) in hashes.iter().enumerate() {
-        indices[(*h % n as u64) as usize].push(row as u32);
+    for (row, group) in key_groups_of(&chunk.batch, keys, groups)?.into_iter().enumerate() {
+        indices[groups.task_of(group, n)].push(row as u32);
     }
     indices
         .into_iter()
@@ -97,7 +121,7 @@ mod tests {
         let chunk = Chunk::inserts(batch);
         // By one column and by two.
         for key_columns in [vec![0], vec![0, 1]] {
-            let parts = hash_partition(&chunk, &key_columns, 4).expect("partition");
+            let parts = hash_partition(&chunk, &key_columns, 4, KeyGroups::default()).expect("partition");
             let mut owner: HashMap<String, usize> = HashMap::new();
             let mut total = 0;
             for (p, part) in parts.iter().enumerate() {
@@ -119,10 +143,13 @@ mod tests {
             assert_eq!(parts.iter().filter(|p| p.is_some()).count(), 4, "a part got nothing");
         }
         // The same split every time (fixed seed).
-        let a = hash_partition(&chunk, &[0], 4).expect("partition");
-        let b = hash_partition(&chunk, &[0], 4).expect("partition");
+        let a = hash_partition(&chunk, &[0], 4, KeyGroups::default()).expect("partition");
+        let b = hash_partition(&chunk, &[0], 4, KeyGroups::default()).expect("partition");
         let sizes =
             |p: &Vec<Option<Chunk>>| p.iter().map(|c| c.as_ref().map_or(0, |c| c.num_rows())).collect::<Vec<_>>();
         assert_eq!(sizes(&a), sizes(&b));
+        // No key columns (a global session): every row to one task, none lost.
+        let parts = hash_partition(&chunk, &[], 4, KeyGroups::default()).expect("partition");
+        assert_eq!(sizes(&parts), vec![10_000, 0, 0, 0]);
     }
 }

@@ -22,6 +22,7 @@ pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
 pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use values::ValuesSource;
+pub use weir_state::KeyGroups;
 
 /// Messages buffered on each edge between tasks. Small, so memory stays bounded and a slow
 /// sink slows its sources down.

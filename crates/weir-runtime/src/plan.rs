@@ -10,7 +10,7 @@ use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, JoinSpec, Limit, Project, RocksWindowAggregate, Select, SessionAggregate, SessionSpec, StateDirs,
+    Filter, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext, StateDirs,
     WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
 
@@ -38,13 +38,29 @@ pub enum OperatorSpec {
     WindowJoin { spec: JoinSpec, display: String },
 }
 
-/// Where a running operator keeps state, when the job's state backend is RocksDB.
+/// Where a running operator keeps state.
 #[derive(Debug, Clone)]
 pub struct InstanceContext {
     /// Unique per operator instance of the job, stable across restarts.
     pub key: String,
     /// `Some((local root, shared checkpoint directory))` with the RocksDB state backend.
     pub rocksdb: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The job's key groups, and the ones this operator's task owns.
+    pub key_groups: weir_state::KeyGroups,
+    pub owned: std::ops::Range<u16>,
+}
+
+impl InstanceContext {
+    /// Keyed state in the job's backend: RocksDB in a directory of this instance's own.
+    fn state(&self) -> StateContext {
+        let backend = match &self.rocksdb {
+            Some((local, shared)) => {
+                weir_state::Backend::RocksDb { local: local.join(&self.key), shared: shared.clone() }
+            }
+            None => weir_state::Backend::Memory,
+        };
+        StateContext { backend, key_groups: self.key_groups, owned: self.owned.clone() }
+    }
 }
 
 impl OperatorSpec {
@@ -55,8 +71,8 @@ impl OperatorSpec {
             .as_ref()
             .map(|(local, shared)| StateDirs { local: local.join(&ctx.key), shared: shared.clone() });
         match (self, dirs) {
-            (OperatorSpec::WindowAggregate { spec, .. }, Some(dirs)) => {
-                return Ok(Box::new(RocksWindowAggregate::new(spec.clone(), dirs)?))
+            (OperatorSpec::WindowAggregate { spec, .. }, _) => {
+                return Ok(Box::new(WindowAggregate::new(spec.clone(), &ctx.state())?))
             }
             (OperatorSpec::SessionAggregate { spec, .. }, dirs) => {
                 return Ok(Box::new(SessionAggregate::new(spec.clone(), dirs)?))
@@ -77,7 +93,9 @@ impl OperatorSpec {
             OperatorSpec::WindowAssign { kind, time_column, schema } => {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }
-            OperatorSpec::WindowAggregate { spec, .. } => Box::new(WindowAggregate::new(spec)),
+            OperatorSpec::WindowAggregate { spec, .. } => {
+                Box::new(WindowAggregate::new(spec, &StateContext::memory())?)
+            }
             OperatorSpec::SessionAggregate { spec, .. } => Box::new(SessionAggregate::new(spec, None)?),
             OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec)?),
         })

@@ -17,6 +17,10 @@
 //! and then only referenced. [`prune_shared`] deletes shared files no retained checkpoint
 //! references.
 
+pub mod tables;
+
+pub use tables::{Backend, KeyGroups, RestoredMeta, StateTables, Table, TableDecl, TableKind, DEFAULT_MAX_PARALLELISM};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

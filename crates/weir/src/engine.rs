@@ -347,9 +347,9 @@ impl Engine {
         }
         // Checkpoints: resume from the latest one of this job unless told to start over.
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{}parallelism {}, state in {}",
+            "{}{} key groups, state in {}",
             StreamPlan { root: root.clone(), sink: plan.sink.clone() }.explain(),
-            options.parallelism,
+            options.key_groups.max(),
             if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
         ));
         if let Some(config) = state.settings.checkpoint_config(&name, fingerprint)? {

@@ -27,6 +27,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("restart.attempts", "3", "a checkpointed job that fails restarts from its latest checkpoint this many times"),
     ("restart.backoff", "1s", "wait before the first restart; doubles each time, up to a minute"),
     ("pipeline.name", "", "name of the next job started by INSERT (default: insert-into-<table>)"),
+    (
+        "pipeline.max-parallelism",
+        "128",
+        "key groups of keyed state: the highest parallelism a job's checkpoints can be restored at",
+    ),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
 ];
 
@@ -53,6 +58,12 @@ impl Settings {
         if key == "state.backend" && !matches!(value, "memory" | "rocksdb") {
             return Err(WeirError::user(format!(
                 "setting 'state.backend' must be 'memory' or 'rocksdb', not '{value}'"
+            ))
+            .at(at));
+        }
+        if key == "pipeline.max-parallelism" && !matches!(value.parse::<u16>(), Ok(1..=32768)) {
+            return Err(WeirError::user(format!(
+                "setting 'pipeline.max-parallelism' must be a number from 1 to 32768, not '{value}'"
             ))
             .at(at));
         }
@@ -106,6 +117,12 @@ impl Settings {
             restart_attempts: self.value("restart.attempts").parse().unwrap_or(3),
             restart_backoff: parse_duration(&self.value("restart.backoff"))
                 .unwrap_or(std::time::Duration::from_secs(1)),
+            key_groups: self
+                .value("pipeline.max-parallelism")
+                .parse()
+                .ok()
+                .and_then(|max| weir_runtime::KeyGroups::new(max).ok())
+                .unwrap_or_default(),
             rocksdb: (self.value("state.backend") == "rocksdb").then(|| match self.get("state.dir") {
                 Some(dir) => std::path::PathBuf::from(dir),
                 None => std::env::temp_dir().join("weir-state"),

@@ -6,6 +6,7 @@ mod kills;
 mod parallel;
 mod quickstart;
 mod repl;
+mod rescale;
 mod restart;
 mod slt;
 mod stop;

@@ -232,8 +232,29 @@ impl FileSink {
     /// Hidden files of this task, and files it published for checkpoints after `epoch`
     /// (with their commit records), anywhere under the table directory.
     fn clean_after(&self, epoch: u64) -> Result<()> {
-        let hidden_prefix = format!(".part-{}-", self.task);
-        let visible_prefix = format!("part-{}-", self.task);
+        self.clean_after_of(self.task, epoch)
+    }
+
+    /// Publish what a checkpoint `epoch` pre-committed (idempotent).
+    fn publish_restored(&self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+        let Some(state) = state else { return Ok(()) };
+        let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
+        let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+        for (e, files) in value["pending"].as_object().into_iter().flatten() {
+            let e: u64 = e.parse().map_err(|_| damaged())?;
+            let files: Vec<String> =
+                files.as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
+            if e <= epoch {
+                self.publish(e, &files)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove what task `task` (of this run or an earlier one) left after checkpoint `epoch`.
+    fn clean_after_of(&self, task: usize, epoch: u64) -> Result<()> {
+        let hidden_prefix = format!(".part-{task}-");
+        let visible_prefix = format!("part-{task}-");
         let later = |name: &str| -> bool {
             name.strip_prefix(&visible_prefix)
                 .and_then(|rest| rest.split('-').next())
@@ -251,10 +272,10 @@ impl FileSink {
                         for record in std::fs::read_dir(&path).into_iter().flatten().flatten() {
                             let r = record.file_name().to_string_lossy().to_string();
                             let stale = r
-                                .strip_prefix(&format!("{}-", self.task))
+                                .strip_prefix(&format!("{task}-"))
                                 .and_then(|rest| rest.trim_end_matches(".json").parse::<u64>().ok())
                                 .is_some_and(|e| e > epoch)
-                                || r.starts_with(&format!(".{}-", self.task));
+                                || r.starts_with(&format!(".{task}-"));
                             if stale {
                                 let _ = std::fs::remove_file(record.path());
                             }
@@ -390,24 +411,21 @@ impl Sink for FileSink {
     }
 
     async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+        self.restore_rescaled(epoch, &[(self.task, state)]).await
+    }
+
+    /// Every old task's pre-commit published by the one new task whose index it falls to,
+    /// which also removes what that old task left after the checkpoint (and what this task
+    /// left, if an earlier run had a task of its index).
+    async fn restore_rescaled(&mut self, epoch: u64, old: &[(usize, Option<&[u8]>)]) -> Result<()> {
         self.transactional = true;
         self.epoch = epoch + 1;
         self.seq = 0;
         weir_core::fault::pause("file_restore");
-        // Publish what checkpoint `epoch` pre-committed…
-        if let Some(state) = state {
-            let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
-            let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
-            for (e, files) in value["pending"].as_object().into_iter().flatten() {
-                let e: u64 = e.parse().map_err(|_| damaged())?;
-                let files: Vec<String> =
-                    files.as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
-                if e <= epoch {
-                    self.publish(e, &files)?;
-                }
-            }
+        for (task, state) in old {
+            self.publish_restored(epoch, *state)?;
+            self.clean_after_of(*task, epoch)?;
         }
-        // …and remove what this task left after it.
         self.clean_after(epoch)
     }
 

@@ -39,7 +39,8 @@ impl Operator for Limit {
         Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<()> {
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        let state = weir_core::single_state(states, "a LIMIT")?;
         let damaged = || weir_core::WeirError::internal("limit state in a checkpoint is damaged");
         let skip: [u8; 8] = state.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?;
         let remaining: [u8; 8] = state.get(8..16).and_then(|b| b.try_into().ok()).ok_or_else(damaged)?;

@@ -1,4 +1,4 @@
-//! Stateless operators. Each works on whole batches with DataFusion physical expressions and
+//! Operators. Each works on whole batches with DataFusion physical expressions and
 //! Arrow kernels; nothing here touches a single row.
 
 mod filter;
@@ -6,17 +6,19 @@ mod limit;
 mod project;
 mod rocks_state;
 mod session;
+mod state;
 mod watermark;
 mod window;
+mod window_aggregate;
 mod window_join;
-mod window_rocks;
 
 pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use rocks_state::StateDirs;
 pub use session::{SessionAggregate, SessionSpec};
+pub use state::StateContext;
 pub use watermark::WatermarkGenerator;
-pub use window::{millis, LateOutput, WindowAggregate, WindowAssign, WindowKind, WindowSpec};
+pub use window::{millis, LateOutput, WindowAssign, WindowKind, WindowSpec};
+pub use window_aggregate::WindowAggregate;
 pub use window_join::{JoinKind, JoinSpec, WindowJoin};
-pub use window_rocks::RocksWindowAggregate;

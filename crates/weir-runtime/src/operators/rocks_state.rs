@@ -101,7 +101,4 @@ pub(crate) fn header_u64(header: &serde_json::Value, key: &str) -> Result<u64> {
     header[key].as_u64().ok_or_else(damaged)
 }
 
-/// Keys that sort like the numbers: an i64 as 8 big-endian bytes with the sign bit flipped.
-pub(crate) fn ordered(n: i64) -> [u8; 8] {
-    ((n as u64) ^ (1 << 63)).to_be_bytes()
-}
+pub(crate) use super::state::ordered;

@@ -423,7 +423,8 @@ impl Operator for SessionAggregate {
         }
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<()> {
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        let state = weir_core::single_state(states, "a session aggregate")?;
         match &mut self.sessions {
             Sessions::Rocks(rocks) => {
                 let header = rocks.restore(state)?;

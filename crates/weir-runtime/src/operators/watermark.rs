@@ -95,10 +95,21 @@ impl Operator for WatermarkGenerator {
         Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<()> {
+    /// From one snapshot; or from every source task's of an earlier run at another
+    /// parallelism: the lowest of their watermarks (this task may now read what any of them
+    /// had left; a watermark only rises from there), per partition only from one snapshot
+    /// (sources of partitions do not restore at another parallelism).
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
         let damaged = || WeirError::internal("watermark state in a checkpoint is damaged");
-        let (head, rest) = state.split_at_checked(8).ok_or_else(damaged)?;
-        self.current = Watermark(i64::from_le_bytes(head.try_into().map_err(|_| damaged())?));
+        let mut lowest: Option<Watermark> = None;
+        for state in states {
+            let head = state.get(..8).and_then(|h| h.try_into().ok()).ok_or_else(damaged)?;
+            let w = Watermark(i64::from_le_bytes(head));
+            lowest = Some(lowest.map_or(w, |l| l.min(w)));
+        }
+        self.current = lowest.ok_or_else(damaged)?;
+        let [state] = states else { return Ok(()) };
+        let rest = &state[8..];
         if rest.len() % 12 != 0 {
             return Err(damaged());
         }

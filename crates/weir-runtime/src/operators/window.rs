@@ -1,21 +1,17 @@
 //! Event-time windows: assigning rows to windows (Flink's window table functions) and
 //! aggregating each window's groups until the watermark passes its end.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array,
 };
-use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::compute::{cast, filter, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatchOptions;
-use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::logical_expr::GroupsAccumulator;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
-use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 
 /// Which windows a row belongs to (all in milliseconds).
@@ -165,26 +161,6 @@ impl Operator for WindowAssign {
     }
 }
 
-/// The groups of one window and their accumulators.
-struct WindowGroups {
-    values: Box<dyn GroupValues>,
-    accumulators: Vec<Box<dyn GroupsAccumulator>>,
-}
-
-/// A window aggregate (`GROUP BY window_start, window_end, keys…`). Rows are grouped per
-/// window, a whole batch at a time (vectorized group lookup and accumulators); a window's
-/// results are emitted once, when the watermark passes its end (append-only, final). Rows
-/// whose window has already fired are late: dropped and counted.
-pub struct WindowAggregate {
-    spec: WindowSpec,
-    /// Open windows by their end (milliseconds).
-    windows: BTreeMap<i64, WindowGroups>,
-    watermark: Watermark,
-    late: u64,
-    late_rows: Vec<RecordBatch>,
-    groups: Vec<usize>,
-}
-
 /// What a window aggregate computes, whatever keeps its state.
 #[derive(Debug, Clone)]
 pub struct WindowSpec {
@@ -249,172 +225,11 @@ impl WindowSpec {
         }
         let keep = datafusion::arrow::compute::not(mask)?;
         let (keys, args, filters) = select_rows(&evaluated.keys, &evaluated.args, &evaluated.filters, &keep)?;
-        let ends = millis(&keys[self.window_end])?;
-        Ok(Some(Evaluated { keys, args, filters, ends, late: None }))
+        Ok(Some(Evaluated { keys, args, filters, late: None }))
     }
 
     pub(crate) fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
         accumulators(&self.aggregates)
-    }
-}
-
-impl WindowAggregate {
-    pub fn new(spec: WindowSpec) -> Self {
-        Self {
-            spec,
-            windows: BTreeMap::new(),
-            watermark: Watermark::MIN,
-            late: 0,
-            late_rows: Vec::new(),
-            groups: Vec::new(),
-        }
-    }
-
-    fn new_window(&self) -> Result<WindowGroups> {
-        let values = new_group_values(self.spec.group_schema.clone(), &GroupOrdering::None)?;
-        Ok(WindowGroups { values, accumulators: self.spec.accumulators()? })
-    }
-
-    fn update(
-        &mut self,
-        end: i64,
-        keys: &[ArrayRef],
-        args: &[Vec<ArrayRef>],
-        filters: &[Option<BooleanArray>],
-    ) -> Result<()> {
-        if !self.windows.contains_key(&end) {
-            let window = self.new_window()?;
-            self.windows.insert(end, window);
-        }
-        let Some(window) = self.windows.get_mut(&end) else { return Ok(()) };
-        window.values.intern(keys, &mut self.groups)?;
-        let total = window.values.len();
-        for ((acc, values), filter) in window.accumulators.iter_mut().zip(args).zip(filters) {
-            acc.update_batch(values, &self.groups, filter.as_ref(), total)?;
-        }
-        Ok(())
-    }
-}
-
-impl Operator for WindowAggregate {
-    fn name(&self) -> String {
-        "WindowAggregate".into()
-    }
-
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late, &mut self.late_rows)?;
-        let Some(Evaluated { keys, args, filters, ends, .. }) = evaluated else { return Ok(()) };
-        // Usually a batch falls in one or two windows: split it by window end.
-        let mut distinct: Vec<i64> = ends.iter().flatten().collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() == 1 && ends.null_count() == 0 {
-            return self.update(distinct[0], &keys, &args, &filters);
-        }
-        let ends_array: ArrayRef = Arc::new(ends);
-        for end in distinct {
-            let mask = eq(&ends_array, &Int64Array::new_scalar(end))?;
-            let (k, a, f) = select_rows(&keys, &args, &filters, &mask)?;
-            self.update(end, &k, &a, &f)?;
-        }
-        Ok(())
-    }
-
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        advance(self, watermark, out)
-    }
-
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
-    }
-
-    fn late_rows(&self) -> u64 {
-        self.late
-    }
-
-    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
-        std::mem::take(&mut self.late_rows)
-    }
-
-    /// The watermark, the late count, then an Arrow IPC stream with one batch per open
-    /// window: `window_end`, the group columns, each accumulator's state columns.
-    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
-        let schema = self.snapshot_schema()?;
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
-        bytes.extend_from_slice(&self.late.to_le_bytes());
-        let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &schema)?;
-        let ends: Vec<i64> = self.windows.keys().copied().collect();
-        for end in ends {
-            let Some(mut window) = self.windows.remove(&end) else { continue };
-            let rows = window.values.len();
-            let keys = window.values.emit(EmitTo::All)?;
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![end; rows]))];
-            columns.extend(keys.iter().cloned());
-            let mut states = Vec::with_capacity(window.accumulators.len());
-            for acc in &mut window.accumulators {
-                let state = acc.state(EmitTo::All)?;
-                columns.extend(state.iter().cloned());
-                states.push(state);
-            }
-            let options = RecordBatchOptions::new().with_row_count(Some(rows));
-            writer.write(&RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)?;
-            // Emitting consumed the window: build it again from what was written.
-            self.rebuild(end, &keys, &states)?;
-        }
-        writer.finish()?;
-        drop(writer);
-        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
-    }
-
-    fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let damaged = || WeirError::internal("window aggregate state in a checkpoint is damaged");
-        let (head, ipc) = state.split_at_checked(16).ok_or_else(damaged)?;
-        self.watermark = Watermark(i64::from_le_bytes(head[..8].try_into().map_err(|_| damaged())?));
-        self.late = u64::from_le_bytes(head[8..].try_into().map_err(|_| damaged())?);
-        let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
-        let groups = self.spec.group_exprs.len();
-        for batch in reader {
-            let batch = batch?;
-            if batch.num_rows() == 0 {
-                continue;
-            }
-            let end = batch.column(0).as_any().downcast_ref::<Int64Array>().ok_or_else(damaged)?.value(0);
-            let keys: Vec<ArrayRef> = batch.columns()[1..1 + groups].to_vec();
-            let mut states = Vec::with_capacity(self.spec.aggregates.len());
-            let mut at = 1 + groups;
-            for agg in &self.spec.aggregates {
-                let n = agg.state_fields()?.len();
-                states.push(batch.columns()[at..at + n].to_vec());
-                at += n;
-            }
-            self.rebuild(end, &keys, &states)?;
-        }
-        Ok(())
-    }
-}
-
-impl WindowAggregate {
-    fn snapshot_schema(&self) -> Result<SchemaRef> {
-        use datafusion::arrow::datatypes::{Field, Schema};
-        let mut fields = vec![Field::new("window_end", DataType::Int64, false)];
-        fields.extend(self.spec.group_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
-        for agg in &self.spec.aggregates {
-            fields.extend(agg.state_fields()?.iter().map(|f| f.as_ref().clone().with_nullable(true)));
-        }
-        Ok(Arc::new(Schema::new(fields)))
-    }
-
-    /// A window from its group keys and accumulator states.
-    fn rebuild(&mut self, end: i64, keys: &[ArrayRef], states: &[Vec<ArrayRef>]) -> Result<()> {
-        let mut window = self.new_window()?;
-        window.values.intern(keys, &mut self.groups)?;
-        let total = window.values.len();
-        for (acc, state) in window.accumulators.iter_mut().zip(states) {
-            acc.merge_batch(state, &self.groups, total)?;
-        }
-        self.windows.insert(end, window);
-        Ok(())
     }
 }
 
@@ -423,8 +238,6 @@ pub(crate) struct Evaluated {
     pub keys: Vec<ArrayRef>,
     pub args: Vec<Vec<ArrayRef>>,
     pub filters: Vec<Option<BooleanArray>>,
-    /// `window_end` of each row, in milliseconds.
-    pub ends: Int64Array,
     /// Which rows are late, and how many.
     pub late: Option<(BooleanArray, usize)>,
 }
@@ -464,7 +277,7 @@ pub(crate) fn evaluate(
         let mask: BooleanArray = ends.iter().map(|e| Some(e.is_some_and(|e| e <= bound))).collect();
         (mask, late_rows)
     });
-    Ok(Evaluated { keys, args, filters: filter_masks, ends, late })
+    Ok(Evaluated { keys, args, filters: filter_masks, late })
 }
 
 /// The rows of keys, arguments and filters where `mask` is true.
@@ -506,30 +319,4 @@ pub(crate) fn accumulators(aggregates: &[Arc<AggregateFunctionExpr>]) -> Result<
             }
         })
         .collect()
-}
-
-impl Fires for WindowAggregate {
-    fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.watermark
-    }
-
-    /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let bound = watermark.0.saturating_add(1);
-        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
-        for end in due {
-            let Some(mut window) = self.windows.remove(&end) else { continue };
-            let rows = window.values.len();
-            let mut columns = window.values.emit(EmitTo::All)?;
-            for acc in &mut window.accumulators {
-                columns.push(acc.evaluate(EmitTo::All)?);
-            }
-            // Group columns come back in the group schema's types; the output may differ
-            // only in nullability.
-            let options = RecordBatchOptions::new().with_row_count(Some(rows));
-            let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
-            out.push(Message::Chunk(Chunk::inserts(batch)));
-        }
-        Ok(())
-    }
 }

@@ -273,7 +273,8 @@ impl Operator for WindowJoin {
         Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<()> {
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        let state = weir_core::single_state(states, "a window join")?;
         let damaged = || WeirError::internal("window join state in a checkpoint is damaged");
         let word = |at: usize| -> Result<[u8; 8]> {
             state.get(at..at + 8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)

@@ -1,0 +1,125 @@
+//! Rescaling from a checkpoint: a window aggregate stopped with a checkpoint at parallelism 2
+//! resumes at 3 and at 1 (key groups move between tasks; the Nexmark source's unread blocks
+//! are split anew; every earlier sink task's pre-commit is published), with memory and with
+//! RocksDB state, and publishes exactly the rows of a run that never stopped. Operators that
+//! cannot restore at another parallelism yet refuse, naming themselves.
+
+use std::path::Path;
+
+use weir::{Engine, JobState};
+
+fn job_sql(dir: &Path, out: &str, parallelism: usize, backend: &str, query: &str) -> String {
+    format!(
+        "SET 'parallelism' = '{parallelism}';
+         SET 'checkpoint.interval' = '10min';
+         SET 'checkpoint.dir' = '{ck}';
+         SET 'state.backend' = '{backend}';
+         SET 'state.dir' = '{state}';
+         CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP(3),
+           WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+           WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '600000', 'rate' = '300000');
+         CREATE TABLE out (auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), cnt BIGINT, total BIGINT)
+           WITH ('connector' = 'filesystem', 'path' = '{out_dir}', 'format' = 'csv');
+         {query}",
+        ck = dir.join(format!("{out}-checkpoints")).display(),
+        state = dir.join(format!("{out}-state")).display(),
+        out_dir = dir.join(out).display(),
+    )
+}
+
+const TUMBLE: &str = "INSERT INTO out SELECT auction, window_start, window_end, COUNT(*), SUM(price)
+  FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+  GROUP BY auction, window_start, window_end";
+
+const SESSION: &str = "INSERT INTO out SELECT auction, window_start, window_end, COUNT(*), SUM(price)
+  FROM TABLE(SESSION(TABLE bid PARTITION BY auction, DESCRIPTOR(date_time), INTERVAL '2' SECOND))
+  GROUP BY auction, window_start, window_end";
+
+fn rows(dir: &Path) -> Vec<String> {
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("output").flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with('_') {
+            continue;
+        }
+        assert!(!name.starts_with('.'), "unpublished file {name}");
+        rows.extend(std::fs::read_to_string(entry.path()).expect("read").lines().map(String::from));
+    }
+    rows.sort();
+    rows
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create copy");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// Run `query` at parallelism `p` on `out` to its end.
+async fn run_to_end(dir: &Path, out: &str, p: usize, backend: &str, query: &str) -> weir::Result<()> {
+    let engine = Engine::new();
+    engine.execute_all(&job_sql(dir, out, p, backend, "")).await?;
+    engine.submit(query).await?.wait().await
+}
+
+/// Stopped with a checkpoint at p=2 after half a second, in `out`.
+async fn stop_at_two(dir: &Path, out: &str, backend: &str, query: &str) -> usize {
+    let engine = Engine::new();
+    let sql = job_sql(dir, out, 2, backend, "");
+    engine.execute_all(&sql).await.expect("setup");
+    let job = engine.submit(query).await.expect("submit");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    job.stop_with_checkpoint();
+    job.wait().await.expect("stopped");
+    assert!(matches!(job.state(), JobState::Stopped), "state {}", job.state().name());
+    rows(&dir.join(out)).len()
+}
+
+async fn rescale(backend: &str) {
+    let dir = crate::slt::tempdir();
+    run_to_end(&dir, "reference", 2, backend, TUMBLE).await.expect("reference run");
+    let want = rows(&dir.join("reference"));
+    assert!(want.len() > 10_000, "reference has {} rows", want.len());
+
+    let published = stop_at_two(&dir, "stopped", backend, TUMBLE).await;
+    assert!(published < want.len(), "{published} of {} rows published at the stop", want.len());
+    for p in [3, 1, 2] {
+        let out = format!("p{p}");
+        copy_dir(&dir.join("stopped"), &dir.join(&out));
+        copy_dir(&dir.join("stopped-checkpoints"), &dir.join(format!("{out}-checkpoints")));
+        run_to_end(&dir, &out, p, backend, TUMBLE).await.unwrap_or_else(|e| panic!("resumed at p={p}: {e}"));
+        let got = rows(&dir.join(&out));
+        assert_eq!(got.len(), want.len(), "{backend}: resumed at p={p}: row count");
+        assert!(got == want, "{backend}: resumed at p={p}: rows differ from the uninterrupted run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_aggregate_resumes_at_another_parallelism_in_memory() {
+    rescale("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_aggregate_resumes_at_another_parallelism_in_rocksdb() {
+    rescale("rocksdb").await;
+}
+
+/// Session windows keep their own state still: a restore at another parallelism is refused
+/// with the operator's name, not run with state in the wrong tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_aggregate_refuses_another_parallelism() {
+    let dir = crate::slt::tempdir();
+    stop_at_two(&dir, "stopped", "memory", SESSION).await;
+    let err = run_to_end(&dir, "stopped", 3, "memory", SESSION).await.expect_err("restored at p=3");
+    assert!(
+        err.message.contains("restoring a session aggregate from a checkpoint taken at another parallelism"),
+        "{}",
+        err.message
+    );
+}

@@ -1,0 +1,330 @@
+//! Building a plan's tasks: the operator chains of each stage, their channels and exchanges,
+//! and each task's part in checkpoints.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use weir_core::{ConnectorFactory, Message, OperatorMetrics, Result, Split, WeirError};
+
+use crate::checkpoint::{Ack, CheckpointMode, TaskCheckpoint, TaskState, Trigger};
+use crate::exchange::Partitioning;
+use crate::plan::{InstanceContext, Node, OperatorSpec};
+use crate::values::ValuesSource;
+use crate::CHANNEL_CAPACITY;
+
+use super::*;
+
+/// Builds the tasks of a plan.
+pub(super) struct Builder<'a> {
+    pub(super) connectors: &'a dyn ConnectorFactory,
+    pub(super) options: JobOptions,
+    pub(super) tasks: Vec<(String, Task)>,
+    pub(super) metrics: Vec<Arc<OperatorMetrics>>,
+    /// Stages built so far: part of each task's checkpoint key, deterministic for a plan.
+    pub(super) stages: usize,
+    /// Checkpointing: where tasks acknowledge barriers, and the keys of every task.
+    pub(super) acks: Option<mpsc::UnboundedSender<Ack>>,
+    pub(super) trigger: Option<watch::Receiver<Trigger>>,
+    /// Checkpoints completed (sources tell their systems, e.g. Kafka consumer groups).
+    pub(super) committed: Option<watch::Receiver<u64>>,
+    pub(super) keys: Vec<String>,
+    /// Late rows of window operators, by late-data table: every task's channel.
+    pub(super) late: std::collections::BTreeMap<String, (Arc<weir_core::TableDef>, Vec<mpsc::Receiver<Message>>)>,
+}
+
+/// What a task restores from the checkpoint it starts from.
+pub(super) enum Restoring {
+    Nothing,
+    /// Its own state: the checkpoint had as many tasks of its kind.
+    Same(TaskState),
+    /// The checkpoint had another number of tasks of its kind: theirs, by index.
+    Rescaled(Vec<(usize, TaskState)>),
+}
+
+impl Restoring {
+    /// The state of an operator (by its place in the chain): one, or every earlier task's.
+    pub(super) fn operator(&self, i: usize) -> Vec<&[u8]> {
+        match self {
+            Restoring::Nothing => Vec::new(),
+            Restoring::Same(s) => s.operators.get(&i).map(|o| o.state.as_slice()).into_iter().collect(),
+            Restoring::Rescaled(old) => {
+                old.iter().filter_map(|(_, s)| s.operators.get(&i)).map(|o| o.state.as_slice()).collect()
+            }
+        }
+    }
+}
+
+impl Builder<'_> {
+    /// The part in checkpoints of a task that is alone of its kind (a merge into one sink).
+    pub(super) fn checkpoint_of(&mut self, key: String) -> (Option<TaskCheckpoint>, Option<TaskState>) {
+        let restored = self.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
+        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks });
+        self.keys.push(key);
+        (cp, restored)
+    }
+
+    /// The part in checkpoints of task `index` of the `count` tasks `<kind><i>`, and what it
+    /// restores: its own state, or at another parallelism the states of every earlier task
+    /// of its kind.
+    pub(super) fn checkpoint_of_task(
+        &mut self,
+        kind: &str,
+        index: usize,
+        count: usize,
+    ) -> (Option<TaskCheckpoint>, Restoring) {
+        let (cp, _) = self.checkpoint_of(format!("{kind}{index}"));
+        let Some(restored) = &self.options.restore else { return (cp, Restoring::Nothing) };
+        let mut old: Vec<(usize, TaskState)> = restored
+            .tasks
+            .iter()
+            .filter_map(|(key, state)| Some((key.strip_prefix(kind)?.parse::<usize>().ok()?, state.clone())))
+            .collect();
+        old.sort_by_key(|(i, _)| *i);
+        let restoring = if old.is_empty() {
+            Restoring::Nothing
+        } else if old.len() == count {
+            old.into_iter().find(|(i, _)| *i == index).map_or(Restoring::Nothing, |(_, s)| Restoring::Same(s))
+        } else {
+            Restoring::Rescaled(old)
+        };
+        (cp, restoring)
+    }
+
+    /// RocksDB state: the local working root of this job, and the checkpoints' shared files.
+    pub(super) fn rocksdb_dirs(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        let local = self.options.rocksdb.clone()?;
+        let shared = match &self.options.checkpoint {
+            Some((config, _)) => config.dir.join("shared"),
+            None => local.join("shared"),
+        };
+        Some((local, shared))
+    }
+
+    pub(super) fn aligned(&self) -> bool {
+        self.options.checkpoint.as_ref().is_none_or(|(c, _)| c.mode == CheckpointMode::ExactlyOnce)
+    }
+
+    pub(super) fn metrics(&mut self, name: String) -> Arc<OperatorMetrics> {
+        let m = Arc::new(OperatorMetrics::new(name));
+        self.metrics.push(m.clone());
+        m
+    }
+
+    /// One task merging `inputs` (watermarks, barriers aligned); returns its output.
+    pub(super) fn merge_into_one(
+        &mut self,
+        key: &str,
+        name: &str,
+        inputs: Vec<mpsc::Receiver<Message>>,
+    ) -> mpsc::Receiver<Message> {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (checkpoint, _) = self.checkpoint_of(key.to_string());
+        let chain = Chain {
+            ops: Vec::new(),
+            output: Output::Forward(tx),
+            metrics: None,
+            checkpoint,
+            extra: TaskState::default(),
+            late: Vec::new(),
+            acking: None,
+        };
+        let aligned = self.aligned();
+        self.tasks.push((name.to_string(), Box::pin(run_merge(inputs, chain, aligned, usize::MAX))));
+        rx
+    }
+
+    /// Tasks computing `node`, `parallelism` of each. Without `exchange`, returns the channel
+    /// each task's output arrives on, by task index (`[task][0]`). With an exchange to `n`
+    /// tasks of the next stage, returns what each of those receives (`[next task][task]`).
+    pub(super) fn build(
+        &mut self,
+        node: &Node,
+        exchange: Option<(&Partitioning, usize)>,
+    ) -> Result<Vec<Vec<mpsc::Receiver<Message>>>> {
+        // The operators above the node that starts the task, bottom up. An operator that needs
+        // all rows in one task starts a task of its own, fed by all tasks of its input.
+        let mut specs: Vec<&OperatorSpec> = Vec::new();
+        let mut start = node;
+        let mut gather: Option<&Node> = None;
+        while let Node::Operator { spec, input } = start {
+            specs.push(spec);
+            if spec.single_task() {
+                gather = Some(input);
+                break;
+            }
+            start = input;
+        }
+        if let Node::Join { spec, .. } = start {
+            specs.push(spec);
+        }
+        specs.reverse();
+        let parallelism = match start {
+            _ if gather.is_some() => 1,
+            // Literal rows are few: one task.
+            Node::Values { .. } => 1,
+            _ => self.options.parallelism,
+        };
+        // Of each task's inputs, how many are the left input of a join (the rest are right).
+        let mut left_inputs = usize::MAX;
+        let mut merge_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match (gather, start) {
+            (Some(input), _) => vec![self.build(input, None)?.into_iter().flatten().collect()],
+            (None, Node::Union { inputs, .. }) => {
+                // Input j's task i feeds union task i (a forward edge); an input with fewer
+                // tasks feeds them all to union task 0.
+                let mut per_task: Vec<Vec<mpsc::Receiver<Message>>> = (0..parallelism).map(|_| Vec::new()).collect();
+                for input in inputs {
+                    for (i, rx) in self.build(input, None)?.into_iter().flatten().enumerate() {
+                        per_task[i % parallelism].push(rx);
+                    }
+                }
+                per_task
+            }
+            (None, Node::Exchange { partitioning, input }) => self.build(input, Some((partitioning, parallelism)))?,
+            (None, Node::Join { left, right, .. }) => {
+                // Both inputs come exchanged by their join keys (Exchange nodes); each join
+                // task reads the left receivers first, then the right ones.
+                let mut exchanged = |node: &Node| match node {
+                    Node::Exchange { partitioning, input } => self.build(input, Some((partitioning, parallelism))),
+                    _ => Err(WeirError::internal("a join input is not exchanged")),
+                };
+                let lefts = exchanged(left)?;
+                let rights = exchanged(right)?;
+                left_inputs = lefts.first().map_or(0, |l| l.len());
+                lefts
+                    .into_iter()
+                    .zip(rights)
+                    .map(|(mut l, r)| {
+                        l.extend(r);
+                        l
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let stage = self.stages;
+        self.stages += 1;
+        // Output channels: one per task, or a task-by-next-task matrix for an exchange.
+        let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
+            None => Vec::with_capacity(parallelism),
+            Some((_, next)) => (0..next).map(|_| Vec::with_capacity(parallelism)).collect(),
+        };
+        for index in 0..parallelism {
+            let split = Split { index, count: parallelism };
+            let output = match exchange {
+                None => {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    outputs.push(vec![rx]);
+                    Output::Forward(tx)
+                }
+                Some((partitioning, next)) => {
+                    let mut senders = Vec::with_capacity(next);
+                    for receivers in outputs.iter_mut() {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        senders.push(tx);
+                        receivers.push(rx);
+                    }
+                    Output::Exchange {
+                        senders,
+                        partitioning: partitioning.clone(),
+                        next: index,
+                        key_groups: self.options.key_groups,
+                    }
+                }
+            };
+            // The task's own metrics first (source, values), so that they list in flow order.
+            let source_metrics = match start {
+                _ if gather.is_some() => None,
+                Node::Source { table, .. } => Some(self.metrics(format!("Source: {} [{index}]", table.name))),
+                Node::Values { .. } => Some(self.metrics("Values".to_string())),
+                _ => None,
+            };
+            let (checkpoint, restored) = self.checkpoint_of_task(&format!("stage{stage}-task"), index, parallelism);
+            let mut ops = Vec::with_capacity(specs.len());
+            let mut late = Vec::with_capacity(specs.len());
+            for (i, s) in specs.iter().enumerate() {
+                late.push(s.late_table().map(|table| {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    self.late.entry(table.name.clone()).or_insert_with(|| (table.clone(), Vec::new())).1.push(rx);
+                    tx
+                }));
+                let ctx = InstanceContext {
+                    key: format!("stage{stage}-task{index}-op{i}"),
+                    rocksdb: self.rocksdb_dirs(),
+                    key_groups: self.options.key_groups,
+                    owned: self.options.key_groups.range_of(index, parallelism),
+                };
+                let mut op = s.instantiate_in(&ctx)?;
+                let states = restored.operator(i);
+                if !states.is_empty() {
+                    op.restore(&states).map_err(|e| e.context(format!("restoring {}", s.describe())))?;
+                }
+                ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
+            }
+            let chain =
+                Chain { ops, output, metrics: None, checkpoint, extra: TaskState::default(), late, acking: None };
+            let aligned = self.aligned();
+            if gather.is_some() {
+                let receivers = std::mem::take(&mut merge_inputs[index]);
+                self.tasks
+                    .push((format!("gather [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
+                continue;
+            }
+            match start {
+                Node::Source { table, projection, .. } => {
+                    let mut source = self.connectors.source(table, projection.clone(), split)?;
+                    match &restored {
+                        Restoring::Nothing => {}
+                        Restoring::Same(state) => {
+                            if let Some(position) = &state.source {
+                                source.seek(position)?;
+                            }
+                        }
+                        Restoring::Rescaled(old) => {
+                            let positions: Vec<&[u8]> = old.iter().filter_map(|(_, s)| s.source.as_deref()).collect();
+                            source
+                                .seek_rescaled(&positions)
+                                .map_err(|e| e.context(format!("table '{}'", table.name)))?;
+                        }
+                    }
+                    let partitions = source.partitions();
+                    let mut chain = chain;
+                    if !partitions.is_empty() {
+                        for (op, _) in chain.ops.iter_mut() {
+                            op.source_partitions(&partitions, self.options.idle_timeout);
+                        }
+                    }
+                    let trigger = self.trigger.clone().zip(self.committed.clone());
+                    let metrics =
+                        source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
+                    let idle = self.options.idle_timeout;
+                    let chain = chain.with_metrics(metrics.clone());
+                    self.tasks.push((
+                        format!("source {} [{index}]", table.name),
+                        Box::pin(run_source(source, metrics, chain, idle, trigger)),
+                    ));
+                }
+                Node::Values { batches, schema } => {
+                    let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
+                    let metrics =
+                        source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
+                    let chain = chain.with_metrics(metrics.clone());
+                    let trigger = self.trigger.clone().zip(self.committed.clone());
+                    self.tasks
+                        .push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
+                }
+                Node::Union { .. } | Node::Exchange { .. } => {
+                    let receivers = std::mem::take(&mut merge_inputs[index]);
+                    self.tasks
+                        .push((format!("merge [{index}]"), Box::pin(run_merge(receivers, chain, aligned, usize::MAX))));
+                }
+                Node::Join { .. } => {
+                    let receivers = std::mem::take(&mut merge_inputs[index]);
+                    let run = run_merge(receivers, chain, aligned, left_inputs);
+                    self.tasks.push((format!("join [{index}]"), Box::pin(run)));
+                }
+                Node::Operator { .. } => return Err(WeirError::internal("operator chain did not end")),
+            }
+        }
+        Ok(outputs)
+    }
+}

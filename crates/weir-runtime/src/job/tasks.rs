@@ -1,0 +1,278 @@
+//! The loops of the three kinds of task: a source, a merge of several inputs (union, exchange,
+//! join), a sink.
+
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use weir_core::{Chunk, Message, OperatorMetrics, Result, Sink, Source, Watermark, WeirError};
+
+use crate::checkpoint::{TaskCheckpoint, TaskState, Trigger};
+use crate::merge::InputMerger;
+
+use super::*;
+
+/// What a sink task restores: the pre-commits of the earlier tasks that fall to it.
+pub(super) struct SinkRestore {
+    pub(super) epoch: u64,
+    /// The checkpoint had another number of sink tasks.
+    pub(super) rescaled: bool,
+    /// Earlier task index and its pre-commit.
+    pub(super) old: Vec<(usize, Option<Vec<u8>>)>,
+}
+
+impl SinkRestore {
+    /// For sink task `index` of `count`: its own state, or at another parallelism those of
+    /// every earlier task whose index falls to it (`k % count == index`).
+    pub(super) fn new(epoch: u64, restoring: Restoring, index: usize, count: usize) -> Self {
+        let (rescaled, old) = match restoring {
+            Restoring::Nothing => (false, vec![(index, None)]),
+            Restoring::Same(s) => (false, vec![(index, s.sink)]),
+            Restoring::Rescaled(old) => {
+                (true, old.into_iter().filter(|(k, _)| k % count == index).map(|(k, s)| (k, s.sink)).collect())
+            }
+        };
+        Self { epoch, rescaled, old }
+    }
+}
+
+pub(super) async fn run_source(
+    mut source: Box<dyn Source>,
+    metrics: Arc<OperatorMetrics>,
+    mut chain: Chain,
+    idle_timeout: Option<Duration>,
+    checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
+) -> Result<()> {
+    let (mut trigger, mut committed) = checkpoints.unzip();
+    // A cancel-safe read is given up when a barrier is asked for while it waits, so that a
+    // quiet source still takes part in checkpoints (and exactly-once output is committed).
+    let interruptible = source.cancel_safe();
+    let mut last_data = tokio::time::Instant::now();
+    let mut idle = false;
+    loop {
+        if let Some(committed) = &mut committed {
+            if committed.has_changed().unwrap_or(false) {
+                let n = *committed.borrow_and_update();
+                source.checkpoint_complete(n)?;
+            }
+        }
+        // A checkpoint asked for: between two batches, the position is exact.
+        if let Some(t) = &mut trigger {
+            if t.has_changed().unwrap_or(false) {
+                let Trigger { epoch, stop } = *t.borrow_and_update();
+                let position = source
+                    .position()
+                    .ok_or_else(|| WeirError::not_supported("checkpoints of a job with a source that cannot rewind"))?;
+                source.checkpoint_taken(epoch);
+                chain.extra.source = Some(position);
+                let kind =
+                    if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
+                if !chain.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
+                    return Ok(());
+                }
+                if stop {
+                    // Nothing after the last barrier: wait to be shut down.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+        let next = {
+            // Keep the same read going while reporting idleness: dropping a read that is not
+            // cancel-safe could lose data.
+            let read = source.next_batch();
+            tokio::pin!(read);
+            loop {
+                let idle_at = idle_timeout.filter(|_| !idle).map(|t| last_data + t);
+                tokio::select! {
+                    r = &mut read => break Some(r),
+                    () = sleep_until(idle_at) => {
+                        idle = true;
+                        if !chain.push(Message::Idle).await? {
+                            return Ok(());
+                        }
+                    }
+                    // Seen here without being marked seen: taken at the top of the loop.
+                    () = changed(trigger.as_ref()), if interruptible => break None,
+                    () = changed(committed.as_ref()), if interruptible => break None,
+                }
+            }
+        };
+        let Some(next) = next else { continue };
+        metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
+        match next? {
+            Some(batch) => {
+                last_data = tokio::time::Instant::now();
+                idle = false;
+                metrics.record_out(batch.num_rows());
+                let chunk = Chunk::inserts(batch).from_partition(source.batch_partition());
+                if !chain.push(Message::Chunk(chunk)).await? {
+                    return Ok(());
+                }
+            }
+            None => {
+                // A bounded input ended: every pending window may fire.
+                if chain.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
+                    chain.push(Message::End).await?;
+                }
+                if let Some(position) = source.position() {
+                    chain.extra.source = Some(position);
+                }
+                chain.finished().await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Sleep until `at`; never without it.
+pub(super) async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the watched value has a version not yet seen, leaving it unseen (a clone waits, so
+/// that the caller's `has_changed` still tells); never without a channel, or once it closed.
+pub(super) async fn changed<T>(rx: Option<&watch::Receiver<T>>) {
+    let Some(rx) = rx else { return std::future::pending().await };
+    let mut probe = rx.clone();
+    if probe.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Merge several inputs (a union, parallel tasks feeding one sink, or a join's two inputs)
+/// into one chain. Inputs from `left_inputs` on are a join's right input: their chunks go to
+/// the first operator as input 1.
+pub(super) async fn run_merge(
+    mut inputs: Vec<mpsc::Receiver<Message>>,
+    mut chain: Chain,
+    aligned: bool,
+    left_inputs: usize,
+) -> Result<()> {
+    let mut merger = InputMerger::new(inputs.len()).aligned(aligned);
+    let mut next_first = 0;
+    loop {
+        // Poll the readable inputs, starting after the last one served so none starves.
+        let (i, msg) = std::future::poll_fn(|cx| {
+            let n = inputs.len();
+            for k in 0..n {
+                let i = (next_first + k) % n;
+                if !merger.readable(i) {
+                    continue;
+                }
+                if let Poll::Ready(msg) = inputs[i].poll_recv(cx) {
+                    return Poll::Ready((i, msg));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        next_first = (i + 1) % inputs.len();
+        // A closed channel without `End` means that input's task stopped; the supervisor
+        // reports its error, if it had one.
+        let msg = msg.unwrap_or(Message::End);
+        let mut out = Vec::new();
+        merger.on_message(i, msg, &mut out);
+        let side = usize::from(i >= left_inputs);
+        for msg in out {
+            let is_end = matches!(msg, Message::End);
+            if !chain.push_from(msg, side).await? {
+                return Ok(());
+            }
+            if is_end {
+                chain.finished().await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+pub(super) async fn run_sink(
+    mut input: mpsc::Receiver<Message>,
+    mut sink: Box<dyn Sink>,
+    metrics: Arc<OperatorMetrics>,
+    checkpoint: Option<TaskCheckpoint>,
+    restored: Option<SinkRestore>,
+    mut committed: Option<watch::Receiver<u64>>,
+) -> Result<()> {
+    if let Some(r) = &restored {
+        let old: Vec<(usize, Option<&[u8]>)> = r.old.iter().map(|(i, s)| (*i, s.as_deref())).collect();
+        match &old[..] {
+            [(_, state)] if !r.rescaled => sink.restore(r.epoch, *state).await?,
+            _ => sink.restore_rescaled(r.epoch, &old).await?,
+        }
+    }
+    let mut stopping_at: Option<u64> = None;
+    loop {
+        let msg = tokio::select! {
+            msg = input.recv() => msg,
+            // Checkpoint n complete everywhere: publish what was pre-committed for it.
+            Some(n) = async {
+                match &mut committed {
+                    Some(c) => c.changed().await.ok().map(|_| *c.borrow_and_update()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                sink.commit(n).await?;
+                if stopping_at.is_some_and(|s| n >= s) {
+                    // Stopped with a checkpoint: everything before it is published.
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let Some(msg) = msg else { break };
+        match msg {
+            Message::Chunk(chunk) => {
+                metrics.record_in(chunk.num_rows());
+                sink.write_chunk(chunk).await?;
+            }
+            Message::Watermark(w) => {
+                metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
+                sink.on_watermark(w).await?;
+            }
+            Message::Barrier(b) => {
+                if b.kind == weir_core::BarrierKind::StopWithCheckpoint {
+                    stopping_at = Some(b.epoch);
+                }
+                let state = sink.pre_commit(b.epoch).await?;
+                if let Some(cp) = &checkpoint {
+                    cp.ack(Some(b.epoch), TaskState { sink: state, ..Default::default() });
+                }
+            }
+            Message::Idle => {}
+            Message::End => {
+                let (Some(cp), Some(committed)) = (&checkpoint, &mut committed) else {
+                    sink.finish().await?;
+                    return Ok(());
+                };
+                let Some(state) = sink.pre_commit_final().await? else {
+                    sink.finish().await?;
+                    cp.ack(None, TaskState::default());
+                    return Ok(());
+                };
+                // Committed with the final checkpoint, which the coordinator writes once
+                // every task has ended (and any still in flight before it); it closes the
+                // channel after the final one.
+                cp.ack(None, TaskState { sink: Some(state), ..Default::default() });
+                let mut last = None;
+                while committed.changed().await.is_ok() {
+                    let n = *committed.borrow_and_update();
+                    sink.commit(n).await?;
+                    last = Some(n);
+                }
+                if last.is_none() {
+                    return Err(WeirError::external(
+                        "the job's final checkpoint was not completed: its last output is not committed",
+                    ));
+                }
+                sink.finish().await?;
+                return Ok(());
+            }
+        }
+    }
+    Err(WeirError::internal("the sink's input closed before the end of the stream"))
+}

@@ -1,0 +1,560 @@
+//! State tables: the keyed state of one operator task, owned by the runtime, over memory or
+//! RocksDB behind one interface, and partitioned into key groups so that a checkpoint
+//! restores at another parallelism.
+//!
+//! An operator declares its tables by name ([`TableDecl`]); the runtime opens them
+//! ([`StateTables::open`]), snapshots them at a barrier ([`StateTables::snapshot`]) and
+//! restores them ([`StateTables::restore`]) from the snapshots of one or more tasks of an
+//! earlier run. Two kinds of table:
+//! - [`TableKind::Value`]: one value per key (a group aggregate's accumulators);
+//! - [`TableKind::Sorted`]: per key, entries ordered by a sort key (a join side's rows as a
+//!   multiset, a Top-N partition, MIN/MAX values under retraction), read with one prefix scan.
+//!
+//! Every key belongs to a key group ([`KeyGroups`]), given by the caller from the hash the
+//! exchange routed the row by. Stored keys are `table (2 bytes) | key group (2 bytes) | key`,
+//! so a key group of a table is one contiguous key range: a restore at another parallelism
+//! takes whole ranges, and a store restored whole drops the ranges it no longer owns with one
+//! range delete each.
+//!
+//! Keys and values are the operator's bytes (Arrow's row format, which sorts like the values);
+//! the layer adds no encoding of its own beyond the prefix above.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use weir_core::{OperatorSnapshot, Result, WeirError};
+
+use crate::{StateStore, StoreSnapshot};
+
+/// Default `'pipeline.max-parallelism'`, as Flink's.
+pub const DEFAULT_MAX_PARALLELISM: u16 = 128;
+
+/// How keyed state is cut into key groups: a key's group is fixed by its hash and the maximum
+/// parallelism, and task `i` of `p` owns a contiguous range of groups (Flink's assignment),
+/// so a change of parallelism moves whole groups between tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyGroups {
+    max: u16,
+}
+
+impl Default for KeyGroups {
+    fn default() -> Self {
+        Self { max: DEFAULT_MAX_PARALLELISM }
+    }
+}
+
+impl KeyGroups {
+    /// `max` key groups: the highest parallelism a job's checkpoints can be restored at.
+    pub fn new(max: u16) -> Result<Self> {
+        if max == 0 || max > 1 << 15 {
+            return Err(WeirError::user(format!("'pipeline.max-parallelism' must be between 1 and 32768, not {max}")));
+        }
+        Ok(Self { max })
+    }
+
+    pub fn max(&self) -> u16 {
+        self.max
+    }
+
+    /// The group of a key whose hash is `hash`.
+    pub fn of_hash(&self, hash: u64) -> u16 {
+        (hash % self.max as u64) as u16
+    }
+
+    /// The task of `parallelism` that owns `group`.
+    pub fn task_of(&self, group: u16, parallelism: usize) -> usize {
+        group as usize * parallelism / self.max as usize
+    }
+
+    /// The groups task `task` of `parallelism` owns: every group `task_of` gives it.
+    pub fn range_of(&self, task: usize, parallelism: usize) -> Range<u16> {
+        let max = self.max as usize;
+        let start = (task * max).div_ceil(parallelism);
+        let end = ((task + 1) * max).div_ceil(parallelism);
+        start.min(max) as u16..end.min(max) as u16
+    }
+
+    /// A job may not run wider than its key groups.
+    pub fn check_parallelism(&self, parallelism: usize) -> Result<()> {
+        if parallelism > self.max as usize {
+            return Err(WeirError::user(format!(
+                "parallelism {parallelism} is above 'pipeline.max-parallelism' ({}): keyed state has only that many \
+                 key groups to spread over tasks",
+                self.max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What an operator keeps per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// One value per key.
+    Value,
+    /// Per key, entries ordered by a sort key ([`StateTables::entry_key`]).
+    Sorted,
+}
+
+/// A table an operator declares: its name (checked on restore) and kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableDecl {
+    pub name: &'static str,
+    pub kind: TableKind,
+}
+
+/// A declared table, by its place in the declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table(u16);
+
+/// Where a task's tables live.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Memory,
+    /// A RocksDB store in `local` (scratch, rebuilt from checkpoints); checkpoints copy its
+    /// SST files once into `shared`.
+    RocksDb {
+        local: PathBuf,
+        shared: PathBuf,
+    },
+}
+
+enum Inner {
+    Memory(BTreeMap<Vec<u8>, Vec<u8>>),
+    Rocks { store: StateStore, local: PathBuf, shared: PathBuf },
+}
+
+/// The state tables of one operator task.
+pub struct StateTables {
+    decls: Vec<TableDecl>,
+    groups: KeyGroups,
+    /// The key groups this task owns.
+    owned: Range<u16>,
+    backend: Backend,
+    inner: Inner,
+}
+
+/// What an operator keeps beside its keyed tables (a watermark, a count), as one snapshot of
+/// an earlier task gave it back on restore.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoredMeta {
+    pub meta: serde_json::Value,
+    /// Whether this task takes the old task's first key group: exactly one new task does,
+    /// so a count summed over tasks is restored once.
+    pub primary: bool,
+}
+
+/// A change to one key: a put or (`None`) a delete.
+pub type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>);
+
+fn damaged(what: &str) -> WeirError {
+    WeirError::internal(format!("state tables in a checkpoint are damaged ({what})"))
+}
+
+fn prefix(table: Table, group: u16) -> [u8; 4] {
+    let [a, b] = table.0.to_be_bytes();
+    let [c, d] = group.to_be_bytes();
+    [a, b, c, d]
+}
+
+fn full_key(table: Table, group: u16, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + key.len());
+    k.extend_from_slice(&prefix(table, group));
+    k.extend_from_slice(key);
+    k
+}
+
+/// The first stored key after every key of `table`'s group `group` (groups end at 0xFFFF,
+/// so the next group's prefix, or the next table's).
+fn group_end(table: Table, group: u16) -> Vec<u8> {
+    match group.checked_add(1) {
+        Some(g) => prefix(table, g).to_vec(),
+        None => prefix(Table(table.0 + 1), 0).to_vec(),
+    }
+}
+
+impl StateTables {
+    /// Empty tables for a task owning `owned` key groups.
+    pub fn open(decls: &[TableDecl], groups: KeyGroups, owned: Range<u16>, backend: &Backend) -> Result<Self> {
+        let inner = match backend {
+            Backend::Memory => Inner::Memory(BTreeMap::new()),
+            Backend::RocksDb { local, shared } => Inner::Rocks {
+                store: StateStore::open(local.join("db"))?,
+                local: local.clone(),
+                shared: shared.clone(),
+            },
+        };
+        Ok(Self { decls: decls.to_vec(), groups, owned, backend: backend.clone(), inner })
+    }
+
+    /// The table declared under `name`.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.decls
+            .iter()
+            .position(|d| d.name == name)
+            .map(|i| Table(i as u16))
+            .ok_or_else(|| WeirError::internal(format!("state table '{name}' was not declared")))
+    }
+
+    pub fn owned(&self) -> Range<u16> {
+        self.owned.clone()
+    }
+
+    pub fn key_groups(&self) -> KeyGroups {
+        self.groups
+    }
+
+    /// The stored key of entry `sort` under `key` in a [`TableKind::Sorted`] table: the key's
+    /// length first, so that no key's entries run into another key's.
+    pub fn entry_key(key: &[u8], sort: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(4 + key.len() + sort.len());
+        k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        k.extend_from_slice(key);
+        k.extend_from_slice(sort);
+        k
+    }
+
+    fn check_group(&self, group: u16) -> Result<()> {
+        if self.owned.contains(&group) {
+            Ok(())
+        } else {
+            Err(WeirError::internal(format!(
+                "key group {group} is not this task's ({}..{})",
+                self.owned.start, self.owned.end
+            )))
+        }
+    }
+
+    /// The values of many keys (`(group, key)`) in one call.
+    pub fn get_many(&self, table: Table, keys: &[(u16, &[u8])]) -> Result<Vec<Option<Vec<u8>>>> {
+        for (g, _) in keys {
+            self.check_group(*g)?;
+        }
+        match &self.inner {
+            Inner::Memory(map) => Ok(keys.iter().map(|(g, k)| map.get(&full_key(table, *g, k)).cloned()).collect()),
+            Inner::Rocks { store, .. } => {
+                let full: Vec<Vec<u8>> = keys.iter().map(|(g, k)| full_key(table, *g, k)).collect();
+                let refs: Vec<&[u8]> = full.iter().map(|k| k.as_slice()).collect();
+                store.table(0).multi_get(&refs)
+            }
+        }
+    }
+
+    /// Apply puts and deletes, atomically.
+    pub fn write(&mut self, table: Table, changes: &[Change<'_>]) -> Result<()> {
+        for (g, _, _) in changes {
+            self.check_group(*g)?;
+        }
+        match &mut self.inner {
+            Inner::Memory(map) => {
+                for (g, k, v) in changes {
+                    let key = full_key(table, *g, k);
+                    match v {
+                        Some(v) => {
+                            map.insert(key, v.to_vec());
+                        }
+                        None => {
+                            map.remove(&key);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Inner::Rocks { store, .. } => {
+                let full: Vec<(Vec<u8>, Option<&[u8]>)> =
+                    changes.iter().map(|(g, k, v)| (full_key(table, *g, k), *v)).collect();
+                let refs: Vec<(&[u8], Option<&[u8]>)> = full.iter().map(|(k, v)| (k.as_slice(), *v)).collect();
+                store.table(0).write(&refs)
+            }
+        }
+    }
+
+    /// Keys of `group` in `[from, to)` (`to: None`: to the group's end), in key order.
+    pub fn scan(&self, table: Table, group: u16, from: &[u8], to: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.check_group(group)?;
+        let start = full_key(table, group, from);
+        let end = match to {
+            Some(to) => full_key(table, group, to),
+            None => group_end(table, group),
+        };
+        let rows = match &self.inner {
+            Inner::Memory(map) => map.range(start..end).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Inner::Rocks { store, .. } => store.table(0).scan(&start, &end)?,
+        };
+        Ok(rows.into_iter().map(|(k, v)| (k[4..].to_vec(), v)).collect())
+    }
+
+    /// Every entry under `key` of a [`TableKind::Sorted`] table, by sort key (returned
+    /// without the key).
+    pub fn entries(&self, table: Table, group: u16, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let from = Self::entry_key(key, &[]);
+        let mut to = from.clone();
+        // The next key of the same length sorts after every entry of this one; a key of
+        // all 0xFF bytes runs to the group's end.
+        let open_end = !increment(&mut to);
+        let rows = self.scan(table, group, &from, if open_end { None } else { Some(&to) })?;
+        let skip = from.len();
+        Ok(rows.into_iter().filter(|(k, _)| k.starts_with(&from)).map(|(k, v)| (k[skip..].to_vec(), v)).collect())
+    }
+
+    /// Delete the keys of `group` in `[from, to)` (`to: None`: to the group's end).
+    pub fn delete_range(&mut self, table: Table, group: u16, from: &[u8], to: Option<&[u8]>) -> Result<()> {
+        self.check_group(group)?;
+        let start = full_key(table, group, from);
+        let end = match to {
+            Some(to) => full_key(table, group, to),
+            None => group_end(table, group),
+        };
+        match &mut self.inner {
+            Inner::Memory(map) => {
+                let doomed: Vec<Vec<u8>> = map.range(start..end).map(|(k, _)| k.clone()).collect();
+                for k in doomed {
+                    map.remove(&k);
+                }
+                Ok(())
+            }
+            Inner::Rocks { store, .. } => store.table(0).delete_range(&start, &end),
+        }
+    }
+
+    /// The tables at a barrier, with the operator's `meta`. In memory: every entry. In
+    /// RocksDB: the store's incremental checkpoint, whose new SST files the snapshot's upload
+    /// copies.
+    pub fn snapshot(&mut self, meta: serde_json::Value) -> Result<OperatorSnapshot> {
+        let names: Vec<&str> = self.decls.iter().map(|d| d.name).collect();
+        let mut header = serde_json::json!({
+            "tables": names,
+            "max": self.groups.max,
+            "owned": [self.owned.start, self.owned.end],
+            "meta": meta,
+        });
+        let mut payload = Vec::new();
+        let snapshot = match &mut self.inner {
+            Inner::Memory(map) => {
+                header["backend"] = "memory".into();
+                for (k, v) in map.iter() {
+                    payload.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                    payload.extend_from_slice(k);
+                    payload.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                    payload.extend_from_slice(v);
+                }
+                None
+            }
+            Inner::Rocks { store, shared, .. } => {
+                let (snap, own, upload) = store.begin_checkpoint(shared)?;
+                header["backend"] = "rocksdb".into();
+                header["store"] = snap.to_json().into();
+                header["sizes"] = own.iter().map(|(_, f)| f.len()).collect::<Vec<_>>().into();
+                for (_, f) in own {
+                    payload.extend_from_slice(&f);
+                }
+                Some((snap, upload))
+            }
+        };
+        let header = header.to_string();
+        let mut state = (header.len() as u64).to_le_bytes().to_vec();
+        state.extend_from_slice(header.as_bytes());
+        state.extend_from_slice(&payload);
+        Ok(match snapshot {
+            None => OperatorSnapshot::bytes(state),
+            Some((snap, upload)) => OperatorSnapshot {
+                state,
+                shared_files: snap.shared.values().cloned().collect(),
+                bytes_copied: snap.bytes_copied,
+                bytes_referenced: snap.bytes_referenced,
+                upload: Some(Box::new(move || upload.run())),
+            },
+        })
+    }
+
+    /// Replace the tables with those of the snapshots of an earlier run's tasks (any
+    /// parallelism, the same key groups), keeping only the groups this task owns; returns
+    /// the operator meta of each snapshot that overlaps them.
+    pub fn restore_from(&mut self, snapshots: &[&[u8]]) -> Result<Vec<RestoredMeta>> {
+        let (decls, groups, owned, backend) =
+            (self.decls.clone(), self.groups, self.owned.clone(), self.backend.clone());
+        // The open store holds its directory's lock: let it go first.
+        self.inner = Inner::Memory(BTreeMap::new());
+        let (tables, metas) = Self::restore(&decls, groups, owned, &backend, snapshots)?;
+        *self = tables;
+        Ok(metas)
+    }
+
+    /// Tables for a task owning `owned`, from the snapshots of the tasks of an earlier run
+    /// (any parallelism, the same key groups): only the groups in `owned` are kept. Returns
+    /// the operator meta of each snapshot that overlaps them.
+    pub fn restore(
+        decls: &[TableDecl],
+        groups: KeyGroups,
+        owned: Range<u16>,
+        backend: &Backend,
+        snapshots: &[&[u8]],
+    ) -> Result<(Self, Vec<RestoredMeta>)> {
+        let mut tables = Self::open(decls, groups, owned.clone(), backend)?;
+        let mut parsed = Vec::new();
+        let mut metas = Vec::new();
+        for bytes in snapshots {
+            let (header, payload) = split(bytes)?;
+            let names: Vec<&str> = header["tables"]
+                .as_array()
+                .ok_or_else(|| damaged("no table list"))?
+                .iter()
+                .filter_map(|n| n.as_str())
+                .collect();
+            let declared: Vec<&str> = decls.iter().map(|d| d.name).collect();
+            if names != declared {
+                return Err(WeirError::user(format!(
+                    "the checkpoint's operator state has tables {names:?}, this operator declares {declared:?}: \
+                     the job changed since it was taken; start with --from-scratch"
+                )));
+            }
+            if header["max"].as_u64() != Some(groups.max as u64) {
+                return Err(WeirError::user(format!(
+                    "the checkpoint was taken with 'pipeline.max-parallelism' = {}, the job now has {}: keyed state \
+                     cannot be regrouped; set it back, or start with --from-scratch",
+                    header["max"], groups.max
+                )));
+            }
+            let range = header["owned"].as_array().ok_or_else(|| damaged("no key group range"))?;
+            let (start, end) = match (range.first().and_then(|v| v.as_u64()), range.get(1).and_then(|v| v.as_u64())) {
+                (Some(s), Some(e)) if s <= e => (s as u16, e as u16),
+                _ => return Err(damaged("key group range")),
+            };
+            if start < owned.end && owned.start < end {
+                metas.push(RestoredMeta { meta: header["meta"].clone(), primary: owned.contains(&start) });
+                parsed.push((header, payload));
+            }
+        }
+        let tables_count = decls.len() as u16;
+        match &mut tables.inner {
+            Inner::Memory(map) => {
+                for (header, payload) in &parsed {
+                    if header["backend"].as_str() != Some("memory") {
+                        return Err(WeirError::user(
+                            "the checkpoint's state is not in memory state: same backend only",
+                        ));
+                    }
+                    let mut at = 0;
+                    while at < payload.len() {
+                        let key = read_bytes(payload, &mut at)?;
+                        let value = read_bytes(payload, &mut at)?;
+                        let group =
+                            key.get(2..4).map(|g| u16::from_be_bytes([g[0], g[1]])).ok_or_else(|| damaged("key"))?;
+                        if owned.contains(&group) {
+                            map.insert(key.to_vec(), value.to_vec());
+                        }
+                    }
+                }
+            }
+            Inner::Rocks { store, local, shared } => {
+                let mut stores = Vec::with_capacity(parsed.len());
+                for (i, (header, payload)) in parsed.iter().enumerate() {
+                    if header["backend"].as_str() != Some("rocksdb") {
+                        return Err(WeirError::user("the checkpoint's state is not in RocksDB: same backend only"));
+                    }
+                    let dir = if i == 0 { local.join("db") } else { local.join(format!("rescale-{i}")) };
+                    if i == 0 {
+                        // The empty store opened above holds the directory's lock.
+                        *store = StateStore::open(local.join("empty"))?;
+                    }
+                    stores.push((dir.clone(), restore_store(header, payload, &dir, shared, local)?));
+                }
+                let mut stores = stores.into_iter();
+                if let Some((_, first)) = stores.next() {
+                    *store = first;
+                    let _ = std::fs::remove_dir_all(local.join("empty"));
+                    // Restored whole: drop the groups this task does not own.
+                    for t in 0..tables_count {
+                        let t = Table(t);
+                        let table = store.table(0);
+                        table.delete_range(&prefix(t, 0), &prefix(t, owned.start))?;
+                        table.delete_range(&prefix(t, owned.end), &prefix(Table(t.0 + 1), 0))?;
+                    }
+                }
+                // The others: their groups in `owned` copied in, a batch per group.
+                for (dir, other) in stores {
+                    for t in 0..tables_count {
+                        for g in owned.clone() {
+                            let rows = other.table(0).scan(&prefix(Table(t), g), &group_end(Table(t), g))?;
+                            if rows.is_empty() {
+                                continue;
+                            }
+                            let refs: Vec<(&[u8], Option<&[u8]>)> =
+                                rows.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))).collect();
+                            store.table(0).write(&refs)?;
+                        }
+                    }
+                    drop(other);
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            }
+        }
+        Ok((tables, metas))
+    }
+}
+
+/// The next byte string of the same length (`false` if there is none: all 0xFF).
+fn increment(bytes: &mut [u8]) -> bool {
+    for b in bytes.iter_mut().rev() {
+        if *b == 0xFF {
+            *b = 0;
+        } else {
+            *b += 1;
+            return true;
+        }
+    }
+    false
+}
+
+fn split(bytes: &[u8]) -> Result<(serde_json::Value, &[u8])> {
+    let len =
+        bytes.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).ok_or_else(|| damaged("length"))?;
+    let len = usize::try_from(len).map_err(|_| damaged("length"))?;
+    let header = bytes.get(8..8 + len).ok_or_else(|| damaged("header"))?;
+    let header = serde_json::from_slice(header).map_err(|_| damaged("header"))?;
+    Ok((header, &bytes[8 + len..]))
+}
+
+fn read_bytes<'a>(bytes: &'a [u8], at: &mut usize) -> Result<&'a [u8]> {
+    let len = bytes
+        .get(*at..*at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| damaged("entry"))?;
+    let from = *at + 4;
+    let value = bytes.get(from..from + len as usize).ok_or_else(|| damaged("entry"))?;
+    *at = from + len as usize;
+    Ok(value)
+}
+
+/// A RocksDB store rebuilt in `dir` from a snapshot: its small files from the payload, its
+/// SST files from `shared`.
+fn restore_store(
+    header: &serde_json::Value,
+    payload: &[u8],
+    dir: &Path,
+    shared: &Path,
+    local: &Path,
+) -> Result<StateStore> {
+    let snap = StoreSnapshot::from_json(header["store"].as_str().ok_or_else(|| damaged("store"))?)?;
+    let sizes = header["sizes"].as_array().ok_or_else(|| damaged("sizes"))?;
+    let own = local.join(format!("restore-own-{}", dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()));
+    let _ = std::fs::remove_dir_all(&own);
+    std::fs::create_dir_all(&own)
+        .map_err(|e| WeirError::external(format!("cannot create '{}': {e}", own.display())))?;
+    let mut at = 0;
+    for (name, size) in snap.own.iter().zip(sizes) {
+        let size = size.as_u64().ok_or_else(|| damaged("sizes"))? as usize;
+        let bytes = payload.get(at..at + size).ok_or_else(|| damaged("store files"))?;
+        std::fs::write(own.join(name), bytes)
+            .map_err(|e| WeirError::external(format!("cannot write state file: {e}")))?;
+        at += size;
+    }
+    let store = StateStore::restore(dir, &snap, shared, &own)?;
+    let _ = std::fs::remove_dir_all(&own);
+    Ok(store)
+}
+
+#[cfg(test)]
+#[path = "tables_tests.rs"]
+mod tests;

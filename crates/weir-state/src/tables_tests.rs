@@ -1,0 +1,212 @@
+//! One suite over both backends: what an operator does with its tables, and what the runtime
+//! does with them at checkpoints and rescales.
+
+use super::*;
+
+const DECLS: [TableDecl; 2] =
+    [TableDecl { name: "acc", kind: TableKind::Value }, TableDecl { name: "rows", kind: TableKind::Sorted }];
+
+fn scratch(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("weir-tables-{name}-{nanos}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A backend for a task, by the task's name.
+type MakeBackend = Box<dyn Fn(&str) -> Backend>;
+
+/// Both backends, each in its own directory under `dir`.
+fn backends(dir: &Path) -> Vec<(&'static str, MakeBackend)> {
+    let rocks_root = dir.to_path_buf();
+    vec![
+        ("memory", Box::new(|_: &str| Backend::Memory)),
+        (
+            "rocksdb",
+            Box::new(move |task: &str| Backend::RocksDb {
+                local: rocks_root.join(format!("local-{task}")),
+                shared: rocks_root.join("shared"),
+            }),
+        ),
+    ]
+}
+
+/// A snapshot with its upload done, as the runtime leaves it.
+fn snapshot(tables: &mut StateTables) -> Vec<u8> {
+    let s = tables.snapshot(serde_json::json!({ "owned_from": tables.owned().start })).expect("snapshot");
+    if let Some(upload) = s.upload {
+        upload().expect("upload");
+    }
+    s.state
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{i:05}").into_bytes()
+}
+
+/// The key group of key `i` (the runtime gives the group the exchange routed by).
+fn group_of(groups: KeyGroups, i: u32) -> u16 {
+    groups.of_hash(u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+#[test]
+fn key_groups_split_into_contiguous_ranges_that_cover_every_group_once() {
+    let groups = KeyGroups::new(128).expect("groups");
+    for p in [1, 2, 3, 5, 7, 128] {
+        let mut next = 0;
+        for task in 0..p {
+            let range = groups.range_of(task, p);
+            assert_eq!(range.start, next, "p={p} task {task}");
+            for g in range.clone() {
+                assert_eq!(groups.task_of(g, p), task, "p={p} group {g}");
+            }
+            next = range.end;
+        }
+        assert_eq!(next, 128, "p={p}");
+    }
+    assert!(groups.check_parallelism(129).is_err());
+    assert!(KeyGroups::new(0).is_err());
+}
+
+#[test]
+fn put_get_scan_and_delete_behave_the_same_in_both_backends() {
+    let dir = scratch("ops");
+    let groups = KeyGroups::new(8).expect("groups");
+    for (name, backend) in backends(&dir) {
+        let mut t = StateTables::open(&DECLS, groups, 0..8, &backend("one")).expect("open");
+        let acc = t.table("acc").expect("acc");
+        let rows = t.table("rows").expect("rows");
+        let (ka, kb) = (key(1), key(2));
+        t.write(acc, &[(3, &ka, Some(b"one")), (5, &kb, Some(b"two"))]).expect("write");
+        let got = t.get_many(acc, &[(3, &ka), (5, &kb), (3, &kb)]).expect("get");
+        assert_eq!(got, vec![Some(b"one".to_vec()), Some(b"two".to_vec()), None], "{name}: a key is its group's");
+        assert_eq!(t.get_many(rows, &[(3, &ka)]).expect("get"), vec![None], "{name}: tables share keys");
+        t.write(acc, &[(3, &ka, None)]).expect("delete");
+        assert_eq!(t.get_many(acc, &[(3, &ka)]).expect("get"), vec![None], "{name}");
+
+        // Sorted entries per key: "a"'s entries do not run into "ab"'s.
+        let (a, ab) = (b"a".to_vec(), b"ab".to_vec());
+        let entries: Vec<(Vec<u8>, &[u8])> = vec![
+            (StateTables::entry_key(&a, b"2"), b"a2"),
+            (StateTables::entry_key(&a, b"1"), b"a1"),
+            (StateTables::entry_key(&ab, b"0"), b"ab0"),
+            (StateTables::entry_key(&[0xFF], b"x"), b"ffx"),
+        ];
+        let changes: Vec<Change<'_>> = entries.iter().map(|(k, v)| (1, k.as_slice(), Some(*v))).collect();
+        t.write(rows, &changes).expect("write entries");
+        let got = t.entries(rows, 1, &a).expect("entries");
+        assert_eq!(got, vec![(b"1".to_vec(), b"a1".to_vec()), (b"2".to_vec(), b"a2".to_vec())], "{name}");
+        assert_eq!(t.entries(rows, 1, &ab).expect("entries"), vec![(b"0".to_vec(), b"ab0".to_vec())], "{name}");
+        assert_eq!(t.entries(rows, 1, &[0xFF]).expect("entries"), vec![(b"x".to_vec(), b"ffx".to_vec())], "{name}");
+        assert!(t.entries(rows, 2, &a).expect("entries").is_empty(), "{name}: groups are apart");
+
+        // Range scan and range delete within a group.
+        let ks: Vec<Vec<u8>> = (0..10).map(key).collect();
+        let changes: Vec<Change<'_>> = ks.iter().map(|k| (6, k.as_slice(), Some(k.as_slice()))).collect();
+        t.write(acc, &changes).expect("write");
+        let got: Vec<Vec<u8>> =
+            t.scan(acc, 6, &key(3), Some(&key(6))).expect("scan").into_iter().map(|(k, _)| k).collect();
+        assert_eq!(got, vec![key(3), key(4), key(5)], "{name}");
+        t.delete_range(acc, 6, &key(0), Some(&key(8))).expect("delete range");
+        let left: Vec<Vec<u8>> = t.scan(acc, 6, &[], None).expect("scan").into_iter().map(|(k, _)| k).collect();
+        assert_eq!(left, vec![key(8), key(9)], "{name}");
+        assert_eq!(
+            t.get_many(acc, &[(5, &kb)]).expect("get"),
+            vec![Some(b"two".to_vec())],
+            "{name}: other groups kept"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_key_group_the_task_does_not_own_is_refused() {
+    let groups = KeyGroups::new(8).expect("groups");
+    let mut t = StateTables::open(&DECLS, groups, 0..4, &Backend::Memory).expect("open");
+    let acc = t.table("acc").expect("acc");
+    let err = t.write(acc, &[(4, b"k", Some(b"v"))]).expect_err("group 4 is not owned");
+    assert!(err.message.contains("key group 4"), "{}", err.message);
+    assert!(t.table("nosuch").is_err());
+}
+
+/// Two tasks' tables (p=2) snapshot, then restored at p=2, p=3 and p=1: every key is in the
+/// one new task that owns its group, with its value, and nothing else is anywhere.
+#[test]
+fn snapshots_restore_at_the_same_and_at_another_parallelism() {
+    let dir = scratch("rescale");
+    let groups = KeyGroups::new(128).expect("groups");
+    let keys: Vec<u32> = (0..3_000).collect();
+    for (name, backend) in backends(&dir) {
+        let mut snapshots = Vec::new();
+        for task in 0..2 {
+            let owned = groups.range_of(task, 2);
+            let mut t =
+                StateTables::open(&DECLS, groups, owned.clone(), &backend(&format!("old-{task}"))).expect("open");
+            let acc = t.table("acc").expect("acc");
+            let rows = t.table("rows").expect("rows");
+            let mine: Vec<u32> = keys.iter().copied().filter(|i| owned.contains(&group_of(groups, *i))).collect();
+            let ks: Vec<Vec<u8>> = mine.iter().map(|i| key(*i)).collect();
+            let vs: Vec<Vec<u8>> = mine.iter().map(|i| format!("value-{i}").into_bytes()).collect();
+            let es: Vec<Vec<u8>> = mine.iter().map(|i| StateTables::entry_key(&key(*i), b"e")).collect();
+            let changes: Vec<Change<'_>> = mine
+                .iter()
+                .zip(&ks)
+                .zip(&vs)
+                .map(|((i, k), v)| (group_of(groups, *i), k.as_slice(), Some(v.as_slice())))
+                .collect();
+            t.write(acc, &changes).expect("write");
+            // A first snapshot, then more changes: the restore must see the last one.
+            let _ = snapshot(&mut t);
+            let changes: Vec<Change<'_>> =
+                mine.iter().zip(&es).map(|(i, e)| (group_of(groups, *i), e.as_slice(), Some(&b"entry"[..]))).collect();
+            t.write(rows, &changes).expect("write rows");
+            snapshots.push(snapshot(&mut t));
+        }
+        for p in [2, 3, 1] {
+            let mut seen = 0;
+            let mut primaries = 0;
+            for task in 0..p {
+                let owned = groups.range_of(task, p);
+                let parts: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
+                let (t, metas) =
+                    StateTables::restore(&DECLS, groups, owned.clone(), &backend(&format!("p{p}-{task}")), &parts)
+                        .expect("restore");
+                // The metas of the old tasks whose groups it took; each old task's is primary
+                // in exactly one new task.
+                for m in &metas {
+                    let from = m.meta["owned_from"].as_u64().expect("meta") as u16;
+                    assert_eq!(m.primary, owned.contains(&from), "{name}: p={p} task {task}");
+                    primaries += usize::from(m.primary);
+                }
+                let acc = t.table("acc").expect("acc");
+                let rows = t.table("rows").expect("rows");
+                for g in owned.clone() {
+                    let got = t.scan(acc, g, &[], None).expect("scan");
+                    let want: Vec<(Vec<u8>, Vec<u8>)> = keys
+                        .iter()
+                        .filter(|i| group_of(groups, **i) == g)
+                        .map(|i| (key(*i), format!("value-{i}").into_bytes()))
+                        .collect();
+                    assert_eq!(got, want, "{name}: p={p} task {task} group {g}");
+                    seen += got.len();
+                    for (k, _) in &got {
+                        let entries = t.entries(rows, g, k).expect("entries");
+                        assert_eq!(entries, vec![(b"e".to_vec(), b"entry".to_vec())], "{name}: p={p}");
+                    }
+                }
+            }
+            assert_eq!(seen, keys.len(), "{name}: p={p}: every key once");
+            assert_eq!(primaries, 2, "{name}: p={p}: each old task's meta is primary once");
+        }
+        // Another declaration or key-group count is refused, naming the problem.
+        let parts: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
+        let other = [TableDecl { name: "acc", kind: TableKind::Value }];
+        let err = StateTables::restore(&other, groups, 0..128, &backend("other"), &parts).err().expect("other tables");
+        assert!(err.message.contains("--from-scratch"), "{name}: {}", err.message);
+        let err = StateTables::restore(&DECLS, KeyGroups::new(64).expect("groups"), 0..64, &backend("g64"), &parts)
+            .err()
+            .expect("other key groups");
+        assert!(err.message.contains("max-parallelism"), "{name}: {}", err.message);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
