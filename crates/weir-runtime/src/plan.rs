@@ -10,8 +10,8 @@ use weir_core::{Operator, TableDef};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext, StateDirs,
-    WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
+    Filter, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext, WatermarkGenerator,
+    WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -66,20 +66,16 @@ impl InstanceContext {
 impl OperatorSpec {
     /// A running copy, with its state where `ctx` says.
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
-        let dirs = ctx
-            .rocksdb
-            .as_ref()
-            .map(|(local, shared)| StateDirs { local: local.join(&ctx.key), shared: shared.clone() });
-        match (self, dirs) {
-            (OperatorSpec::WindowAggregate { spec, .. }, _) => {
-                return Ok(Box::new(WindowAggregate::new(spec.clone(), &ctx.state())?))
+        match self {
+            OperatorSpec::WindowAggregate { spec, .. } => {
+                Ok(Box::new(WindowAggregate::new(spec.clone(), &ctx.state())?))
             }
-            (OperatorSpec::SessionAggregate { spec, .. }, dirs) => {
-                return Ok(Box::new(SessionAggregate::new(spec.clone(), dirs)?))
+            OperatorSpec::SessionAggregate { spec, .. } => {
+                Ok(Box::new(SessionAggregate::new(spec.clone(), &ctx.state())?))
             }
-            _ => {}
+            OperatorSpec::WindowJoin { spec, .. } => Ok(Box::new(WindowJoin::new(spec.clone(), &ctx.state())?)),
+            _ => self.instantiate(),
         }
-        self.instantiate()
     }
 
     /// A running copy with its state in memory.
@@ -96,8 +92,10 @@ impl OperatorSpec {
             OperatorSpec::WindowAggregate { spec, .. } => {
                 Box::new(WindowAggregate::new(spec, &StateContext::memory())?)
             }
-            OperatorSpec::SessionAggregate { spec, .. } => Box::new(SessionAggregate::new(spec, None)?),
-            OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec)?),
+            OperatorSpec::SessionAggregate { spec, .. } => {
+                Box::new(SessionAggregate::new(spec, &StateContext::memory())?)
+            }
+            OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec, &StateContext::memory())?),
         })
     }
 

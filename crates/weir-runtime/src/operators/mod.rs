@@ -4,7 +4,6 @@
 mod filter;
 mod limit;
 mod project;
-mod rocks_state;
 mod session;
 mod state;
 mod watermark;
@@ -15,7 +14,6 @@ mod window_join;
 pub use filter::Filter;
 pub use limit::Limit;
 pub use project::{Project, Select};
-pub use rocks_state::StateDirs;
 pub use session::{SessionAggregate, SessionSpec};
 pub use state::StateContext;
 pub use watermark::WatermarkGenerator;

@@ -7,9 +7,10 @@
 //! resulting session's accumulator state is computed with one vectorized update and one
 //! merge over the batch; each touched key is written back once. A session is emitted when
 //! the watermark passes its end (last event + gap), found through a timer index ordered by
-//! end. State lives in memory or in RocksDB (`state.backend`), the same logic over both.
+//! end. State lives in state tables (memory or RocksDB, `state.backend`), each key under the
+//! key group the exchange routed it by, so that a checkpoint restores at another parallelism.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
@@ -17,9 +18,11 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
-use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::rocks_state::{header_i64, header_u64, ordered, RocksState, StateDirs};
+use super::state::{ordered, StateContext};
 use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
 
 /// A session window aggregate as planned.
@@ -90,94 +93,58 @@ fn decode(bytes: &[u8]) -> Result<Vec<Session>> {
     Ok(out)
 }
 
+/// A key and its key group.
+type Key = (u16, Vec<u8>);
+
+/// `sessions`: key -> its encoded sessions. `timers`: ordered(end) ++ key -> nothing, to find
+/// due sessions.
+const TABLES: [TableDecl; 2] =
+    [TableDecl { name: "sessions", kind: TableKind::Value }, TableDecl { name: "timers", kind: TableKind::Value }];
+
 /// Sessions by key, and timers (session end, key) to find due sessions.
-enum Sessions {
-    Memory {
-        by_key: HashMap<Vec<u8>, Vec<Session>>,
-        timers: BTreeSet<(i64, Vec<u8>)>,
-    },
-    /// Table 1: key -> encoded sessions. Table 2: ordered(end) ++ key -> nothing.
-    Rocks(Box<RocksState>),
+struct Sessions {
+    tables: StateTables,
+    sessions: Table,
+    timers: Table,
 }
 
-const SESSIONS: u32 = 1;
-const TIMERS: u32 = 2;
-
 impl Sessions {
-    fn load(&self, keys: &[Vec<u8>]) -> Result<Vec<Vec<Session>>> {
-        match self {
-            Sessions::Memory { by_key, .. } => {
-                Ok(keys.iter().map(|k| by_key.get(k).cloned().unwrap_or_default()).collect())
-            }
-            Sessions::Rocks(state) => {
-                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-                let stored = state.store()?.table(SESSIONS).multi_get(&refs)?;
-                stored.into_iter().map(|v| v.map(|v| decode(&v)).unwrap_or(Ok(Vec::new()))).collect()
-            }
-        }
+    fn load(&self, keys: &[Key]) -> Result<Vec<Vec<Session>>> {
+        let lookups: Vec<(u16, &[u8])> = keys.iter().map(|(g, k)| (*g, k.as_slice())).collect();
+        let stored = self.tables.get_many(self.sessions, &lookups)?;
+        stored.into_iter().map(|v| v.map(|v| decode(&v)).unwrap_or(Ok(Vec::new()))).collect()
     }
 
     /// Replace each key's sessions `old` by `new`, timers included.
-    fn store(&mut self, updates: Vec<(Vec<u8>, Vec<Session>, Vec<Session>)>) -> Result<()> {
-        match self {
-            Sessions::Memory { by_key, timers } => {
-                for (key, old, new) in updates {
-                    for s in &old {
-                        timers.remove(&(s.end, key.clone()));
-                    }
-                    for s in &new {
-                        timers.insert((s.end, key.clone()));
-                    }
-                    if new.is_empty() {
-                        by_key.remove(&key);
-                    } else {
-                        by_key.insert(key, new);
-                    }
-                }
-                Ok(())
-            }
-            Sessions::Rocks(state) => {
-                let timer_key = |end: i64, key: &[u8]| [ordered(end).as_slice(), key].concat();
-                let mut deletes = Vec::new();
-                let mut puts = Vec::new();
-                let mut values = Vec::with_capacity(updates.len());
-                for (key, old, new) in &updates {
-                    deletes.extend(old.iter().map(|s| timer_key(s.end, key)));
-                    puts.extend(new.iter().map(|s| timer_key(s.end, key)));
-                    values.push((!new.is_empty()).then(|| encode(new)));
-                }
-                // Deletes before puts: a session whose end did not change keeps its timer.
-                let mut timer_changes: Vec<(&[u8], Option<&[u8]>)> =
-                    deletes.iter().map(|k| (k.as_slice(), None)).collect();
-                timer_changes.extend(puts.iter().map(|k| (k.as_slice(), Some(&[][..]))));
-                let session_changes: Vec<(&[u8], Option<&[u8]>)> =
-                    updates.iter().zip(&values).map(|((k, _, _), v)| (k.as_slice(), v.as_deref())).collect();
-                let store = state.store()?;
-                store.table(TIMERS).write(&timer_changes)?;
-                store.table(SESSIONS).write(&session_changes)
-            }
+    fn store(&mut self, updates: Vec<(Key, Vec<Session>, Vec<Session>)>) -> Result<()> {
+        let timer_key = |end: i64, key: &[u8]| [ordered(end).as_slice(), key].concat();
+        let mut deletes = Vec::new();
+        let mut puts = Vec::new();
+        let mut values = Vec::with_capacity(updates.len());
+        for ((g, key), old, new) in &updates {
+            deletes.extend(old.iter().map(|s| (*g, timer_key(s.end, key))));
+            puts.extend(new.iter().map(|s| (*g, timer_key(s.end, key))));
+            values.push((!new.is_empty()).then(|| encode(new)));
         }
+        // Deletes before puts: a session whose end did not change keeps its timer.
+        let mut timer_changes: Vec<Change<'_>> = deletes.iter().map(|(g, k)| (*g, k.as_slice(), None)).collect();
+        timer_changes.extend(puts.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))));
+        let session_changes: Vec<Change<'_>> =
+            updates.iter().zip(&values).map(|(((g, k), _, _), v)| (*g, k.as_slice(), v.as_deref())).collect();
+        self.tables.write(self.timers, &timer_changes)?;
+        self.tables.write(self.sessions, &session_changes)
     }
 
-    /// Keys with a session ending at or before `bound`, in order of their first such end.
-    fn due(&self, bound: i64) -> Result<Vec<Vec<u8>>> {
+    /// Keys with a session ending at or before `bound`.
+    fn due(&self, bound: i64) -> Result<Vec<Key>> {
         let mut seen = std::collections::HashSet::new();
         let mut keys = Vec::new();
-        match self {
-            Sessions::Memory { timers, .. } => {
-                for (_, key) in timers.range(..(bound.saturating_add(1), Vec::new())) {
-                    if seen.insert(key.clone()) {
-                        keys.push(key.clone());
-                    }
-                }
-            }
-            Sessions::Rocks(state) => {
-                let to = ordered(bound.saturating_add(1));
-                for (k, _) in state.store()?.table(TIMERS).scan(&ordered(i64::MIN), &to)? {
-                    let key = k[8..].to_vec();
-                    if seen.insert(key.clone()) {
-                        keys.push(key);
-                    }
+        let to = ordered(bound.saturating_add(1));
+        for g in self.tables.owned() {
+            for (k, _) in self.tables.scan(self.timers, g, &[], Some(&to))? {
+                let key = (g, k[8..].to_vec());
+                if seen.insert(key.clone()) {
+                    keys.push(key);
                 }
             }
         }
@@ -206,8 +173,8 @@ enum Item {
 }
 
 impl SessionAggregate {
-    /// Session state in memory, or in RocksDB under `dirs`.
-    pub fn new(spec: SessionSpec, dirs: Option<StateDirs>) -> Result<Self> {
+    /// Session state in the tables `state` opens.
+    pub fn new(spec: SessionSpec, state: &StateContext) -> Result<Self> {
         let key_positions = spec.key_positions();
         let keys = if key_positions.is_empty() {
             None
@@ -225,10 +192,8 @@ impl SessionAggregate {
             state_widths.push(fields.len());
             state_fields.extend(fields.iter().map(|f| SortField::new(f.data_type().clone())));
         }
-        let sessions = match dirs {
-            None => Sessions::Memory { by_key: HashMap::new(), timers: BTreeSet::new() },
-            Some(dirs) => Sessions::Rocks(Box::new(RocksState::open(dirs)?)),
-        };
+        let tables = state.open(&TABLES)?;
+        let sessions = Sessions { sessions: tables.table("sessions")?, timers: tables.table("timers")?, tables };
         Ok(Self {
             spec,
             key_positions,
@@ -261,22 +226,24 @@ impl SessionAggregate {
         let Evaluated { keys: group_columns, args, filters, .. } = evaluated;
         let starts = millis(&group_columns[self.spec.window_start])?;
         let n = starts.len();
-        // 1. The batch's rows by key.
-        let mut distinct: Vec<Vec<u8>> = Vec::new();
+        // 1. The batch's rows by key, each key under the key group the exchange routed it by
+        // (the hash of the same key columns; without keys, group 0).
+        let mut distinct: Vec<Key> = Vec::new();
         let mut rows_of: Vec<Vec<usize>> = Vec::new();
+        let key_columns: Vec<ArrayRef> = self.key_positions.iter().map(|p| group_columns[*p].clone()).collect();
+        let groups = crate::exchange::key_groups_of_columns(&key_columns, n, self.sessions.tables.key_groups())?;
         match &self.keys {
             None => {
-                distinct.push(Vec::new());
+                distinct.push((0, Vec::new()));
                 rows_of.push((0..n).collect());
             }
             Some(converter) => {
-                let key_columns: Vec<ArrayRef> = self.key_positions.iter().map(|p| group_columns[*p].clone()).collect();
                 let rows = converter.convert_columns(&key_columns)?;
                 let mut index: HashMap<&[u8], usize> = HashMap::new();
                 for i in 0..n {
                     let k = rows.row(i).data();
                     let at = *index.entry(k).or_insert_with(|| {
-                        distinct.push(k.to_vec());
+                        distinct.push((groups[i], k.to_vec()));
                         rows_of.push(Vec::new());
                         distinct.len() - 1
                     });
@@ -397,52 +364,20 @@ impl Operator for SessionAggregate {
         std::mem::take(&mut self.late_rows)
     }
 
-    /// In memory: the watermark, the late count, then each key and its encoded sessions.
-    /// In RocksDB: the store's incremental checkpoint.
-    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
-        match &mut self.sessions {
-            Sessions::Rocks(state) => {
-                let header = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
-                Ok(Some(state.snapshot(header)?))
-            }
-            Sessions::Memory { by_key, .. } => {
-                let mut bytes = Vec::new();
-                bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
-                bytes.extend_from_slice(&self.late.to_le_bytes());
-                let mut keys: Vec<&Vec<u8>> = by_key.keys().collect();
-                keys.sort();
-                for key in keys {
-                    let value = encode(&by_key[key]);
-                    bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
-                    bytes.extend_from_slice(key);
-                    bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                    bytes.extend_from_slice(&value);
-                }
-                Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
-            }
-        }
+    /// The tables, with the watermark and the late count.
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
+        Ok(Some(self.sessions.tables.snapshot(meta)?))
     }
 
+    /// From one snapshot or, at another parallelism, several (as the window aggregate).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let state = weir_core::single_state(states, "a session aggregate")?;
-        match &mut self.sessions {
-            Sessions::Rocks(rocks) => {
-                let header = rocks.restore(state)?;
-                self.watermark = Watermark(header_i64(&header, "watermark")?);
-                self.late = header_u64(&header, "late")?;
-            }
-            Sessions::Memory { by_key, timers } => {
-                let mut at = 0;
-                self.watermark = Watermark(i64::from_le_bytes(read::<8>(state, &mut at)?));
-                self.late = u64::from_le_bytes(read::<8>(state, &mut at)?);
-                while at < state.len() {
-                    let key = read_bytes(state, &mut at)?.to_vec();
-                    let sessions = decode(read_bytes(state, &mut at)?)?;
-                    for s in &sessions {
-                        timers.insert((s.end, key.clone()));
-                    }
-                    by_key.insert(key, sessions);
-                }
+        let metas = self.sessions.tables.restore_from(states)?;
+        self.late = 0;
+        for m in &metas {
+            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
+            if m.primary {
+                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
             }
         }
         Ok(())
@@ -469,14 +404,14 @@ impl Fires for SessionAggregate {
             due.extend(fired.iter().map(|s| (s.end, s.start, k, s.state.as_slice())));
             updates.push((keys[k].clone(), sessions.clone(), kept.into_iter().cloned().collect()));
         }
-        due.sort_unstable_by(|a, b| (a.0, a.1, &keys[a.2]).cmp(&(b.0, b.1, &keys[b.2])));
+        due.sort_unstable_by(|a, b| (a.0, a.1, &keys[a.2].1).cmp(&(b.0, b.1, &keys[b.2].1)));
         let m = due.len();
         let group_schema = &self.spec.spec.group_schema;
         let key_columns = match &self.keys {
             None => Vec::new(),
             Some(converter) => {
                 let parser = converter.parser();
-                converter.convert_rows(due.iter().map(|d| parser.parse(&keys[d.2])))?
+                converter.convert_rows(due.iter().map(|d| parser.parse(&keys[d.2].1)))?
             }
         };
         let timestamps = |values: Vec<i64>, p: usize| -> Result<ArrayRef> {

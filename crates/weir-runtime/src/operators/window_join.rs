@@ -4,20 +4,30 @@
 //! minimum of both inputs) passes the window's end; then the window is joined at once, as a
 //! hash join over its rows, and its rows are dropped. Rows of a window that has already been
 //! joined are late: dropped and counted.
+//!
+//! The rows wait in state tables (memory or RocksDB), one table per input, each row in Arrow's
+//! row format under the key group the exchange routed it by (its join keys), keyed by the
+//! window end and a sequence number, so that a fired window is one scan per group and a
+//! checkpoint restores at another parallelism.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::kernels::cmp::eq;
-use datafusion::arrow::compute::{concat_batches, filter_record_batch, take};
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::state::{from_ordered, ordered, StateContext};
 use super::window::{advance, millis, Fires};
+
+const TABLES: [TableDecl; 2] =
+    [TableDecl { name: "left", kind: TableKind::Value }, TableDecl { name: "right", kind: TableKind::Value }];
 
 /// Which rows without a partner are kept (padded with NULLs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,20 +62,34 @@ pub struct JoinSpec {
 pub struct WindowJoin {
     spec: JoinSpec,
     keys: RowConverter,
-    /// Buffered rows per window end, per input.
-    windows: BTreeMap<i64, [Vec<RecordBatch>; 2]>,
+    /// Whole rows of each input in Arrow's row format.
+    rows: [RowConverter; 2],
+    tables: StateTables,
+    sides: [Table; 2],
+    /// Window ends that have rows waiting.
+    open: BTreeSet<i64>,
+    /// Numbers the rows kept, so that each has a key of its own.
+    next_seq: u64,
     watermark: Watermark,
     late: u64,
 }
 
 impl WindowJoin {
-    pub fn new(spec: JoinSpec) -> Result<Self> {
+    pub fn new(spec: JoinSpec, state: &StateContext) -> Result<Self> {
         let fields =
             spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
+        let whole = |s: usize| {
+            RowConverter::new(spec.schemas[s].fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())
+        };
+        let tables = state.open(&TABLES)?;
         Ok(Self {
             keys: RowConverter::new(fields)?,
+            rows: [whole(0)?, whole(1)?],
+            sides: [tables.table("left")?, tables.table("right")?],
+            tables,
             spec,
-            windows: BTreeMap::new(),
+            open: BTreeSet::new(),
+            next_seq: 0,
             watermark: Watermark::MIN,
             late: 0,
         })
@@ -74,23 +98,33 @@ impl WindowJoin {
     fn add(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
         let ends = millis(batch.column(self.spec.ends[side]))?;
         let bound = self.watermark.0.saturating_add(1);
-        let mut distinct: Vec<i64> = ends.iter().flatten().collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let ends: ArrayRef = Arc::new(ends);
-        for end in distinct {
-            let rows = if distinct_is_whole(&ends, end) {
-                batch.clone()
-            } else {
-                filter_record_batch(&batch, &eq(&ends, &Int64Array::new_scalar(end))?)?
-            };
+        let groups = crate::exchange::key_groups_of(&batch, &self.spec.keys[side], self.tables.key_groups())?;
+        let rows = self.rows[side].convert_columns(batch.columns())?;
+        let mut keys = Vec::with_capacity(batch.num_rows());
+        for (i, end) in ends.iter().enumerate() {
+            // A row without a window end belongs to no window.
+            let Some(end) = end else { continue };
             if end <= bound {
-                self.late += rows.num_rows() as u64;
+                self.late += 1;
                 continue;
             }
-            self.windows.entry(end).or_default()[side].push(rows);
+            let mut key = ordered(end).to_vec();
+            key.extend_from_slice(&self.next_seq.to_be_bytes());
+            self.next_seq += 1;
+            self.open.insert(end);
+            keys.push((groups[i], key, i));
         }
-        Ok(())
+        let changes: Vec<Change<'_>> =
+            keys.iter().map(|(g, k, i)| (*g, k.as_slice(), Some(rows.row(*i).data()))).collect();
+        self.tables.write(self.sides[side], &changes)
+    }
+
+    /// Rows of input `side` back from their row format.
+    fn decode(&self, side: usize, values: &[Vec<u8>]) -> Result<RecordBatch> {
+        let parser = self.rows[side].parser();
+        let columns = self.rows[side].convert_rows(values.iter().map(|v| parser.parse(v)))?;
+        let options = RecordBatchOptions::new().with_row_count(Some(values.len()));
+        Ok(RecordBatch::try_new_with_options(self.spec.schemas[side].clone(), columns, &options)?)
     }
 
     /// Join one window's rows.
@@ -210,12 +244,6 @@ impl WindowJoin {
     }
 }
 
-/// Whether every row of `ends` is `end` (no need to filter).
-fn distinct_is_whole(ends: &ArrayRef, end: i64) -> bool {
-    let ends = ends.as_any().downcast_ref::<Int64Array>();
-    ends.is_some_and(|e| e.null_count() == 0 && e.values().iter().all(|v| *v == end))
-}
-
 impl Operator for WindowJoin {
     fn name(&self) -> String {
         "WindowJoin".into()
@@ -247,52 +275,32 @@ impl Operator for WindowJoin {
         self.late
     }
 
-    /// The watermark, the late count, then each input's buffered rows as an Arrow IPC
-    /// stream (the left one's length first).
-    fn snapshot(&mut self) -> Result<Option<weir_core::OperatorSnapshot>> {
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&self.watermark.0.to_le_bytes());
-        bytes.extend_from_slice(&self.late.to_le_bytes());
-        let mut streams = Vec::with_capacity(2);
-        for side in 0..2 {
-            let mut stream = Vec::new();
-            let mut writer =
-                datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut stream, &self.spec.schemas[side])?;
-            for inputs in self.windows.values() {
-                for batch in &inputs[side] {
-                    writer.write(batch)?;
-                }
-            }
-            writer.finish()?;
-            drop(writer);
-            streams.push(stream);
-        }
-        bytes.extend_from_slice(&(streams[0].len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&streams[0]);
-        bytes.extend_from_slice(&streams[1]);
-        Ok(Some(weir_core::OperatorSnapshot::bytes(bytes)))
+    /// The tables, with the open windows, the watermark, the late count and the next row
+    /// number.
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let meta = serde_json::json!({
+            "open": self.open.iter().collect::<Vec<_>>(),
+            "watermark": self.watermark.0,
+            "late": self.late,
+            "next_seq": self.next_seq,
+        });
+        Ok(Some(self.tables.snapshot(meta)?))
     }
 
+    /// From one snapshot or, at another parallelism, several (as the window aggregate); row
+    /// numbers go on above every restored one.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let state = weir_core::single_state(states, "a window join")?;
         let damaged = || WeirError::internal("window join state in a checkpoint is damaged");
-        let word = |at: usize| -> Result<[u8; 8]> {
-            state.get(at..at + 8).and_then(|b| b.try_into().ok()).ok_or_else(damaged)
-        };
-        let watermark = Watermark(i64::from_le_bytes(word(0)?));
-        self.late = u64::from_le_bytes(word(8)?);
-        let left_len = u64::from_le_bytes(word(16)?) as usize;
-        let left = state.get(24..24 + left_len).ok_or_else(damaged)?;
-        let right = state.get(24 + left_len..).ok_or_else(damaged)?;
-        // Rows go back into their windows as they came (nothing in them is late).
-        self.watermark = Watermark::MIN;
-        for (side, stream) in [left, right].into_iter().enumerate() {
-            let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(stream), None)?;
-            for batch in reader {
-                self.add(side, batch?)?;
+        let metas = self.tables.restore_from(states)?;
+        self.late = 0;
+        for m in &metas {
+            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
+            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
+            if m.primary {
+                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
             }
+            self.open.extend(m.meta["open"].as_array().ok_or_else(damaged)?.iter().filter_map(|v| v.as_i64()));
         }
-        self.watermark = watermark;
         Ok(())
     }
 }
@@ -302,11 +310,33 @@ impl Fires for WindowJoin {
         &mut self.watermark
     }
 
+    /// Join every window whose end is at or before `watermark` + 1 ms, oldest first.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        let due: Vec<i64> = self.windows.range(..=bound).map(|(end, _)| *end).collect();
-        for end in due {
-            let Some(inputs) = self.windows.remove(&end) else { continue };
+        if self.open.first().is_none_or(|first| *first > bound) {
+            return Ok(());
+        }
+        let to = ordered(bound.saturating_add(1));
+        // Per window end, each input's rows (in their row format).
+        let mut due: BTreeMap<i64, [Vec<Vec<u8>>; 2]> = BTreeMap::new();
+        for group in self.tables.owned() {
+            for side in 0..2 {
+                let entries = self.tables.scan(self.sides[side], group, &[], Some(&to))?;
+                if entries.is_empty() {
+                    continue;
+                }
+                let deletes: Vec<Change<'_>> = entries.iter().map(|(k, _)| (group, k.as_slice(), None)).collect();
+                self.tables.write(self.sides[side], &deletes)?;
+                for (k, v) in entries {
+                    let end = k.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered);
+                    let end = end.ok_or_else(|| WeirError::internal("a window join state key is damaged"))?;
+                    due.entry(end).or_default()[side].push(v);
+                }
+            }
+        }
+        self.open = self.open.split_off(&bound.saturating_add(1));
+        for rows in due.values() {
+            let inputs = [vec![self.decode(0, &rows[0])?], vec![self.decode(1, &rows[1])?]];
             if let Some(batch) = self.join(&inputs)? {
                 out.push(Message::Chunk(Chunk::inserts(batch)));
             }
