@@ -187,7 +187,9 @@ impl LocalStore {
         let manifest: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
         if manifest["fingerprint"].as_str() != Some(fingerprint) {
-            return Err("taken by a different plan or parallelism".into());
+            return Err(
+                "taken by a plan that keeps other state (another query, state backend or max-parallelism)".into()
+            );
         }
         let mut tasks: BTreeMap<String, TaskState> = BTreeMap::new();
         let files = manifest["files"].as_array().ok_or("manifest lists no files")?;

@@ -265,4 +265,98 @@ impl StreamPlan {
         );
         out
     }
+
+    /// What a checkpoint's state must fit: the stages in plan order, each node's kind, the
+    /// columns and types it passes on, the sources and sinks, and the state each stateful
+    /// operator keeps (group key types, each aggregate's state types, join inputs). Not the
+    /// `EXPLAIN` text: how an expression is displayed does not change the state, and two
+    /// plans that display alike can keep different state.
+    pub fn state_shape(&self) -> String {
+        let mut out = String::new();
+        match &self.sink {
+            SinkTarget::Table(t) => {
+                let _ = writeln!(out, "sink {} {}", t.name, t.options.get("connector").unwrap_or("?"));
+            }
+            SinkTarget::Caller => out.push_str("sink caller\n"),
+        }
+        self.root.state_shape(&mut out);
+        out
+    }
+}
+
+/// Column names and types.
+fn columns(schema: &datafusion::arrow::datatypes::Schema) -> String {
+    let cols: Vec<String> = schema.fields().iter().map(|f| format!("{}:{}", f.name(), f.data_type())).collect();
+    cols.join(",")
+}
+
+impl Node {
+    fn state_shape(&self, out: &mut String) {
+        match self {
+            Node::Source { table, projection, schema } => {
+                let connector = table.options.get("connector").unwrap_or("?");
+                let _ = writeln!(out, "source {} {connector} {projection:?} [{}]", table.name, columns(schema));
+            }
+            Node::Values { schema, .. } => {
+                let _ = writeln!(out, "values [{}]", columns(schema));
+            }
+            Node::Operator { spec, input } => {
+                let _ = writeln!(out, "{} [{}]", spec.state_shape(), columns(&self.schema()));
+                input.state_shape(out);
+            }
+            Node::Exchange { partitioning, input } => {
+                let _ = writeln!(out, "exchange {partitioning:?}");
+                input.state_shape(out);
+            }
+            Node::Join { left, right, spec } => {
+                let _ = writeln!(out, "join {} [{}]", spec.state_shape(), columns(&self.schema()));
+                left.state_shape(out);
+                right.state_shape(out);
+            }
+            Node::Union { inputs, .. } => {
+                let _ = writeln!(out, "union {}", inputs.len());
+                for input in inputs {
+                    input.state_shape(out);
+                }
+            }
+        }
+    }
+}
+
+impl OperatorSpec {
+    /// The operator's kind and, if it keeps state, the shape of that state.
+    fn state_shape(&self) -> String {
+        let aggregates = |spec: &WindowSpec| -> String {
+            let parts: Vec<String> = spec
+                .aggregates
+                .iter()
+                .map(|a| {
+                    let fields =
+                        a.state_fields().map(|f| f.iter().map(|f| f.data_type().to_string()).collect::<Vec<_>>());
+                    format!("{}({})", a.fun().name(), fields.unwrap_or_default().join(","))
+                })
+                .collect();
+            format!("keys [{}] end {} aggregates [{}]", columns(&spec.group_schema), spec.window_end, parts.join(","))
+        };
+        match self {
+            OperatorSpec::Project { .. } => "project".into(),
+            OperatorSpec::Filter { .. } => "filter".into(),
+            OperatorSpec::Select { indices, .. } => format!("select {indices:?}"),
+            OperatorSpec::Limit { skip, fetch } => format!("limit {skip} {fetch:?}"),
+            OperatorSpec::Watermark { .. } => "watermark".into(),
+            OperatorSpec::WindowAssign { kind, time_column, .. } => format!("window {kind:?} {time_column}"),
+            OperatorSpec::WindowAggregate { spec, .. } => format!("window aggregate {}", aggregates(spec)),
+            OperatorSpec::SessionAggregate { spec, .. } => {
+                format!("session aggregate gap {} {}", spec.gap, aggregates(&spec.spec))
+            }
+            OperatorSpec::WindowJoin { spec, .. } => format!(
+                "window join {:?} keys {:?} ends {:?} [{}] [{}]",
+                spec.kind,
+                spec.keys,
+                spec.ends,
+                columns(&spec.schemas[0]),
+                columns(&spec.schemas[1])
+            ),
+        }
+    }
 }

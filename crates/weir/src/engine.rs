@@ -348,7 +348,7 @@ impl Engine {
         // Checkpoints: resume from the latest one of this job unless told to start over.
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
             "{}{} key groups, state in {}",
-            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.explain(),
+            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape(),
             options.key_groups.max(),
             if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
         ));

@@ -121,3 +121,14 @@ async fn window_operators_resume_at_another_parallelism_in_rocksdb() {
     rescale("rocksdb", SESSION, 10_000).await;
     rescale("rocksdb", JOIN, 50).await;
 }
+
+/// A checkpoint restores into a plan that keeps the same state, at any parallelism; a query
+/// that keeps other state (another aggregate) is refused with what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_that_keeps_other_state_is_refused() {
+    let dir = crate::slt::tempdir();
+    stop_at_two(&dir, "stopped", "memory", TUMBLE).await;
+    let other = TUMBLE.replace("SUM(price)", "MAX(price)");
+    let err = run_to_end(&dir, "stopped", 3, "memory", &other).await.expect_err("restored into another query");
+    assert!(err.message.contains("start with --from-scratch"), "{}", err.message);
+}

@@ -240,10 +240,10 @@ impl SessionAggregate {
             Some(converter) => {
                 let rows = converter.convert_columns(&key_columns)?;
                 let mut index: HashMap<&[u8], usize> = HashMap::new();
-                for i in 0..n {
+                for (i, group) in groups.iter().enumerate() {
                     let k = rows.row(i).data();
                     let at = *index.entry(k).or_insert_with(|| {
-                        distinct.push((groups[i], k.to_vec()));
+                        distinct.push((*group, k.to_vec()));
                         rows_of.push(Vec::new());
                         distinct.len() - 1
                     });
