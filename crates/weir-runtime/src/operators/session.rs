@@ -22,7 +22,7 @@ use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, W
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{ordered, StateContext};
+use super::state::{ordered, Progress, StateContext};
 use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
 
 /// A session window aggregate as planned.
@@ -135,13 +135,15 @@ impl Sessions {
         self.tables.write(self.sessions, &session_changes)
     }
 
-    /// Keys with a session ending at or before `bound`.
-    fn due(&self, bound: i64) -> Result<Vec<Key>> {
+    /// Keys with a session ending at or before `bound` (and after `fired`, the bound of the
+    /// last fire: timers before it are deleted, and a scan from a group's start would step
+    /// over every one of those deletes until RocksDB compacts them away).
+    fn due(&self, fired: i64, bound: i64) -> Result<Vec<Key>> {
         let mut seen = std::collections::HashSet::new();
         let mut keys = Vec::new();
-        let to = ordered(bound.saturating_add(1));
+        let (from, to) = (ordered(fired.saturating_add(1)), ordered(bound.saturating_add(1)));
         for g in self.tables.owned() {
-            for (k, _) in self.tables.scan(self.timers, g, &[], Some(&to))? {
+            for (k, _) in self.tables.scan(self.timers, g, &from, Some(&to))? {
                 let key = (g, k[8..].to_vec());
                 if seen.insert(key.clone()) {
                     keys.push(key);
@@ -160,8 +162,10 @@ pub struct SessionAggregate {
     states: RowConverter,
     state_widths: Vec<usize>,
     sessions: Sessions,
-    watermark: Watermark,
-    late: u64,
+    /// The watermark and the late count (sessions are found through timers, not open ends).
+    progress: Progress,
+    /// The bound of the last fire: no timer at or before it is left.
+    fired_to: i64,
     late_rows: Vec<RecordBatch>,
 }
 
@@ -201,8 +205,8 @@ impl SessionAggregate {
             states: RowConverter::new(state_fields)?,
             state_widths,
             sessions,
-            watermark: Watermark::MIN,
-            late: 0,
+            progress: Progress::default(),
+            fired_to: i64::MIN,
             late_rows: Vec::new(),
         })
     }
@@ -304,7 +308,7 @@ impl SessionAggregate {
         let encoded = (!new_states.is_empty()).then(|| self.states.convert_columns(&new_states)).transpose()?;
         // 4. Each key's sessions written back once. A session already behind the watermark
         // holds late rows only (stored sessions behind it have fired): they are dropped.
-        let bound = self.watermark.0.saturating_add(1);
+        let bound = self.progress.watermark.0.saturating_add(1);
         let mut late_groups = vec![false; total];
         for (g, (_, _, end)) in merged.iter().enumerate() {
             late_groups[g] = *end <= bound;
@@ -312,7 +316,7 @@ impl SessionAggregate {
         if late_groups.iter().any(|l| *l) {
             let mask: datafusion::arrow::array::BooleanArray =
                 row_group.iter().map(|g| Some(late_groups[*g])).collect();
-            self.late += mask.true_count() as u64;
+            self.progress.late += mask.true_count() as u64;
             if let Some(output) = &self.spec.spec.late {
                 self.late_rows.push(output.rows(batch, &mask)?);
             }
@@ -357,7 +361,7 @@ impl Operator for SessionAggregate {
     }
 
     fn late_rows(&self) -> u64 {
-        self.late
+        self.progress.late
     }
 
     fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
@@ -366,33 +370,26 @@ impl Operator for SessionAggregate {
 
     /// The tables, with the watermark and the late count.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
-        Ok(Some(self.sessions.tables.snapshot(meta)?))
+        Ok(Some(self.sessions.tables.snapshot(self.progress.meta())?))
     }
 
-    /// From one snapshot or, at another parallelism, several (as the window aggregate).
+    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let metas = self.sessions.tables.restore_from(states)?;
-        self.late = 0;
-        for m in &metas {
-            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
-            if m.primary {
-                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-        }
+        self.progress = Progress::restore(&self.sessions.tables.restore_from(states)?, self.sessions.tables.owned())?;
         Ok(())
     }
 }
 
 impl Fires for SessionAggregate {
     fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.watermark
+        &mut self.progress.watermark
     }
 
     /// Emit every session that ends at or before `watermark` + 1 ms, by end then start.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        let keys = self.sessions.due(bound)?;
+        let keys = self.sessions.due(self.fired_to, bound)?;
+        self.fired_to = self.fired_to.max(bound);
         if keys.is_empty() {
             return Ok(());
         }

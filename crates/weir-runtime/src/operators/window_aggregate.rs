@@ -10,7 +10,6 @@
 //! (append-only, final); rows whose window has fired are late: dropped and counted, or
 //! written to the late-data table.
 
-use std::collections::{BTreeMap, BTreeSet};
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::record_batch::RecordBatchOptions;
@@ -18,14 +17,11 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark};
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{ordered, StateContext};
+use super::state::{ordered, take_due, Progress, StateContext};
 use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
-
-/// A stored entry: key and value.
-type Entry = (Vec<u8>, Vec<u8>);
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "windows", kind: TableKind::Value }];
 
@@ -37,10 +33,9 @@ pub struct WindowAggregate {
     states: RowConverter,
     /// State columns per aggregate.
     state_widths: Vec<usize>,
-    /// Window ends that have state: a watermark that passes none of them costs nothing.
-    open: BTreeSet<i64>,
-    watermark: Watermark,
-    late: u64,
+    /// The watermark, late count, and the window ends that have state (a watermark that
+    /// passes none of them costs nothing).
+    progress: Progress,
     late_rows: Vec<RecordBatch>,
     groups: Vec<usize>,
 }
@@ -67,9 +62,7 @@ impl WindowAggregate {
             keys,
             states,
             state_widths,
-            open: BTreeSet::new(),
-            watermark: Watermark::MIN,
-            late: 0,
+            progress: Progress::default(),
             late_rows: Vec::new(),
             groups: Vec::new(),
         })
@@ -140,12 +133,14 @@ impl WindowAggregate {
         let changes: Vec<weir_state::tables::Change<'_>> =
             lookups.iter().zip(&values).map(|((g, k), v)| (*g, *k, Some(*v))).collect();
         self.tables.write(self.windows, &changes)?;
-        self.open.extend(ends.values().iter().copied());
+        for (end, group) in ends.values().iter().zip(&groups) {
+            self.progress.opened(*end, *group);
+        }
         Ok(())
     }
 
     /// One window's results from its stored entries (group key rows, accumulator states).
-    fn emit(&self, entries: &[Entry]) -> Result<RecordBatch> {
+    fn emit(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<RecordBatch> {
         let m = entries.len();
         let key_parser = self.keys.parser();
         let mut columns = self.keys.convert_rows(entries.iter().map(|(k, _)| key_parser.parse(&k[8..])))?;
@@ -174,7 +169,7 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = self.spec.evaluate(&chunk, self.watermark, &mut self.late, &mut self.late_rows)?;
+        let evaluated = self.spec.evaluate(&chunk, self.progress.watermark, &mut self.progress.late, &mut self.late_rows)?;
         match evaluated {
             Some(e) => self.flush(e),
             None => Ok(()),
@@ -190,7 +185,7 @@ impl Operator for WindowAggregate {
     }
 
     fn late_rows(&self) -> u64 {
-        self.late
+        self.progress.late
     }
 
     fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
@@ -199,62 +194,29 @@ impl Operator for WindowAggregate {
 
     /// The tables, with the open windows, watermark and late count.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({
-            "open": self.open.iter().collect::<Vec<_>>(),
-            "watermark": self.watermark.0,
-            "late": self.late,
-        });
-        Ok(Some(self.tables.snapshot(meta)?))
+        Ok(Some(self.tables.snapshot(self.progress.meta())?))
     }
 
-    /// From the snapshots of one or more tasks (another parallelism): the watermark is the
-    /// same in all of them (every task of a stage sees the same watermarks before a barrier);
-    /// the open windows are their union (a window without rows here costs one empty scan);
-    /// each late count is kept by one task.
+    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let damaged = || WeirError::internal("window aggregate state in a checkpoint is damaged");
-        let metas = self.tables.restore_from(states)?;
-        self.late = 0;
-        for m in &metas {
-            let watermark = m.meta["watermark"].as_i64().ok_or_else(damaged)?;
-            self.watermark = self.watermark.max(Watermark(watermark));
-            if m.primary {
-                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-            self.open.extend(m.meta["open"].as_array().ok_or_else(damaged)?.iter().filter_map(|v| v.as_i64()));
-        }
+        self.progress = Progress::restore(&self.tables.restore_from(states)?, self.tables.owned())?;
         Ok(())
     }
 }
 
 impl Fires for WindowAggregate {
     fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.watermark
+        &mut self.progress.watermark
     }
 
     /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        if self.open.first().is_none_or(|first| *first > bound) {
+        if self.progress.open.first_key_value().is_none_or(|(first, _)| *first > bound) {
             return Ok(());
         }
-        let to = ordered(bound.saturating_add(1));
-        let mut due: BTreeMap<i64, Vec<Entry>> = BTreeMap::new();
-        for group in self.tables.owned() {
-            let entries = self.tables.scan(self.windows, group, &[], Some(&to))?;
-            if entries.is_empty() {
-                continue;
-            }
-            let deletes: Vec<weir_state::tables::Change<'_>> =
-                entries.iter().map(|(k, _)| (group, k.as_slice(), None)).collect();
-            self.tables.write(self.windows, &deletes)?;
-            for (k, v) in entries {
-                let end = k.get(..8).and_then(|b| b.try_into().ok()).map(super::state::from_ordered);
-                let end = end.ok_or_else(|| WeirError::internal("a window state key is damaged"))?;
-                due.entry(end).or_default().push((k, v));
-            }
-        }
-        self.open = self.open.split_off(&bound.saturating_add(1));
+        let due = take_due(&mut self.tables, self.windows, &self.progress.open, bound)?;
+        self.progress.fired(bound);
         for entries in due.values() {
             out.push(Message::Chunk(Chunk::inserts(self.emit(entries)?)));
         }

@@ -10,7 +10,7 @@
 //! window end and a sequence number, so that a fired window is one scan per group and a
 //! checkpoint restores at another parallelism.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
@@ -23,7 +23,7 @@ use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, W
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{from_ordered, ordered, StateContext};
+use super::state::{ordered, take_due, Progress, StateContext};
 use super::window::{advance, millis, Fires};
 
 const TABLES: [TableDecl; 2] =
@@ -66,12 +66,10 @@ pub struct WindowJoin {
     rows: [RowConverter; 2],
     tables: StateTables,
     sides: [Table; 2],
-    /// Window ends that have rows waiting.
-    open: BTreeSet<i64>,
+    /// The watermark, late count, and the window ends that have rows waiting.
+    progress: Progress,
     /// Numbers the rows kept, so that each has a key of its own.
     next_seq: u64,
-    watermark: Watermark,
-    late: u64,
 }
 
 impl WindowJoin {
@@ -88,16 +86,14 @@ impl WindowJoin {
             sides: [tables.table("left")?, tables.table("right")?],
             tables,
             spec,
-            open: BTreeSet::new(),
+            progress: Progress::default(),
             next_seq: 0,
-            watermark: Watermark::MIN,
-            late: 0,
         })
     }
 
     fn add(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
         let ends = millis(batch.column(self.spec.ends[side]))?;
-        let bound = self.watermark.0.saturating_add(1);
+        let bound = self.progress.watermark.0.saturating_add(1);
         let groups = crate::exchange::key_groups_of(&batch, &self.spec.keys[side], self.tables.key_groups())?;
         let rows = self.rows[side].convert_columns(batch.columns())?;
         let mut keys = Vec::with_capacity(batch.num_rows());
@@ -105,13 +101,13 @@ impl WindowJoin {
             // A row without a window end belongs to no window.
             let Some(end) = end else { continue };
             if end <= bound {
-                self.late += 1;
+                self.progress.late += 1;
                 continue;
             }
             let mut key = ordered(end).to_vec();
             key.extend_from_slice(&self.next_seq.to_be_bytes());
             self.next_seq += 1;
-            self.open.insert(end);
+            self.progress.opened(end, groups[i]);
             keys.push((groups[i], key, i));
         }
         let changes: Vec<Change<'_>> =
@@ -272,34 +268,25 @@ impl Operator for WindowJoin {
     }
 
     fn late_rows(&self) -> u64 {
-        self.late
+        self.progress.late
     }
 
     /// The tables, with the open windows, the watermark, the late count and the next row
     /// number.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({
-            "open": self.open.iter().collect::<Vec<_>>(),
-            "watermark": self.watermark.0,
-            "late": self.late,
-            "next_seq": self.next_seq,
-        });
+        let mut meta = self.progress.meta();
+        meta["next_seq"] = self.next_seq.into();
         Ok(Some(self.tables.snapshot(meta)?))
     }
 
-    /// From one snapshot or, at another parallelism, several (as the window aggregate); row
+    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]); row
     /// numbers go on above every restored one.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let damaged = || WeirError::internal("window join state in a checkpoint is damaged");
         let metas = self.tables.restore_from(states)?;
-        self.late = 0;
+        self.progress = Progress::restore(&metas, self.tables.owned())?;
         for m in &metas {
-            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
-            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
-            if m.primary {
-                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-            self.open.extend(m.meta["open"].as_array().ok_or_else(damaged)?.iter().filter_map(|v| v.as_i64()));
+            let next = m.meta["next_seq"].as_u64();
+            self.next_seq = self.next_seq.max(next.ok_or_else(|| WeirError::internal("window join state is damaged"))?);
         }
         Ok(())
     }
@@ -307,34 +294,23 @@ impl Operator for WindowJoin {
 
 impl Fires for WindowJoin {
     fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.watermark
+        &mut self.progress.watermark
     }
 
     /// Join every window whose end is at or before `watermark` + 1 ms, oldest first.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        if self.open.first().is_none_or(|first| *first > bound) {
+        if self.progress.open.first_key_value().is_none_or(|(first, _)| *first > bound) {
             return Ok(());
         }
-        let to = ordered(bound.saturating_add(1));
         // Per window end, each input's rows (in their row format).
         let mut due: BTreeMap<i64, [Vec<Vec<u8>>; 2]> = BTreeMap::new();
-        for group in self.tables.owned() {
-            for side in 0..2 {
-                let entries = self.tables.scan(self.sides[side], group, &[], Some(&to))?;
-                if entries.is_empty() {
-                    continue;
-                }
-                let deletes: Vec<Change<'_>> = entries.iter().map(|(k, _)| (group, k.as_slice(), None)).collect();
-                self.tables.write(self.sides[side], &deletes)?;
-                for (k, v) in entries {
-                    let end = k.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered);
-                    let end = end.ok_or_else(|| WeirError::internal("a window join state key is damaged"))?;
-                    due.entry(end).or_default()[side].push(v);
-                }
+        for side in 0..2 {
+            for (end, entries) in take_due(&mut self.tables, self.sides[side], &self.progress.open, bound)? {
+                due.entry(end).or_default()[side].extend(entries.into_iter().map(|(_, v)| v));
             }
         }
-        self.open = self.open.split_off(&bound.saturating_add(1));
+        self.progress.fired(bound);
         for rows in due.values() {
             let inputs = [vec![self.decode(0, &rows[0])?], vec![self.decode(1, &rows[1])?]];
             if let Some(batch) = self.join(&inputs)? {
