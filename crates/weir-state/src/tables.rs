@@ -8,13 +8,17 @@
 //! earlier run. Two kinds of table:
 //! - [`TableKind::Value`]: one value per key (a group aggregate's accumulators);
 //! - [`TableKind::Sorted`]: per key, entries ordered by a sort key (a join side's rows as a
-//!   multiset, a Top-N partition, MIN/MAX values under retraction), read with one prefix scan.
+//!   multiset, a Top-N partition, MIN/MAX values under retraction), read with one prefix scan;
+//! - [`TableKind::Timed`]: keys that start with a time (8 ordered bytes: a window end, a
+//!   timer), read and dropped by time range across all key groups at once (a fired window is
+//!   one scan and one range delete).
 //!
 //! Every key belongs to a key group ([`KeyGroups`]), given by the caller from the hash the
 //! exchange routed the row by. Stored keys are `table (2 bytes) | key group (2 bytes) | key`,
 //! so a key group of a table is one contiguous key range: a restore at another parallelism
 //! takes whole ranges, and a store restored whole drops the ranges it no longer owns with one
-//! range delete each.
+//! range delete each. A timed table stores `table | time | key group | rest`: time ranges
+//! are contiguous instead, and a restore at another parallelism filters it key by key.
 //!
 //! Keys and values are the operator's bytes (Arrow's row format, which sorts like the values);
 //! the layer adds no encoding of its own beyond the prefix above.
@@ -95,6 +99,9 @@ pub enum TableKind {
     Value,
     /// Per key, entries ordered by a sort key ([`StateTables::entry_key`]).
     Sorted,
+    /// Keys start with 8 bytes of ordered time; read by time range over every key group
+    /// ([`StateTables::scan_times`], [`StateTables::delete_times`]).
+    Timed,
 }
 
 /// A table an operator declares: its name (checked on restore) and kind.
@@ -165,6 +172,13 @@ fn full_key(table: Table, group: u16, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The key group of a stored key, by its table's kind.
+fn group_of_stored(decls: &[TableDecl], key: &[u8]) -> Option<u16> {
+    let table = u16::from_be_bytes([*key.first()?, *key.get(1)?]) as usize;
+    let at = if decls.get(table)?.kind == TableKind::Timed { 10 } else { 2 };
+    Some(u16::from_be_bytes([*key.get(at)?, *key.get(at + 1)?]))
+}
+
 /// The first stored key after every key of `table`'s group `group` (groups end at 0xFFFF,
 /// so the next group's prefix, or the next table's).
 fn group_end(table: Table, group: u16) -> Vec<u8> {
@@ -215,6 +229,34 @@ impl StateTables {
         k
     }
 
+    fn timed(&self, table: Table) -> bool {
+        self.decls.get(table.0 as usize).is_some_and(|d| d.kind == TableKind::Timed)
+    }
+
+    /// Where a key is stored: `table | group | key`, or for a timed table
+    /// `table | time | group | rest`.
+    fn stored_key(&self, table: Table, group: u16, key: &[u8]) -> Result<Vec<u8>> {
+        if !self.timed(table) {
+            return Ok(full_key(table, group, key));
+        }
+        let (time, rest) = key
+            .split_at_checked(8)
+            .ok_or_else(|| WeirError::internal("a key of a timed state table does not start with its time"))?;
+        let mut k = Vec::with_capacity(4 + key.len());
+        k.extend_from_slice(&table.0.to_be_bytes());
+        k.extend_from_slice(time);
+        k.extend_from_slice(&group.to_be_bytes());
+        k.extend_from_slice(rest);
+        Ok(k)
+    }
+
+    fn not_timed(&self, table: Table) -> Result<()> {
+        if self.timed(table) {
+            return Err(WeirError::internal("a timed state table is read by time (scan_times)"));
+        }
+        Ok(())
+    }
+
     fn check_group(&self, group: u16) -> Result<()> {
         if self.owned.contains(&group) {
             Ok(())
@@ -231,10 +273,10 @@ impl StateTables {
         for (g, _) in keys {
             self.check_group(*g)?;
         }
+        let full: Vec<Vec<u8>> = keys.iter().map(|(g, k)| self.stored_key(table, *g, k)).collect::<Result<_>>()?;
         match &self.inner {
-            Inner::Memory(map) => Ok(keys.iter().map(|(g, k)| map.get(&full_key(table, *g, k)).cloned()).collect()),
+            Inner::Memory(map) => Ok(full.iter().map(|k| map.get(k).cloned()).collect()),
             Inner::Rocks { store, .. } => {
-                let full: Vec<Vec<u8>> = keys.iter().map(|(g, k)| full_key(table, *g, k)).collect();
                 let refs: Vec<&[u8]> = full.iter().map(|k| k.as_slice()).collect();
                 store.table(0).multi_get(&refs)
             }
@@ -246,10 +288,11 @@ impl StateTables {
         for (g, _, _) in changes {
             self.check_group(*g)?;
         }
+        let full: Vec<(Vec<u8>, Option<&[u8]>)> =
+            changes.iter().map(|(g, k, v)| Ok((self.stored_key(table, *g, k)?, *v))).collect::<Result<_>>()?;
         match &mut self.inner {
             Inner::Memory(map) => {
-                for (g, k, v) in changes {
-                    let key = full_key(table, *g, k);
+                for (key, v) in full {
                     match v {
                         Some(v) => {
                             map.insert(key, v.to_vec());
@@ -262,8 +305,6 @@ impl StateTables {
                 Ok(())
             }
             Inner::Rocks { store, .. } => {
-                let full: Vec<(Vec<u8>, Option<&[u8]>)> =
-                    changes.iter().map(|(g, k, v)| (full_key(table, *g, k), *v)).collect();
                 let refs: Vec<(&[u8], Option<&[u8]>)> = full.iter().map(|(k, v)| (k.as_slice(), *v)).collect();
                 store.table(0).write(&refs)
             }
@@ -272,6 +313,7 @@ impl StateTables {
 
     /// Keys of `group` in `[from, to)` (`to: None`: to the group's end), in key order.
     pub fn scan(&self, table: Table, group: u16, from: &[u8], to: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.not_timed(table)?;
         self.check_group(group)?;
         let start = full_key(table, group, from);
         let end = match to {
@@ -300,6 +342,7 @@ impl StateTables {
 
     /// Delete the keys of `group` in `[from, to)` (`to: None`: to the group's end).
     pub fn delete_range(&mut self, table: Table, group: u16, from: &[u8], to: Option<&[u8]>) -> Result<()> {
+        self.not_timed(table)?;
         self.check_group(group)?;
         let start = full_key(table, group, from);
         let end = match to {
@@ -316,6 +359,48 @@ impl StateTables {
             }
             Inner::Rocks { store, .. } => store.table(0).delete_range(&start, &end),
         }
+    }
+
+    /// Every entry of timed `table` with a time in `[from, to)` (8 ordered bytes each), in
+    /// time order, over every key group: `(group, key, value)` with the key as written.
+    pub fn scan_times(&self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<Vec<(u16, Vec<u8>, Vec<u8>)>> {
+        let (start, end) = self.time_range(table, from, to)?;
+        let rows = match &self.inner {
+            Inner::Memory(map) => map.range(start..end).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Inner::Rocks { store, .. } => store.table(0).scan(&start, &end)?,
+        };
+        rows.into_iter()
+            .map(|(k, v)| {
+                let group = k.get(10..12).map(|g| u16::from_be_bytes([g[0], g[1]]));
+                let group = group.ok_or_else(|| WeirError::internal("a timed state key is damaged"))?;
+                let mut key = k[2..10].to_vec();
+                key.extend_from_slice(&k[12..]);
+                Ok((group, key, v))
+            })
+            .collect()
+    }
+
+    /// Delete every entry of timed `table` with a time in `[from, to)`: one range delete.
+    pub fn delete_times(&mut self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<()> {
+        let (start, end) = self.time_range(table, from, to)?;
+        match &mut self.inner {
+            Inner::Memory(map) => {
+                let doomed: Vec<Vec<u8>> = map.range(start..end).map(|(k, _)| k.clone()).collect();
+                for k in doomed {
+                    map.remove(&k);
+                }
+                Ok(())
+            }
+            Inner::Rocks { store, .. } => store.table(0).delete_range(&start, &end),
+        }
+    }
+
+    fn time_range(&self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<(Vec<u8>, Vec<u8>)> {
+        if !self.timed(table) {
+            return Err(WeirError::internal("scan_times reads timed state tables only"));
+        }
+        let at = |time: &[u8; 8]| [table.0.to_be_bytes().as_slice(), time].concat();
+        Ok((at(from), at(to)))
     }
 
     /// The tables at a barrier, with the operator's `meta`. In memory: every entry. In
@@ -439,8 +524,7 @@ impl StateTables {
                     while at < payload.len() {
                         let key = read_bytes(payload, &mut at)?;
                         let value = read_bytes(payload, &mut at)?;
-                        let group =
-                            key.get(2..4).map(|g| u16::from_be_bytes([g[0], g[1]])).ok_or_else(|| damaged("key"))?;
+                        let group = group_of_stored(decls, key).ok_or_else(|| damaged("key"))?;
                         if owned.contains(&group) {
                             map.insert(key.to_vec(), value.to_vec());
                         }
@@ -464,17 +548,39 @@ impl StateTables {
                 if let Some((_, first)) = stores.next() {
                     *store = first;
                     let _ = std::fs::remove_dir_all(local.join("empty"));
-                    // Restored whole: drop the groups this task does not own.
+                    // Restored whole: drop the groups this task does not own (a range each; in a
+                    // timed table, key by key).
                     for t in 0..tables_count {
                         let t = Table(t);
                         let table = store.table(0);
+                        if decls[t.0 as usize].kind == TableKind::Timed {
+                            let rows = table.scan(&prefix(t, 0), &prefix(Table(t.0 + 1), 0))?;
+                            let doomed: Vec<(&[u8], Option<&[u8]>)> = rows
+                                .iter()
+                                .filter(|(k, _)| group_of_stored(decls, k).is_none_or(|g| !owned.contains(&g)))
+                                .map(|(k, _)| (k.as_slice(), None))
+                                .collect();
+                            table.write(&doomed)?;
+                            continue;
+                        }
                         table.delete_range(&prefix(t, 0), &prefix(t, owned.start))?;
                         table.delete_range(&prefix(t, owned.end), &prefix(Table(t.0 + 1), 0))?;
                     }
                 }
-                // The others: their groups in `owned` copied in, a batch per group.
+                // The others: their groups in `owned` copied in, a batch per group (a timed
+                // table whole, filtered).
                 for (dir, other) in stores {
                     for t in 0..tables_count {
+                        if decls[t as usize].kind == TableKind::Timed {
+                            let rows = other.table(0).scan(&prefix(Table(t), 0), &prefix(Table(t + 1), 0))?;
+                            let mine: Vec<(&[u8], Option<&[u8]>)> = rows
+                                .iter()
+                                .filter(|(k, _)| group_of_stored(decls, k).is_some_and(|g| owned.contains(&g)))
+                                .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
+                                .collect();
+                            store.table(0).write(&mine)?;
+                            continue;
+                        }
                         for g in owned.clone() {
                             let rows = other.table(0).scan(&prefix(Table(t), g), &group_end(Table(t), g))?;
                             if rows.is_empty() {

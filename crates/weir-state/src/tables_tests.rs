@@ -3,8 +3,16 @@
 
 use super::*;
 
-const DECLS: [TableDecl; 2] =
-    [TableDecl { name: "acc", kind: TableKind::Value }, TableDecl { name: "rows", kind: TableKind::Sorted }];
+const DECLS: [TableDecl; 3] = [
+    TableDecl { name: "acc", kind: TableKind::Value },
+    TableDecl { name: "rows", kind: TableKind::Sorted },
+    TableDecl { name: "timers", kind: TableKind::Timed },
+];
+
+/// A timed key: 8 bytes of time, then the rest.
+fn timed(time: u64, rest: &[u8]) -> Vec<u8> {
+    [time.to_be_bytes().as_slice(), rest].concat()
+}
 
 fn scratch(name: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -115,6 +123,22 @@ fn put_get_scan_and_delete_behave_the_same_in_both_backends() {
             vec![Some(b"two".to_vec())],
             "{name}: other groups kept"
         );
+
+        // Timed: read and dropped by time over every group, in time order.
+        let timers = t.table("timers").expect("timers");
+        let tk: Vec<(u16, Vec<u8>)> =
+            vec![(7, timed(30, b"c")), (1, timed(10, b"a")), (4, timed(20, b"b")), (2, timed(10, b"z"))];
+        let changes: Vec<Change<'_>> = tk.iter().map(|(g, k)| (*g, k.as_slice(), Some(&b"v"[..]))).collect();
+        t.write(timers, &changes).expect("write timed");
+        let got = t.scan_times(timers, &10u64.to_be_bytes(), &30u64.to_be_bytes()).expect("scan times");
+        let got: Vec<(u16, Vec<u8>)> = got.into_iter().map(|(g, k, _)| (g, k)).collect();
+        assert_eq!(got, vec![(1, timed(10, b"a")), (2, timed(10, b"z")), (4, timed(20, b"b"))], "{name}");
+        let c = timed(30, b"c");
+        assert_eq!(t.get_many(timers, &[(7, &c)]).expect("get"), vec![Some(b"v".to_vec())], "{name}");
+        t.delete_times(timers, &0u64.to_be_bytes(), &30u64.to_be_bytes()).expect("delete times");
+        let left = t.scan_times(timers, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes()).expect("scan");
+        assert_eq!(left.len(), 1, "{name}: only time 30 is left");
+        assert!(t.scan(timers, 7, &[], None).is_err(), "{name}: a timed table is read by time");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -160,11 +184,20 @@ fn snapshots_restore_at_the_same_and_at_another_parallelism() {
             let changes: Vec<Change<'_>> =
                 mine.iter().zip(&es).map(|(i, e)| (group_of(groups, *i), e.as_slice(), Some(&b"entry"[..]))).collect();
             t.write(rows, &changes).expect("write rows");
+            let timer_keys: Vec<Vec<u8>> = mine.iter().map(|i| timed(u64::from(*i % 7), &key(*i))).collect();
+            let changes: Vec<Change<'_>> = mine
+                .iter()
+                .zip(&timer_keys)
+                .map(|(i, k)| (group_of(groups, *i), k.as_slice(), Some(&b"t"[..])))
+                .collect();
+            let timers = t.table("timers").expect("timers");
+            t.write(timers, &changes).expect("write timers");
             snapshots.push(snapshot(&mut t));
         }
         for p in [2, 3, 1] {
             let mut seen = 0;
             let mut primaries = 0;
+            let mut timers_seen = 0;
             for task in 0..p {
                 let owned = groups.range_of(task, p);
                 let parts: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
@@ -180,6 +213,13 @@ fn snapshots_restore_at_the_same_and_at_another_parallelism() {
                 }
                 let acc = t.table("acc").expect("acc");
                 let rows = t.table("rows").expect("rows");
+                let timers = t.table("timers").expect("timers");
+                for (g, k, _) in t.scan_times(timers, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes()).expect("timers") {
+                    let i: u32 = String::from_utf8_lossy(&k[12..]).parse().expect("key number");
+                    assert!(owned.contains(&g) && group_of(groups, i) == g, "{name}: p={p}: timer of key {i} in {g}");
+                    assert_eq!(k, timed(u64::from(i % 7), &key(i)), "{name}");
+                    timers_seen += 1;
+                }
                 for g in owned.clone() {
                     let got = t.scan(acc, g, &[], None).expect("scan");
                     let want: Vec<(Vec<u8>, Vec<u8>)> = keys
@@ -196,11 +236,13 @@ fn snapshots_restore_at_the_same_and_at_another_parallelism() {
                 }
             }
             assert_eq!(seen, keys.len(), "{name}: p={p}: every key once");
+            assert_eq!(timers_seen, keys.len(), "{name}: p={p}: every timer once");
             assert_eq!(primaries, 2, "{name}: p={p}: each old task's meta is primary once");
         }
         // Another declaration or key-group count is refused, naming the problem.
         let parts: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
-        let other = [TableDecl { name: "acc", kind: TableKind::Value }];
+        let other =
+            [TableDecl { name: "acc", kind: TableKind::Value }, TableDecl { name: "rows", kind: TableKind::Sorted }];
         let err = StateTables::restore(&other, groups, 0..128, &backend("other"), &parts).err().expect("other tables");
         assert!(err.message.contains("--from-scratch"), "{name}: {}", err.message);
         let err = StateTables::restore(&DECLS, KeyGroups::new(64).expect("groups"), 0..64, &backend("g64"), &parts)

@@ -99,7 +99,7 @@ type Key = (u16, Vec<u8>);
 /// `sessions`: key -> its encoded sessions. `timers`: ordered(end) ++ key -> nothing, to find
 /// due sessions.
 const TABLES: [TableDecl; 2] =
-    [TableDecl { name: "sessions", kind: TableKind::Value }, TableDecl { name: "timers", kind: TableKind::Value }];
+    [TableDecl { name: "sessions", kind: TableKind::Value }, TableDecl { name: "timers", kind: TableKind::Timed }];
 
 /// Sessions by key, and timers (session end, key) to find due sessions.
 struct Sessions {
@@ -142,12 +142,10 @@ impl Sessions {
         let mut seen = std::collections::HashSet::new();
         let mut keys = Vec::new();
         let (from, to) = (ordered(fired.saturating_add(1)), ordered(bound.saturating_add(1)));
-        for g in self.tables.owned() {
-            for (k, _) in self.tables.scan(self.timers, g, &from, Some(&to))? {
-                let key = (g, k[8..].to_vec());
-                if seen.insert(key.clone()) {
-                    keys.push(key);
-                }
+        for (g, k, _) in self.tables.scan_times(self.timers, &from, &to)? {
+            let key = (g, k[8..].to_vec());
+            if seen.insert(key.clone()) {
+                keys.push(key);
             }
         }
         Ok(keys)
@@ -375,7 +373,7 @@ impl Operator for SessionAggregate {
 
     /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.progress = Progress::restore(&self.sessions.tables.restore_from(states)?, self.sessions.tables.owned())?;
+        self.progress = Progress::restore(&self.sessions.tables.restore_from(states)?)?;
         Ok(())
     }
 }

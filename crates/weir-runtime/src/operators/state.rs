@@ -38,44 +38,34 @@ pub(crate) fn from_ordered(bytes: [u8; 8]) -> i64 {
     (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
 }
 
-/// Take every entry of `table` whose key starts with a window end at or before `bound`:
-/// deleted from the table, returned by window end. Only the key groups `open` lists for those
-/// windows are read, each from the oldest open window on (a scan from a group's start would
-/// step over the deletes of every window fired before, until RocksDB compacts them away).
+/// Take every entry of timed `table` whose window end is at or before `bound`, over every
+/// key group: returned by window end, and deleted with one range delete. Read from the oldest
+/// open window on, so that what earlier fires deleted is not stepped over.
 pub(crate) fn take_due(
     tables: &mut StateTables,
     table: weir_state::Table,
-    open: &std::collections::BTreeMap<i64, std::collections::BTreeSet<u16>>,
+    open: &std::collections::BTreeSet<i64>,
     bound: i64,
 ) -> Result<std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>>> {
     let mut due: std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>> = Default::default();
-    let Some((&first, _)) = open.first_key_value() else { return Ok(due) };
-    let groups: std::collections::BTreeSet<u16> = open.range(..=bound).flat_map(|(_, g)| g.iter().copied()).collect();
+    let Some(&first) = open.first() else { return Ok(due) };
     let (from, to) = (ordered(first), ordered(bound.saturating_add(1)));
-    for group in groups {
-        let entries = tables.scan(table, group, &from, Some(&to))?;
-        if entries.is_empty() {
-            continue;
-        }
-        let deletes: Vec<weir_state::tables::Change<'_>> =
-            entries.iter().map(|(k, _)| (group, k.as_slice(), None)).collect();
-        tables.write(table, &deletes)?;
-        for (k, v) in entries {
-            let end = k.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered);
-            let end = end.ok_or_else(|| weir_core::WeirError::internal("a window state key is damaged"))?;
-            due.entry(end).or_default().push((k, v));
-        }
+    for (_, k, v) in tables.scan_times(table, &from, &to)? {
+        let end = k.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered);
+        let end = end.ok_or_else(|| weir_core::WeirError::internal("a window state key is damaged"))?;
+        due.entry(end).or_default().push((k, v));
     }
+    tables.delete_times(table, &from, &to)?;
     Ok(due)
 }
 
 /// What a window operator keeps beside its tables: the watermark, the late rows counted, the
-/// window ends that have state and the key groups that have it.
+/// window ends that have state.
 #[derive(Debug)]
 pub(crate) struct Progress {
     pub watermark: weir_core::Watermark,
     pub late: u64,
-    pub open: std::collections::BTreeMap<i64, std::collections::BTreeSet<u16>>,
+    pub open: std::collections::BTreeSet<i64>,
 }
 
 impl Default for Progress {
@@ -85,9 +75,9 @@ impl Default for Progress {
 }
 
 impl Progress {
-    /// Window `end` has state in key group `group`.
-    pub fn opened(&mut self, end: i64, group: u16) {
-        self.open.entry(end).or_default().insert(group);
+    /// Window `end` has state.
+    pub fn opened(&mut self, end: i64) {
+        self.open.insert(end);
     }
 
     /// The windows up to `bound` have fired.
@@ -97,7 +87,7 @@ impl Progress {
 
     pub fn meta(&self) -> serde_json::Value {
         serde_json::json!({
-            "open": self.open.keys().collect::<Vec<_>>(),
+            "open": self.open.iter().collect::<Vec<_>>(),
             "watermark": self.watermark.0,
             "late": self.late,
         })
@@ -105,10 +95,9 @@ impl Progress {
 
     /// From the snapshots of one or more tasks (another parallelism): the watermark is the
     /// same in all of them (every task of a stage sees the same watermarks before a
-    /// barrier); the open windows are their union, in every key group this task `owns` (a
-    /// group without rows in a window costs one empty scan); each late count is kept by one
-    /// task.
-    pub fn restore(metas: &[weir_state::RestoredMeta], owned: std::ops::Range<u16>) -> Result<Self> {
+    /// barrier); the open windows are their union (a window without rows here costs
+    /// nothing); each late count is kept by one task.
+    pub fn restore(metas: &[weir_state::RestoredMeta]) -> Result<Self> {
         let damaged = || weir_core::WeirError::internal("window operator state in a checkpoint is damaged");
         let mut p = Progress::default();
         for m in metas {
@@ -116,9 +105,7 @@ impl Progress {
             if m.primary {
                 p.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
             }
-            for end in m.meta["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()) {
-                p.open.entry(end).or_default().extend(owned.clone());
-            }
+            p.open.extend(m.meta["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()));
         }
         Ok(p)
     }

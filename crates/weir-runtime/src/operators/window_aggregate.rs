@@ -10,7 +10,6 @@
 //! (append-only, final); rows whose window has fired are late: dropped and counted, or
 //! written to the late-data table.
 
-
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -23,7 +22,7 @@ use weir_state::{StateTables, Table, TableDecl, TableKind};
 use super::state::{ordered, take_due, Progress, StateContext};
 use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
 
-const TABLES: [TableDecl; 1] = [TableDecl { name: "windows", kind: TableKind::Value }];
+const TABLES: [TableDecl; 1] = [TableDecl { name: "windows", kind: TableKind::Timed }];
 
 pub struct WindowAggregate {
     spec: WindowSpec,
@@ -133,8 +132,8 @@ impl WindowAggregate {
         let changes: Vec<weir_state::tables::Change<'_>> =
             lookups.iter().zip(&values).map(|((g, k), v)| (*g, *k, Some(*v))).collect();
         self.tables.write(self.windows, &changes)?;
-        for (end, group) in ends.values().iter().zip(&groups) {
-            self.progress.opened(*end, *group);
+        for end in ends.values().iter() {
+            self.progress.opened(*end);
         }
         Ok(())
     }
@@ -169,7 +168,8 @@ impl Operator for WindowAggregate {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
-        let evaluated = self.spec.evaluate(&chunk, self.progress.watermark, &mut self.progress.late, &mut self.late_rows)?;
+        let evaluated =
+            self.spec.evaluate(&chunk, self.progress.watermark, &mut self.progress.late, &mut self.late_rows)?;
         match evaluated {
             Some(e) => self.flush(e),
             None => Ok(()),
@@ -199,7 +199,7 @@ impl Operator for WindowAggregate {
 
     /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.progress = Progress::restore(&self.tables.restore_from(states)?, self.tables.owned())?;
+        self.progress = Progress::restore(&self.tables.restore_from(states)?)?;
         Ok(())
     }
 }
@@ -212,7 +212,7 @@ impl Fires for WindowAggregate {
     /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        if self.progress.open.first_key_value().is_none_or(|(first, _)| *first > bound) {
+        if self.progress.open.first().is_none_or(|first| *first > bound) {
             return Ok(());
         }
         let due = take_due(&mut self.tables, self.windows, &self.progress.open, bound)?;

@@ -27,7 +27,7 @@ use super::state::{ordered, take_due, Progress, StateContext};
 use super::window::{advance, millis, Fires};
 
 const TABLES: [TableDecl; 2] =
-    [TableDecl { name: "left", kind: TableKind::Value }, TableDecl { name: "right", kind: TableKind::Value }];
+    [TableDecl { name: "left", kind: TableKind::Timed }, TableDecl { name: "right", kind: TableKind::Timed }];
 
 /// Which rows without a partner are kept (padded with NULLs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +107,7 @@ impl WindowJoin {
             let mut key = ordered(end).to_vec();
             key.extend_from_slice(&self.next_seq.to_be_bytes());
             self.next_seq += 1;
-            self.progress.opened(end, groups[i]);
+            self.progress.opened(end);
             keys.push((groups[i], key, i));
         }
         let changes: Vec<Change<'_>> =
@@ -283,7 +283,7 @@ impl Operator for WindowJoin {
     /// numbers go on above every restored one.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
         let metas = self.tables.restore_from(states)?;
-        self.progress = Progress::restore(&metas, self.tables.owned())?;
+        self.progress = Progress::restore(&metas)?;
         for m in &metas {
             let next = m.meta["next_seq"].as_u64();
             self.next_seq = self.next_seq.max(next.ok_or_else(|| WeirError::internal("window join state is damaged"))?);
@@ -300,7 +300,7 @@ impl Fires for WindowJoin {
     /// Join every window whose end is at or before `watermark` + 1 ms, oldest first.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let bound = watermark.0.saturating_add(1);
-        if self.progress.open.first_key_value().is_none_or(|(first, _)| *first > bound) {
+        if self.progress.open.first().is_none_or(|first| *first > bound) {
             return Ok(());
         }
         // Per window end, each input's rows (in their row format).
