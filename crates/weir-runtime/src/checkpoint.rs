@@ -105,8 +105,10 @@ pub trait CheckpointStore: Send + Sync {
     /// The newest complete checkpoint whose files are intact (older ones are tried when the
     /// newest is damaged, with a warning).
     fn latest(&self, fingerprint: &str) -> Result<Option<Restored>>;
-    /// Keep the newest `retained` checkpoints, delete the rest.
-    fn prune(&self, retained: usize) -> Result<()>;
+    /// Keep the newest `retained` checkpoints, delete the rest, and the shared files none of
+    /// them nor `keep` refers to (`keep`: the final states of tasks that have ended, which may
+    /// be in no manifest yet).
+    fn prune(&self, retained: usize, keep: &[String]) -> Result<()>;
     /// Delete every checkpoint (`--from-scratch`).
     fn clear(&self) -> Result<()>;
     /// Take the checkpoints over: from now on only this store completes checkpoints there,
@@ -360,9 +362,9 @@ impl CheckpointStore for LocalStore {
         )))
     }
 
-    fn prune(&self, retained: usize) -> Result<()> {
+    fn prune(&self, retained: usize, keep: &[String]) -> Result<()> {
         self.prune_checkpoints(retained)?;
-        self.prune_shared()
+        self.prune_shared(keep)
     }
 
     fn clear(&self) -> Result<()> {
@@ -379,13 +381,15 @@ impl CheckpointStore for LocalStore {
 }
 
 impl LocalStore {
-    /// Delete shared files no retained checkpoint refers to. Only files older than the newest
-    /// manifest go: newer ones may belong to a checkpoint being taken (one runs at a time,
-    /// and the next is triggered after the last manifest was written).
-    fn prune_shared(&self) -> Result<()> {
+    /// Delete shared files no retained checkpoint refers to, nor `also`. Only files older than
+    /// the newest manifest go: newer ones may belong to a checkpoint being taken (one runs at
+    /// a time, and the next is triggered after the last manifest was written). A task that
+    /// ends takes its final snapshot outside that order, while a checkpoint may be in flight:
+    /// its files come in `also` until a manifest lists them.
+    fn prune_shared(&self, also: &[String]) -> Result<()> {
         let shared_dir = self.dir.join("shared");
         let Ok(entries) = std::fs::read_dir(&shared_dir) else { return Ok(()) };
-        let mut keep = std::collections::BTreeSet::new();
+        let mut keep: std::collections::BTreeSet<String> = also.iter().cloned().collect();
         let mut newest: Option<std::time::SystemTime> = None;
         for epoch in self.epochs()? {
             let manifest = self.chk(epoch).join("manifest.json");
@@ -531,12 +535,13 @@ pub async fn coordinate(
                     for (task, state) in &finished {
                         states.entry(task.clone()).or_insert_with(|| state.clone());
                     }
-                    complete(n, states, began, &config, &store, &stats, &committed).await?;
+                    let keep: Vec<String> = finished.values().flat_map(|s| s.shared_files()).cloned().collect();
+                    complete(n, states, began, &config, &store, &stats, &committed, keep).await?;
                 }
                 // Every task has ended: a final checkpoint of their final states, so that a
                 // restart resumes at the end and sinks commit what they pre-committed there.
                 if started.is_empty() && tasks.iter().all(|t| finished.contains_key(t)) {
-                    if !complete(epoch, finished.clone(), None, &config, &store, &stats, &committed).await? {
+                    if !complete(epoch, finished.clone(), None, &config, &store, &stats, &committed, Vec::new()).await? {
                         return Err(WeirError::external(format!(
                             "the job's final checkpoint {epoch} could not be written: its last output is not committed \
                              (running the job again resumes from the checkpoint before)"
@@ -559,6 +564,7 @@ pub async fn coordinate(
 /// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,
 /// and tell the sinks it is complete. A checkpoint that fails is given up (the next one
 /// covers its rows; `false`), unless this instance has been fenced: that ends the job.
+#[allow(clippy::too_many_arguments)]
 async fn complete(
     n: u64,
     states: BTreeMap<String, TaskState>,
@@ -567,13 +573,14 @@ async fn complete(
     store: &std::sync::Arc<dyn CheckpointStore>,
     stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
     committed: &watch::Sender<u64>,
+    keep: Vec<String>,
 ) -> Result<bool> {
     let store = store.clone();
     let fingerprint = config.fingerprint.clone();
     let retained = config.retained;
     let written = tokio::task::spawn_blocking(move || {
         let s = store.write(n, &fingerprint, &states)?;
-        store.prune(retained)?;
+        store.prune(retained, &keep)?;
         Ok::<_, WeirError>(s)
     })
     .await;
@@ -648,10 +655,36 @@ mod tests {
 
         // Retention keeps the newest complete ones; clear removes everything.
         store.write(4, "plan", &state(b"four")).expect("write 4");
-        store.prune(1).expect("prune");
+        store.prune(1, &[]).expect("prune");
         assert!(!dir.join("chk-0000000001").exists() && dir.join("chk-0000000004").exists());
         store.clear().expect("clear");
         assert!(store.latest("plan").expect("cleared").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A task that ended uploads its final state's files while a checkpoint is in flight;
+    /// that checkpoint's pruning must keep them though no manifest lists them yet (the final
+    /// checkpoint will). They were deleted, and the final checkpoint could not be restored.
+    #[test]
+    fn pruning_keeps_the_files_of_tasks_that_have_ended() {
+        let dir = scratch();
+        let store = LocalStore::new(&dir);
+        let shared = dir.join("shared");
+        std::fs::create_dir_all(&shared).expect("shared dir");
+        let with_file = |file: &str| {
+            let op = OperatorState { state: b"s".to_vec(), shared_files: vec![file.to_string()], ..Default::default() };
+            let task = TaskState { operators: BTreeMap::from([(0, op)]), ..Default::default() };
+            BTreeMap::from([("stage1-task0".to_string(), task)])
+        };
+        std::fs::write(shared.join("a.sst"), b"a").expect("a");
+        store.write(1, "plan", &with_file("a.sst")).expect("write 1");
+        // The ended task's final file, copied while checkpoint 2 is being written.
+        std::fs::write(shared.join("final.sst"), b"f").expect("final");
+        store.write(2, "plan", &with_file("a.sst")).expect("write 2");
+        store.prune(3, &["final.sst".to_string()]).expect("prune");
+        assert!(shared.join("final.sst").exists(), "an ended task's file was pruned");
+        store.prune(3, &[]).expect("prune");
+        assert!(!shared.join("final.sst").exists() && shared.join("a.sst").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
