@@ -681,6 +681,12 @@ mod tests {
         // The ended task's final file, copied while checkpoint 2 is being written.
         std::fs::write(shared.join("final.sst"), b"f").expect("final");
         store.write(2, "plan", &with_file("a.sst")).expect("write 2");
+        // Older than the newest manifest, whatever the clock's resolution.
+        let older = std::time::SystemTime::now() - Duration::from_secs(60);
+        for f in ["a.sst", "final.sst"] {
+            let file = std::fs::File::options().write(true).open(shared.join(f)).expect("open");
+            file.set_modified(older).expect("set mtime");
+        }
         store.prune(3, &["final.sst".to_string()]).expect("prune");
         assert!(shared.join("final.sst").exists(), "an ended task's file was pruned");
         store.prune(3, &[]).expect("prune");
