@@ -152,6 +152,9 @@ pub struct RestoredMeta {
     pub primary: bool,
 }
 
+/// An entry of a timed table: its key group, key and value.
+pub type TimedEntry = (u16, Vec<u8>, Vec<u8>);
+
 /// A change to one key: a put or (`None`) a delete.
 pub type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>);
 
@@ -363,7 +366,7 @@ impl StateTables {
 
     /// Every entry of timed `table` with a time in `[from, to)` (8 ordered bytes each), in
     /// time order, over every key group: `(group, key, value)` with the key as written.
-    pub fn scan_times(&self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<Vec<(u16, Vec<u8>, Vec<u8>)>> {
+    pub fn scan_times(&self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<Vec<TimedEntry>> {
         let (start, end) = self.time_range(table, from, to)?;
         let rows = match &self.inner {
             Inner::Memory(map) => map.range(start..end).map(|(k, v)| (k.clone(), v.clone())).collect(),

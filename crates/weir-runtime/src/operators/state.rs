@@ -38,6 +38,9 @@ pub(crate) fn from_ordered(bytes: [u8; 8]) -> i64 {
     (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
 }
 
+/// Fired entries (key, value) by window end.
+pub(crate) type Due = std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>>;
+
 /// Take every entry of timed `table` whose window end is at or before `bound`, over every
 /// key group: returned by window end, and deleted with one range delete. Read from the oldest
 /// open window on, so that what earlier fires deleted is not stepped over.
@@ -46,8 +49,8 @@ pub(crate) fn take_due(
     table: weir_state::Table,
     open: &std::collections::BTreeSet<i64>,
     bound: i64,
-) -> Result<std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>>> {
-    let mut due: std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>> = Default::default();
+) -> Result<Due> {
+    let mut due = Due::default();
     let Some(&first) = open.first() else { return Ok(due) };
     let (from, to) = (ordered(first), ordered(bound.saturating_add(1)));
     for (_, k, v) in tables.scan_times(table, &from, &to)? {
