@@ -352,16 +352,7 @@ impl StateTables {
             Some(to) => full_key(table, group, to),
             None => group_end(table, group),
         };
-        match &mut self.inner {
-            Inner::Memory(map) => {
-                let doomed: Vec<Vec<u8>> = map.range(start..end).map(|(k, _)| k.clone()).collect();
-                for k in doomed {
-                    map.remove(&k);
-                }
-                Ok(())
-            }
-            Inner::Rocks { store, .. } => store.table(0).delete_range(&start, &end),
-        }
+        self.delete_stored(start, end)
     }
 
     /// Every entry of timed `table` with a time in `[from, to)` (8 ordered bytes each), in
@@ -386,6 +377,11 @@ impl StateTables {
     /// Delete every entry of timed `table` with a time in `[from, to)`: one range delete.
     pub fn delete_times(&mut self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<()> {
         let (start, end) = self.time_range(table, from, to)?;
+        self.delete_stored(start, end)
+    }
+
+    /// Delete the stored keys in `[start, end)`.
+    fn delete_stored(&mut self, start: Vec<u8>, end: Vec<u8>) -> Result<()> {
         match &mut self.inner {
             Inner::Memory(map) => {
                 let doomed: Vec<Vec<u8>> = map.range(start..end).map(|(k, _)| k.clone()).collect();
