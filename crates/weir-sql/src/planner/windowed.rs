@@ -1,0 +1,348 @@
+//! Planning windowed queries: window table functions, window aggregates (and session
+//! windows), window joins, and the late-data tables of their sources.
+
+use super::*;
+
+/// The window table function a scan reads, if it reads one.
+pub(super) fn scanned_window(plan: &LogicalPlan) -> Option<Arc<dyn TableProvider>> {
+    let LogicalPlan::TableScan(scan) = plan else { return None };
+    let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
+    (provider.as_ref() as &dyn std::any::Any).is::<WindowTable>().then_some(provider)
+}
+
+/// Which output columns of `plan` are a window's `window_start` and `window_end`: those of a
+/// window table function, followed through projections (renamed or not), filters, window
+/// aggregates and window joins. `None` if the rows do not carry a window.
+pub(super) fn window_columns(plan: &LogicalPlan) -> Option<(usize, usize)> {
+    pub(super) fn column_index(e: &Expr, schema: &DFSchema) -> Option<usize> {
+        match e {
+            Expr::Column(c) => schema.index_of_column(c).ok(),
+            Expr::Alias(a) => column_index(&a.expr, schema),
+            _ => None,
+        }
+    }
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            scanned_window(plan)?;
+            let schema = scan.projected_schema.as_arrow();
+            Some((schema.index_of("window_start").ok()?, schema.index_of("window_end").ok()?))
+        }
+        LogicalPlan::Projection(p) => {
+            let (start, end) = window_columns(&p.input)?;
+            let find = |target| p.expr.iter().position(|e| column_index(e, p.input.schema()) == Some(target));
+            Some((find(start)?, find(end)?))
+        }
+        LogicalPlan::Aggregate(a) => {
+            let (start, end) = window_columns(&a.input)?;
+            let find = |target| a.group_expr.iter().position(|e| column_index(e, a.input.schema()) == Some(target));
+            Some((find(start)?, find(end)?))
+        }
+        LogicalPlan::Filter(f) => window_columns(&f.input),
+        LogicalPlan::SubqueryAlias(a) => window_columns(&a.input),
+        LogicalPlan::Join(j) => window_columns(&j.left),
+        _ => None,
+    }
+}
+
+/// The window table function `plan` reads directly (through projections and filters): its
+/// table, kind and partition keys.
+pub(super) fn direct_window(plan: &LogicalPlan) -> Option<(String, WindowKind, Vec<String>)> {
+    match plan {
+        LogicalPlan::Projection(p) => direct_window(&p.input),
+        LogicalPlan::Filter(f) => direct_window(&f.input),
+        LogicalPlan::SubqueryAlias(a) => direct_window(&a.input),
+        LogicalPlan::TableScan(_) => {
+            let provider = scanned_window(plan)?;
+            let window = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<WindowTable>()?;
+            Some((window.table.clone(), window.kind, window.partition_keys.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// The gap and partition keys of the `SESSION` window table function `plan` reads directly.
+pub(super) fn session_window(plan: &LogicalPlan) -> Option<(i64, Vec<String>)> {
+    match direct_window(plan)? {
+        (_, WindowKind::Session { gap }, keys) => Some((gap, keys)),
+        _ => None,
+    }
+}
+
+impl Planner {
+    /// A window table function: the table's source and watermark, then window assignment.
+    pub(super) fn window_node(&self, window: &WindowTable, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
+        if matches!(window.kind, WindowKind::Session { .. })
+            && !self.session_input.swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(WeirError::not_supported(
+                "SESSION windows outside a window aggregate (GROUP BY window_start, window_end, partition keys)",
+            ));
+        }
+        let table = self
+            .catalog
+            .tables
+            .get(&window.table)
+            .ok_or_else(|| WeirError::user(format!("table '{}' not found", window.table)))?;
+        if table.watermark.as_ref().map(|w| &w.column) != Some(&window.time_column) {
+            return Err(WeirError::user(format!(
+                "the DESCRIPTOR column '{}' of a window must be the event time column of table '{}' \
+                 (declared with WATERMARK FOR {} AS …)",
+                window.time_column, window.table, window.time_column
+            )));
+        }
+        let base = table.schema.fields().len();
+        let wanted_all = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
+        // Base columns the query reads, and the time column the windows are computed from.
+        let mut wanted: Vec<usize> = wanted_all.iter().copied().filter(|i| *i < base).collect();
+        // Late rows are written whole: every column travels (after those the query reads,
+        // which keeps the query's column indices).
+        let whole_rows = self.whole_rows.swap(false, std::sync::atomic::Ordering::Relaxed)
+            && table.options.get(LATE_DATA_TABLE).is_some();
+        let extra: Vec<usize> = if whole_rows { (0..base).filter(|i| !wanted.contains(i)).collect() } else { vec![] };
+        wanted.extend(&extra);
+        let time = table.schema.index_of(&window.time_column)?;
+        if !wanted.contains(&time) {
+            wanted.push(time);
+        }
+        let (node, read) = self.watermarked_source(table, &wanted)?;
+        let read_schema = node.schema();
+        let mut fields: Vec<_> = read_schema.fields().iter().cloned().collect();
+        fields.extend(WINDOW_COLUMNS.iter().map(|name| {
+            Arc::new(
+                window
+                    .schema
+                    .field_with_name(name)
+                    .cloned()
+                    .unwrap_or_else(|_| Field::new(*name, DataType::Null, true)),
+            )
+        }));
+        let assigned = Arc::new(Schema::new(fields));
+        let time_column =
+            read.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
+        let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
+        // Back to exactly the columns the scan asked for, in its order (then the extra ones).
+        let position =
+            |i: &usize| if *i < base { read.iter().position(|r| r == i).unwrap_or(0) } else { read.len() + (i - base) };
+        let indices = wanted_all.iter().chain(&extra).map(position).collect();
+        let schema = Arc::new(window.schema.project(&[wanted_all, extra].concat())?);
+        Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
+    }
+
+    /// `GROUP BY window_start, window_end, keys…` over a window table function (or over the
+    /// output of a window aggregate or window join, whose rows carry their window).
+    pub(super) fn aggregate_node(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Node> {
+        let input_schema = agg.input.schema();
+        let outside = || {
+            WeirError::not_supported(
+                "aggregation outside a window yet: GROUP BY window_start, window_end of TUMBLE, HOP, CUMULATE or SESSION",
+            )
+        };
+        let (start_column, end_column) = window_columns(&agg.input).ok_or_else(outside)?;
+        let mut key_columns = Vec::with_capacity(agg.group_expr.len());
+        let (mut window_start, mut window_end, mut window_time) = (None, None, None);
+        let mut other_keys = Vec::new();
+        for (i, e) in agg.group_expr.iter().enumerate() {
+            let Expr::Column(c) = e else {
+                return Err(WeirError::not_supported(format!(
+                    "grouping by the expression {} in a window aggregate (compute it in a subquery and group by its column)",
+                    e.human_display()
+                )));
+            };
+            let index = input_schema.index_of_column(c)?;
+            key_columns.push(index);
+            if index == start_column {
+                window_start = Some(i);
+            } else if index == end_column {
+                window_end = Some(i);
+            } else if c.name == "window_time" {
+                window_time = Some(i);
+            } else {
+                other_keys.push((index, c.name.clone()));
+            }
+        }
+        let (Some(window_start), Some(window_end)) = (window_start, window_end) else { return Err(outside()) };
+        let session = session_window(&agg.input);
+        if let Some((_, partition_keys)) = &session {
+            let mut grouped: Vec<&str> = other_keys.iter().map(|(_, n)| n.as_str()).collect();
+            let mut wanted: Vec<&str> = partition_keys.iter().map(|k| k.as_str()).collect();
+            grouped.sort_unstable();
+            wanted.sort_unstable();
+            if grouped != wanted {
+                return Err(WeirError::user(format!(
+                    "a SESSION window aggregate groups by window_start, window_end and exactly its PARTITION BY \
+                     columns ({}), not by {}",
+                    if wanted.is_empty() { "none".to_string() } else { wanted.join(", ") },
+                    if grouped.is_empty() { "no key".to_string() } else { grouped.join(", ") },
+                )));
+            }
+            self.session_input.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.whole_rows.store(direct_window(&agg.input).is_some(), std::sync::atomic::Ordering::Relaxed);
+        let input = self.to_node(&agg.input);
+        self.session_input.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.whole_rows.store(false, std::sync::atomic::Ordering::Relaxed);
+        let input = input?;
+        let group_exprs = agg.group_expr.iter().map(|e| self.physical(e, input_schema)).collect::<Result<Vec<_>>>()?;
+        let output = agg.schema.as_arrow().clone();
+        let group_schema = Arc::new(Schema::new(output.fields()[..agg.group_expr.len()].to_vec()));
+        let props = self.ctx.state().execution_props().clone();
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for e in &agg.aggr_expr {
+            #[allow(deprecated)]
+            let (aggregate, filter, order_by) = datafusion::physical_planner::create_aggregate_expr_and_maybe_filter(
+                e,
+                input_schema,
+                input_schema.as_arrow(),
+                &props,
+            )?;
+            if !order_by.is_empty() {
+                return Err(WeirError::not_supported("ordered aggregates (WITHIN GROUP / ORDER BY in an aggregate)"));
+            }
+            aggregates.push(aggregate);
+            filters.push(filter);
+        }
+        let display = format!(
+            "group by [{}], [{}]",
+            agg.group_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
+            agg.aggr_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+        let late = self.late_output(&agg.input, &input.schema())?;
+        let spec =
+            WindowSpec { group_exprs, group_schema, window_end, aggregates, filters, schema: Arc::new(output), late };
+        if let Some((gap, _)) = session {
+            // A key's sessions must meet in one task: exchange by the keys only.
+            let keys = other_keys.iter().map(|(i, _)| *i).collect();
+            let exchange = Node::Exchange { partitioning: Partitioning::Hash(keys), input: Box::new(input) };
+            let spec = SessionSpec { spec, window_start, window_time, gap };
+            return Ok(exchange.with_operator(OperatorSpec::SessionAggregate { spec, display }));
+        }
+        // Each group's rows must meet in one task: exchange by the group columns.
+        let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
+        Ok(exchange.with_operator(OperatorSpec::WindowAggregate { spec, display }))
+    }
+
+    /// Where a window aggregate over `input` (with `schema`) writes late rows: the
+    /// `'late-data.table'` of the table its window function reads, if it has one.
+    pub(super) fn late_output(&self, input: &LogicalPlan, schema: &SchemaRef) -> Result<Option<LateOutput>> {
+        let Some((source, _, _)) = direct_window(input) else { return Ok(None) };
+        let Some(source) = self.catalog.tables.get(&source) else { return Ok(None) };
+        let Some(name) = source.options.get(LATE_DATA_TABLE) else { return Ok(None) };
+        let at = source.options.location(LATE_DATA_TABLE);
+        let table = self.catalog.tables.get(name).ok_or_else(|| {
+            WeirError::user(format!(
+                "table '{}': '{LATE_DATA_TABLE}' names '{name}', which is not a table",
+                source.name
+            ))
+            .at(at)
+        })?;
+        if table.name == source.name {
+            return Err(WeirError::user(format!(
+                "table '{}': '{LATE_DATA_TABLE}' cannot be the table itself",
+                source.name
+            ))
+            .at(at));
+        }
+        let columns = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                schema.index_of(f.name()).map_err(|_| {
+                    WeirError::user(format!(
+                        "late-data table '{}': column '{}' is not a column of '{}' (or is computed before the window aggregate)",
+                        table.name,
+                        f.name(),
+                        source.name
+                    ))
+                    .at(at)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(LateOutput { table: table.clone(), columns }))
+    }
+
+    /// A window join: two windowed inputs joined on their `window_start` and `window_end`
+    /// (and any other equal keys), each window joined once the watermark passes its end.
+    pub(super) fn join_node(&self, join: &datafusion::logical_expr::Join) -> Result<Node> {
+        use datafusion::common::JoinType;
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            JoinType::LeftSemi => JoinKind::LeftSemi,
+            JoinType::LeftAnti => JoinKind::LeftAnti,
+            JoinType::RightSemi => JoinKind::RightSemi,
+            JoinType::RightAnti => JoinKind::RightAnti,
+            other => return Err(WeirError::not_supported(format!("{other} joins in a window join"))),
+        };
+        let not_window = || {
+            WeirError::not_supported(
+                "joins other than window joins yet: join two windowed inputs \
+                 ON l.window_start = r.window_start AND l.window_end = r.window_end (and other keys)",
+            )
+        };
+        let (left_start, left_end) = window_columns(&join.left).ok_or_else(not_window)?;
+        let (right_start, right_end) = window_columns(&join.right).ok_or_else(not_window)?;
+        let mut keys = [Vec::new(), Vec::new()];
+        for (l, r) in &join.on {
+            let (Expr::Column(lc), Expr::Column(rc)) = (l, r) else {
+                return Err(WeirError::not_supported(format!(
+                    "the join key {} = {} (join on columns; compute expressions in a subquery)",
+                    l.human_display(),
+                    r.human_display()
+                )));
+            };
+            keys[0].push(join.left.schema().index_of_column(lc)?);
+            keys[1].push(join.right.schema().index_of_column(rc)?);
+        }
+        let joined_on = |l: usize, r: usize| keys[0].iter().zip(&keys[1]).any(|(a, b)| *a == l && *b == r);
+        if !joined_on(left_start, right_start) || !joined_on(left_end, right_end) {
+            return Err(not_window());
+        }
+        // The condition reads a left row and a right row side by side, whatever the join type.
+        let pairs = join.left.schema().join(join.right.schema())?;
+        let filter = join.filter.as_ref().map(|f| self.physical(f, &pairs)).transpose()?;
+        let left = self.to_node(&join.left)?;
+        let right = self.to_node(&join.right)?;
+        let (left_schema, right_schema) = (left.schema(), right.schema());
+        for (l, r) in keys[0].iter().zip(&keys[1]) {
+            let (lf, rf) = (left_schema.field(*l), right_schema.field(*r));
+            if lf.data_type() != rf.data_type() {
+                return Err(WeirError::user(format!(
+                    "join keys '{}' ({}) and '{}' ({}) have different types: CAST one of them",
+                    lf.name(),
+                    lf.data_type(),
+                    rf.name(),
+                    rf.data_type()
+                )));
+            }
+        }
+        let display = format!(
+            "{} on {}{}",
+            join.join_type,
+            join.on
+                .iter()
+                .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
+                .collect::<Vec<_>>()
+                .join(" AND "),
+            join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
+        );
+        let spec = JoinSpec {
+            kind,
+            ends: [left_end, right_end],
+            schemas: [left_schema, right_schema],
+            filter,
+            pair_schema: Arc::new(pairs.as_arrow().clone()),
+            schema: Arc::new(join.schema.as_arrow().clone()),
+            keys: keys.clone(),
+        };
+        let [left_keys, right_keys] = keys;
+        Ok(Node::Join {
+            left: Box::new(Node::Exchange { partitioning: Partitioning::Hash(left_keys), input: Box::new(left) }),
+            right: Box::new(Node::Exchange { partitioning: Partitioning::Hash(right_keys), input: Box::new(right) }),
+            spec: OperatorSpec::WindowJoin { spec, display },
+        })
+    }
+}
