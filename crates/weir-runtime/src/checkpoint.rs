@@ -391,12 +391,18 @@ impl LocalStore {
         let Ok(entries) = std::fs::read_dir(&shared_dir) else { return Ok(()) };
         let mut keep: std::collections::BTreeSet<String> = also.iter().cloned().collect();
         let mut newest: Option<std::time::SystemTime> = None;
+        let mut seen = 0;
         for epoch in self.epochs()? {
             let manifest = self.chk(epoch).join("manifest.json");
             let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
-            if newest.is_none() {
+            // The second newest manifest's time: a task that ended may have uploaded its
+            // final files just before the newest one while its acknowledgement was still on
+            // the way; by the next checkpoint the coordinator has it and passes its files in
+            // `also`.
+            if seen == 1 {
                 newest = std::fs::metadata(&manifest).and_then(|m| m.modified()).ok();
             }
+            seen += 1;
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
                 keep.extend(v["shared"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)));
             }
