@@ -26,7 +26,7 @@ async fn main() -> weir::Result<()> {
         .await?;
     let mut total = 0;
     while let Some(batch) = rows.next().await {
-        let batch = batch?;
+        let batch = batch?.batch;
         total += batch.num_rows();
         println!("{}", weir::arrow::util::pretty::pretty_format_batches(&[batch]).map_err(weir::WeirError::from)?);
     }

@@ -4,6 +4,7 @@ mod outcome;
 mod print;
 mod repl;
 mod run;
+mod updating;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

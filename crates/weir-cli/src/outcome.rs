@@ -19,11 +19,12 @@ pub enum Shown {
 pub async fn execute(engine: &weir::Engine, statement: &weir::ParsedStatement) -> Result<Shown> {
     let started = Instant::now();
     let outcome = engine.execute(statement).await?;
-    show(outcome, started).await
+    let mode = crate::updating::Mode::of(&engine.setting("sql-client.execution.result-mode").await);
+    show(outcome, started, mode).await
 }
 
 /// Print an outcome: messages, tables, streaming query rows (Ctrl-C cancels the query).
-pub async fn show(outcome: Outcome, started: Instant) -> Result<Shown> {
+pub async fn show(outcome: Outcome, started: Instant, mode: crate::updating::Mode) -> Result<Shown> {
     let mut out = std::io::stdout();
     match outcome {
         Outcome::Done(message) => {
@@ -40,6 +41,17 @@ pub async fn show(outcome: Outcome, started: Instant) -> Result<Shown> {
             println!("{} in {:.3}s", rows_text(printer.rows), started.elapsed().as_secs_f64());
             Ok(Shown::Done)
         }
+        Outcome::Query(mut stream) if !stream.changelog().is_append_only() => {
+            let (rows, changes, interrupted) = crate::updating::show(&mut stream, mode).await?;
+            drop(stream);
+            let took = started.elapsed().as_secs_f64();
+            if interrupted {
+                println!("Query cancelled: {} after {changes} change(s).", rows_text(rows));
+                return Ok(Shown::Interrupted);
+            }
+            println!("{} in {took:.3}s ({changes} change(s) applied)", rows_text(rows));
+            Ok(Shown::Done)
+        }
         Outcome::Query(mut stream) => {
             let mut printer = TablePrinter::new(&stream.schema());
             let interrupted = loop {
@@ -47,9 +59,9 @@ pub async fn show(outcome: Outcome, started: Instant) -> Result<Shown> {
                     _ = tokio::signal::ctrl_c() => break true,
                     next = stream.next() => match next {
                         None => break false,
-                        Some(batch) => {
-                            let batch = match batch {
-                                Ok(b) => b,
+                        Some(chunk) => {
+                            let batch = match chunk {
+                                Ok(c) => c.batch,
                                 Err(e) => {
                                     printer.finish(&mut out);
                                     return Err(e);

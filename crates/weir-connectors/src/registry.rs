@@ -1,7 +1,7 @@
 //! Which connector a table names, the options each accepts, and building its source or sink.
 
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{ConnectorFactory, Result, Sink, Source, Split, TableDef, WeirError};
+use weir_core::{Changelog, ConnectorFactory, Result, Sink, Source, Split, TableDef, WeirError};
 
 use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
@@ -66,6 +66,31 @@ impl ConnectorFactory for Connectors {
                 table.name
             ))),
         }
+    }
+
+    fn check_sink_input(&self, table: &TableDef, changelog: &Changelog) -> Result<()> {
+        if changelog.is_append_only() {
+            return Ok(());
+        }
+        let why = match self.connector(table)? {
+            "print" | "blackhole" => return Ok(()),
+            "filesystem" => {
+                "a file takes no row back once written. Compute the result over a window (TUMBLE, HOP, \
+                 CUMULATE or SESSION: its rows are final when the watermark passes), or write it to a \
+                 'print' table"
+            }
+            "kafka" => {
+                "its formats write appended rows only (upsert-kafka and debezium-json are not supported yet). \
+                 Compute the result over a window, whose rows are final"
+            }
+            _ => "it takes only appended rows",
+        };
+        Err(WeirError::not_supported(format!(
+            "writing an updating result ({}: it comes from a GROUP BY outside a window, DISTINCT or UNION) \
+             into table '{}': {why}",
+            changelog.describe(),
+            table.name
+        )))
     }
 
     fn parallel_sink(&self, table: &TableDef) -> bool {

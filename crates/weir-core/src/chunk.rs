@@ -1,13 +1,17 @@
 //! A changelog chunk: an Arrow batch plus, per row, what the row means.
 //!
-//! Append-only streams (everything Weir produces today) carry no op column at all, so the
-//! common case costs nothing. Once updating operators exist, a chunk carries an `Int8Array`
-//! of [`Op`] codes beside the batch, row for row, as RisingWave's stream chunks and Flink's
-//! `RowKind` do. Kernels that select rows (filter, take) are applied to the ops array too.
+//! Append-only streams carry no op column at all, so the common case costs nothing. An
+//! updating stream's chunks carry an `Int8Array` of [`Op`] codes beside the batch, row for
+//! row, as RisingWave's stream chunks and Flink's `RowKind` do.
+//!
+//! An update is a pair, `-U` old row then `+U` new row, always next to each other in one
+//! chunk. Kernels that select rows keep that true: a filter that keeps one half of a pair
+//! turns it into a `-D` or a `+I` ([`Chunk::filter`]), and an exchange that sends the halves
+//! to different tasks does the same.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int8Array};
+use datafusion::arrow::array::{Array, BooleanArray, Int8Array};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -32,6 +36,14 @@ impl Op {
             Op::UpdateBefore => "-U",
             Op::UpdateAfter => "+U",
             Op::Delete => "-D",
+        }
+    }
+
+    /// +1 for a row that adds (`+I`, `+U`), -1 for one that takes away (`-U`, `-D`).
+    pub fn sign(self) -> i64 {
+        match self {
+            Op::Insert | Op::UpdateAfter => 1,
+            Op::UpdateBefore | Op::Delete => -1,
         }
     }
 
@@ -63,6 +75,17 @@ impl Chunk {
         Self { batch, ops: None, origin: None }
     }
 
+    /// A changelog chunk: `ops` row for row (update pairs next to each other).
+    pub fn changes(batch: RecordBatch, ops: &[Op]) -> Self {
+        let codes: Int8Array = ops.iter().map(|o| Some(*o as i8)).collect();
+        Self { batch, ops: Some(Arc::new(codes)), origin: None }
+    }
+
+    /// The op of every row.
+    pub fn ops(&self) -> Vec<Op> {
+        (0..self.num_rows()).map(|i| self.op(i)).collect()
+    }
+
     /// The same chunk, read from source partition `origin`.
     pub fn from_partition(mut self, origin: Option<u32>) -> Self {
         self.origin = origin;
@@ -89,22 +112,15 @@ impl Chunk {
         }
     }
 
-    /// Keep the rows where `mask` is true, ops included.
+    /// Keep the rows where `mask` is true (a null is false), ops included. An update pair
+    /// with only its `-U` kept becomes a `-D`, with only its `+U` kept a `+I`.
     pub fn filter(&self, mask: &BooleanArray) -> Result<Chunk> {
         let batch = filter_record_batch(&self.batch, mask)?;
-        let ops = match &self.ops {
-            None => None,
-            Some(ops) => {
-                let kept: ArrayRef = datafusion::arrow::compute::filter(ops.as_ref(), mask)?;
-                let kept = kept
-                    .as_any()
-                    .downcast_ref::<Int8Array>()
-                    .cloned()
-                    .ok_or_else(|| crate::WeirError::internal("ops array is not Int8"))?;
-                Some(Arc::new(kept))
-            }
-        };
-        Ok(Chunk { batch, ops, origin: self.origin })
+        let Some(ops) = &self.ops else { return Ok(Chunk { batch, ops: None, origin: self.origin }) };
+        let keep = |i: usize| mask.is_valid(i) && mask.value(i);
+        let kept_ops = repair_pairs(ops, keep, |_| 0);
+        let kept: Int8Array = (0..ops.len()).filter(|i| keep(*i)).map(|i| Some(kept_ops[i])).collect();
+        Ok(Chunk { batch, ops: Some(Arc::new(kept)), origin: self.origin })
     }
 
     /// The same rows and ops with other columns (a projection).
@@ -112,7 +128,7 @@ impl Chunk {
         Chunk { batch, ops: self.ops.clone(), origin: self.origin }
     }
 
-    /// `len` rows from `offset`, ops included.
+    /// `len` rows from `offset`, ops included. The caller cuts between update pairs.
     pub fn slice(&self, offset: usize, len: usize) -> Chunk {
         Chunk {
             batch: self.batch.slice(offset, len),
@@ -120,4 +136,25 @@ impl Chunk {
             origin: self.origin,
         }
     }
+}
+
+/// The op codes of `ops` after the rows where `keep` is false are taken out and the rest is
+/// split up by `part` (the task each row goes to): each update pair whose halves do not
+/// both stay in one part becomes a `-D` and a `+I`, so that every part is a changelog of its
+/// own. The codes of rows taken out are left as they were.
+pub fn repair_pairs(ops: &Int8Array, keep: impl Fn(usize) -> bool, part: impl Fn(usize) -> usize) -> Vec<i8> {
+    let mut codes: Vec<i8> = ops.values().to_vec();
+    let mut i = 0;
+    while i + 1 < codes.len() {
+        if codes[i] == Op::UpdateBefore as i8 && codes[i + 1] == Op::UpdateAfter as i8 {
+            if !(keep(i) && keep(i + 1) && part(i) == part(i + 1)) {
+                codes[i] = Op::Delete as i8;
+                codes[i + 1] = Op::Insert as i8;
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    codes
 }

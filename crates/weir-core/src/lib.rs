@@ -6,14 +6,17 @@
 //! ends. This crate holds that model, the [`WeirError`] type every crate returns, and the
 //! [`Source`], [`Operator`] and [`Sink`] traits that connectors and the runtime meet on.
 
+pub mod changelog;
 pub mod chunk;
 pub mod error;
 pub mod fault;
 pub mod message;
 pub mod metrics;
+mod pretty;
 pub mod table;
 pub mod traits;
 
+pub use changelog::{Changelog, Materialized};
 pub use chunk::{Chunk, Op};
 pub use error::{ErrorKind, Location, Result, WeirError};
 pub use message::{Barrier, BarrierKind, Message, Watermark};

@@ -252,6 +252,20 @@ pub trait ConnectorFactory: Send + Sync {
     /// Sink task `split.index` of `split.count` writing batches with `schema` into `table`.
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>>;
 
+    /// Whether a sink of `table` takes an input carrying `changelog`. By default only
+    /// appended rows: a sink that can apply updates and deletes says so.
+    fn check_sink_input(&self, table: &TableDef, changelog: &crate::Changelog) -> Result<()> {
+        if changelog.is_append_only() {
+            return Ok(());
+        }
+        Err(crate::WeirError::not_supported(format!(
+            "writing an updating result ({}) into table '{}' (connector '{}'): it takes only appended rows",
+            changelog.describe(),
+            table.name,
+            table.options.get("connector").unwrap_or("?")
+        )))
+    }
+
     /// Whether sink tasks can run in parallel; if not, all rows go to one sink task (a console
     /// shows one stream of lines).
     fn parallel_sink(&self, _table: &TableDef) -> bool {

@@ -64,13 +64,24 @@ pub fn key_groups_of_columns(
 }
 
 /// Split `chunk` by the key groups of its `keys` columns into `n` parts, one per task of the
-/// next stage (`None` for empty parts).
+/// next stage (`None` for empty parts). An update pair whose halves go to different tasks
+/// (its key columns changed) arrives as a `-D` at one and a `+I` at the other.
 pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups) -> Result<Vec<Option<Chunk>>> {
     let rows = chunk.num_rows();
     let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(rows / n + 1); n];
-    for (row, group) in key_groups_of(&chunk.batch, keys, groups)?.into_iter().enumerate() {
-        indices[groups.task_of(group, n)].push(row as u32);
+    let tasks: Vec<usize> =
+        key_groups_of(&chunk.batch, keys, groups)?.into_iter().map(|g| groups.task_of(g, n)).collect();
+    for (row, task) in tasks.iter().enumerate() {
+        indices[*task].push(row as u32);
     }
+    let chunk = match &chunk.ops {
+        Some(ops) => {
+            let codes = weir_core::chunk::repair_pairs(ops, |_| true, |i| tasks[i]);
+            Chunk { batch: chunk.batch.clone(), ops: Some(Arc::new(Int8Array::from(codes))), origin: chunk.origin }
+        }
+        None => chunk.clone(),
+    };
+    let chunk = &chunk;
     indices
         .into_iter()
         .map(|idx| {

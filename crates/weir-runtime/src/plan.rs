@@ -6,11 +6,12 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_expr::PhysicalExpr;
-use weir_core::{Operator, TableDef};
+use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext, WatermarkGenerator,
+    Filter, GroupAggregate, GroupSpec, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext,
+    WatermarkGenerator,
     WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
 
@@ -36,6 +37,8 @@ pub enum OperatorSpec {
     /// Join two inputs' rows of the same window when the watermark passes its end (the
     /// operator that starts a [`Node::Join`] task).
     WindowJoin { spec: JoinSpec, display: String },
+    /// Aggregate each group outside a window, updating its result as rows come and go.
+    GroupAggregate { spec: GroupSpec, display: String },
 }
 
 /// Where a running operator keeps state.
@@ -74,6 +77,7 @@ impl OperatorSpec {
                 Ok(Box::new(SessionAggregate::new(spec.clone(), &ctx.state())?))
             }
             OperatorSpec::WindowJoin { spec, .. } => Ok(Box::new(WindowJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             _ => self.instantiate(),
         }
     }
@@ -96,7 +100,30 @@ impl OperatorSpec {
                 Box::new(SessionAggregate::new(spec, &StateContext::memory())?)
             }
             OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
         })
+    }
+
+    /// Whether the operator needs an append-only input (it treats every row as an insert).
+    fn needs_append_only(&self) -> bool {
+        matches!(
+            self,
+            OperatorSpec::WindowAssign { .. }
+                | OperatorSpec::WindowAggregate { .. }
+                | OperatorSpec::SessionAggregate { .. }
+                | OperatorSpec::WindowJoin { .. }
+                | OperatorSpec::Limit { .. }
+                | OperatorSpec::Watermark { .. }
+        )
+    }
+
+    /// What the operator's output carries, given its input's.
+    fn changelog(&self, input: Changelog) -> Changelog {
+        match self {
+            OperatorSpec::GroupAggregate { .. } => Changelog::Retract,
+            _ if self.needs_append_only() => Changelog::AppendOnly,
+            _ => input,
+        }
     }
 
     /// The table late rows are written to, if the operator has one.
@@ -131,6 +158,7 @@ impl OperatorSpec {
             OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
+            OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
         }
     }
 }
@@ -185,6 +213,7 @@ impl Node {
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
                 OperatorSpec::WindowJoin { spec, .. } => spec.schema.clone(),
+                OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -192,6 +221,53 @@ impl Node {
 
     pub fn with_operator(self, spec: OperatorSpec) -> Node {
         Node::Operator { spec, input: Box::new(self) }
+    }
+
+    /// What changes the node's output carries.
+    pub fn changelog(&self) -> Changelog {
+        match self {
+            Node::Source { .. } | Node::Values { .. } | Node::Join { .. } => Changelog::AppendOnly,
+            Node::Operator { spec, input } => spec.changelog(input.changelog()),
+            Node::Exchange { input, .. } => input.changelog(),
+            Node::Union { inputs, .. } => {
+                inputs.iter().fold(Changelog::AppendOnly, |mode, input| mode.union(&input.changelog()))
+            }
+        }
+    }
+
+    /// Refuse an operator that needs an append-only input over an updating one, naming it.
+    pub fn check_changelog(&self) -> Result<()> {
+        let updating = |node: &Node, spec: &OperatorSpec| -> Result<()> {
+            let mode = node.changelog();
+            if spec.needs_append_only() && !mode.is_append_only() {
+                let what = spec.describe();
+                let hint = match spec {
+                    OperatorSpec::Limit { .. } => "",
+                    _ => " (its results are final once the watermark passes; an updating input would take rows back)",
+                };
+                return Err(WeirError::not_supported(format!(
+                    "{what}: it needs an append-only input, but its input is updating ({}: it comes from a GROUP BY \
+                     outside a window, DISTINCT or UNION){hint}",
+                    mode.describe()
+                )));
+            }
+            Ok(())
+        };
+        match self {
+            Node::Source { .. } | Node::Values { .. } => Ok(()),
+            Node::Operator { spec, input } => {
+                input.check_changelog()?;
+                updating(input, spec)
+            }
+            Node::Exchange { input, .. } => input.check_changelog(),
+            Node::Union { inputs, .. } => inputs.iter().try_for_each(|i| i.check_changelog()),
+            Node::Join { left, right, spec } => {
+                left.check_changelog()?;
+                right.check_changelog()?;
+                updating(left, spec)?;
+                updating(right, spec)
+            }
+        }
     }
 
     fn describe(&self, depth: usize, out: &mut String) {
@@ -209,7 +285,9 @@ impl Node {
                 let _ = writeln!(out, "{pad}Values: {rows} row(s)");
             }
             Node::Operator { spec, input } => {
-                let _ = writeln!(out, "{pad}{}", spec.describe());
+                let mode = self.changelog();
+                let tag = if mode.is_append_only() { String::new() } else { format!(" [{}]", mode.describe()) };
+                let _ = writeln!(out, "{pad}{}{tag}", spec.describe());
                 input.describe(depth + 1, out);
             }
             Node::Exchange { partitioning, input } => {
@@ -249,13 +327,15 @@ impl StreamPlan {
     /// The operator graph as `EXPLAIN` shows it, sink first.
     pub fn explain(&self) -> String {
         let mut out = String::new();
+        let mode = self.root.changelog();
+        let updating = if mode.is_append_only() { String::new() } else { format!(" [{}]", mode.describe()) };
         match &self.sink {
             SinkTarget::Table(t) => {
                 let connector = t.options.get("connector").unwrap_or("?");
-                let _ = writeln!(out, "Sink: {} ({connector})", t.name);
+                let _ = writeln!(out, "Sink: {} ({connector}){updating}", t.name);
             }
             SinkTarget::Caller => {
-                let _ = writeln!(out, "Sink: results to the caller");
+                let _ = writeln!(out, "Sink: results to the caller{updating}");
             }
         }
         self.root.describe(1, &mut out);
@@ -348,6 +428,14 @@ impl OperatorSpec {
             OperatorSpec::WindowAggregate { spec, .. } => format!("window aggregate {}", aggregates(spec)),
             OperatorSpec::SessionAggregate { spec, .. } => {
                 format!("session aggregate gap {} {}", spec.gap, aggregates(&spec.spec))
+            }
+            OperatorSpec::GroupAggregate { spec, .. } => {
+                let aggs: Vec<String> = spec
+                    .aggregates
+                    .iter()
+                    .map(|a| format!("{}({}{:?} {}) filter {:?}", a.kind.name(), if a.distinct { "distinct " } else { "" }, a.arg, a.arg_type, a.filter))
+                    .collect();
+                format!("group aggregate keys {} retracting {} [{}]", spec.keys, spec.retracting_input, aggs.join(","))
             }
             OperatorSpec::WindowJoin { spec, .. } => format!(
                 "window join {:?} keys {:?} ends {:?} [{}] [{}]",

@@ -34,6 +34,7 @@ use crate::parser::{find_identifier, location, CreateTable, ObjectKind};
 use crate::types::arrow_type;
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
+mod grouped;
 mod windowed;
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
@@ -249,7 +250,8 @@ impl Planner {
         }
         let statement = SqlStatement::Query(Box::new(query.clone()));
         let plan = self.logical_plan(&statement, tokens, start).await?;
-        self.to_node(&self.ctx.state().optimize(&plan)?).map_err(|e| place(e, tokens, start))?;
+        let node = self.to_node(&self.ctx.state().optimize(&plan)?).map_err(|e| place(e, tokens, start))?;
+        node.check_changelog().map_err(|e| place(e, tokens, start))?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.ctx.deregister_table(name.as_str())?;
         self.ctx.register_table(name.as_str(), Arc::new(ViewTable::new(plan, Some(query_text.to_string()))))?;
@@ -329,6 +331,10 @@ impl Planner {
         };
         let optimized = self.ctx.state().optimize(&input)?;
         let root = self.to_node(&optimized).map_err(|e| place(e, tokens, start))?;
+        root.check_changelog().map_err(|e| place(e, tokens, start))?;
+        if let SinkTarget::Table(table) = &sink {
+            self.connectors.check_sink_input(table, &root.changelog()).map_err(|e| place(e, tokens, start))?;
+        }
         Ok(StreamPlan { root, sink })
     }
 
@@ -402,9 +408,9 @@ impl Planner {
                 return Err(WeirError::not_supported("ORDER BY on a stream (a stream has no last row to sort up to)"))
             }
             LogicalPlan::Aggregate(agg) => self.aggregate_node(agg)?,
-            LogicalPlan::Distinct(_) => {
-                return Err(WeirError::not_supported("DISTINCT and UNION without ALL outside a window yet"))
-            }
+            // DataFusion's optimizer turns DISTINCT (and UNION) into a grouping: what is left is
+            // DISTINCT ON.
+            LogicalPlan::Distinct(_) => return Err(WeirError::not_supported("DISTINCT ON")),
             LogicalPlan::Join(join) => self.join_node(join)?,
             LogicalPlan::Window(_) => return Err(WeirError::not_supported("OVER windows yet")),
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),

@@ -141,6 +141,11 @@ impl Engine {
         self.state.lock().await.jobs.clone()
     }
 
+    /// A setting's value now, or its default.
+    pub async fn setting(&self, key: &str) -> String {
+        self.state.lock().await.settings.value(key)
+    }
+
     /// Run one parsed statement.
     pub async fn execute(&self, statement: &ParsedStatement) -> Result<Outcome> {
         let start = statement.location;
@@ -292,7 +297,7 @@ impl Engine {
                 let id = state.jobs.len() as u64 + 1;
                 let job = spawn_job(id, name, &plan.root, spec, self.connectors.clone(), state.settings.job_options())?;
                 state.jobs.push(job.clone());
-                Ok(Outcome::Query(QueryStream::new(schema, tx, rx, job)))
+                Ok(Outcome::Query(QueryStream::new(schema, plan.root.changelog(), tx, rx, job)))
             }
             Statement::Insert(q) => {
                 let plan = state.planner.plan(q, tokens, start).await?;

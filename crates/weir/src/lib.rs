@@ -8,8 +8,10 @@
 //! engine.execute_all("CREATE TABLE bids (auction BIGINT, price BIGINT) \
 //!     WITH ('connector' = 'filesystem', 'path' = 'bids.csv', 'format' = 'csv')").await?;
 //! let mut rows = engine.query("SELECT auction, price * 2 AS doubled FROM bids WHERE price > 10").await?;
-//! while let Some(batch) = rows.next().await {
-//!     println!("{} rows", batch?.num_rows());
+//! // Changelog chunks: an Arrow batch and each row's op (+I, -U, +U, -D). `collect()`
+//! // instead gives the rows the changelog leaves once a bounded query ends.
+//! while let Some(chunk) = rows.next().await {
+//!     println!("{} rows", chunk?.num_rows());
 //! }
 //! # Ok(()) }
 //! ```
@@ -21,7 +23,7 @@ pub mod slt;
 
 pub use engine::{Engine, Outcome};
 pub use query::QueryStream;
-pub use weir_core::{display_options, ErrorKind, Location, Result, WeirError};
+pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Materialized, Op, Result, WeirError};
 pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;

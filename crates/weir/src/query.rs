@@ -6,13 +6,15 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
-use weir_core::{Chunk, Result, Sink, WeirError};
+use weir_core::{Changelog, Chunk, Materialized, Result, Sink, WeirError};
 use weir_runtime::JobHandle;
 
-/// The rows of a bare `SELECT`, as they come. Dropping it cancels the query's job.
+/// The results of a bare `SELECT`, as they come: changelog chunks, each row with its op
+/// (all `+I` for an append-only query). Dropping it cancels the query's job.
 pub struct QueryStream {
     schema: SchemaRef,
-    rx: mpsc::Receiver<Result<RecordBatch>>,
+    changelog: Changelog,
+    rx: mpsc::Receiver<Result<Chunk>>,
     job: JobHandle,
 }
 
@@ -21,22 +23,45 @@ impl QueryStream {
         self.schema.clone()
     }
 
+    /// What the chunks carry: only inserts, or updates and deletes too.
+    pub fn changelog(&self) -> &Changelog {
+        &self.changelog
+    }
+
     pub fn job(&self) -> &JobHandle {
         &self.job
     }
 
-    /// All batches until the query ends (only for bounded inputs).
+    /// The result once the query ends (only for bounded inputs): every row of an
+    /// append-only query in arrival order, or the rows an updating query's changelog leaves.
     pub async fn collect(mut self) -> Result<Vec<RecordBatch>> {
+        let mut table = (!self.changelog.is_append_only()).then(|| Materialized::new(self.schema.clone())).transpose()?;
         let mut batches = Vec::new();
-        while let Some(batch) = self.next().await {
-            batches.push(batch?);
+        while let Some(chunk) = self.next().await {
+            let chunk = chunk?;
+            match &mut table {
+                Some(t) => t.apply(&chunk)?,
+                None => batches.push(chunk.batch),
+            }
         }
-        Ok(batches)
+        match table {
+            Some(t) => Ok(vec![t.table()?]),
+            None => Ok(batches),
+        }
+    }
+
+    /// Every chunk until the query ends (only for bounded inputs), ops included.
+    pub async fn collect_changes(mut self) -> Result<Vec<Chunk>> {
+        let mut chunks = Vec::new();
+        while let Some(chunk) = self.next().await {
+            chunks.push(chunk?);
+        }
+        Ok(chunks)
     }
 }
 
 impl Stream for QueryStream {
-    type Item = Result<RecordBatch>;
+    type Item = Result<Chunk>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.rx.poll_recv(cx)
@@ -51,10 +76,10 @@ impl Drop for QueryStream {
 
 /// The sink of a bare `SELECT`: batches go to the [`QueryStream`].
 pub(crate) struct CallerSink {
-    tx: mpsc::Sender<Result<RecordBatch>>,
+    tx: mpsc::Sender<Result<Chunk>>,
 }
 
-pub(crate) fn caller_channel() -> (CallerSink, mpsc::Sender<Result<RecordBatch>>, mpsc::Receiver<Result<RecordBatch>>) {
+pub(crate) fn caller_channel() -> (CallerSink, mpsc::Sender<Result<Chunk>>, mpsc::Receiver<Result<Chunk>>) {
     let (tx, rx) = mpsc::channel(weir_runtime::CHANNEL_CAPACITY);
     (CallerSink { tx: tx.clone() }, tx, rx)
 }
@@ -63,8 +88,9 @@ impl QueryStream {
     /// The stream of `job`; the job's error, if it fails, is the stream's last item.
     pub(crate) fn new(
         schema: SchemaRef,
-        tx: mpsc::Sender<Result<RecordBatch>>,
-        rx: mpsc::Receiver<Result<RecordBatch>>,
+        changelog: Changelog,
+        tx: mpsc::Sender<Result<Chunk>>,
+        rx: mpsc::Receiver<Result<Chunk>>,
         job: JobHandle,
     ) -> Self {
         let watched = job.clone();
@@ -73,17 +99,14 @@ impl QueryStream {
                 let _ = tx.send(Err(e)).await;
             }
         });
-        Self { schema, rx, job }
+        Self { schema, changelog, rx, job }
     }
 }
 
 #[async_trait]
 impl Sink for CallerSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
-        if !chunk.is_append_only() {
-            return Err(WeirError::not_supported("returning updates to the caller yet"));
-        }
-        self.tx.send(Ok(chunk.batch)).await.map_err(|_| WeirError::user("the query's results are no longer being read"))
+        self.tx.send(Ok(chunk)).await.map_err(|_| WeirError::user("the query's results are no longer being read"))
     }
 
     async fn finish(&mut self) -> Result<()> {

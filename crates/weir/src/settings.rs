@@ -33,6 +33,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "key groups of keyed state: the highest parallelism a job's checkpoints can be restored at",
     ),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
+    (
+        "sql-client.execution.result-mode",
+        "table",
+        "how the shell shows an updating query's results: 'table' (kept up to date in place) or \
+         'changelog' (every change as it comes, its op first; 'tableau' is the same)",
+    ),
 ];
 
 #[derive(Debug, Clone, Default)]
@@ -78,6 +84,12 @@ impl Settings {
         if key == "checkpoint.mode" && !matches!(value, "exactly-once" | "at-least-once") {
             return Err(WeirError::user(format!(
                 "setting 'checkpoint.mode' must be 'exactly-once' or 'at-least-once', not '{value}'"
+            ))
+            .at(at));
+        }
+        if key == "sql-client.execution.result-mode" && !matches!(value, "table" | "changelog" | "tableau") {
+            return Err(WeirError::user(format!(
+                "setting '{key}' must be 'table', 'changelog' or 'tableau', not '{value}'"
             ))
             .at(at));
         }
@@ -131,7 +143,8 @@ impl Settings {
         }
     }
 
-    fn value(&self, key: &str) -> String {
+    /// The value, or the default.
+    pub fn value(&self, key: &str) -> String {
         self.get(key).map(str::to_string).unwrap_or_else(|| {
             SETTINGS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default()
         })

@@ -99,7 +99,7 @@ async fn a_slow_reader_holds_back_an_unbounded_source() {
     let job = stream.job().clone();
     let mut consumed = 0u64;
     for _ in 0..40 {
-        let batch = stream.next().await.expect("unbounded").expect("batch");
+        let batch = stream.next().await.expect("unbounded").expect("batch").batch;
         consumed += batch.num_rows() as u64;
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

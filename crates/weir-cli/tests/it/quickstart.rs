@@ -45,7 +45,7 @@ async fn quickstart_cli_and_embedded_api_agree() {
     let mut stream = engine.query(&select).await.expect("query");
     let mut batches = Vec::new();
     while let Some(batch) = stream.next().await {
-        batches.push(batch.expect("batch"));
+        batches.push(batch.expect("batch").batch);
     }
     assert_eq!(print_lines(&batches), cli);
 }

@@ -153,11 +153,12 @@ impl Chain {
                 metrics.late_rows.store(late, std::sync::atomic::Ordering::Relaxed);
             }
             messages = next;
+            // A satisfied LIMIT ends the stream here; the operators after it still take its
+            // last rows and the end.
             if op.is_done() {
                 done = true;
                 messages.retain(|m| !matches!(m, Message::End));
                 messages.push(Message::End);
-                break;
             }
         }
         if let Some(cp) = &self.checkpoint {

@@ -1,7 +1,9 @@
 //! Operators. Each works on whole batches with DataFusion physical expressions and
 //! Arrow kernels; nothing here touches a single row.
 
+mod aggregates;
 mod filter;
+mod group_aggregate;
 mod limit;
 mod project;
 mod session;
@@ -11,7 +13,9 @@ mod window;
 mod window_aggregate;
 mod window_join;
 
+pub use aggregates::{AggKind, AggregateDef, Lane};
 pub use filter::Filter;
+pub use group_aggregate::{GroupAggregate, GroupSpec};
 pub use limit::Limit;
 pub use project::{Project, Select};
 pub use session::{SessionAggregate, SessionSpec};

@@ -129,15 +129,13 @@ impl Planner {
     }
 
     /// `GROUP BY window_start, window_end, keys…` over a window table function (or over the
-    /// output of a window aggregate or window join, whose rows carry their window).
+    /// output of a window aggregate or window join, whose rows carry their window); any other
+    /// grouping is a group aggregate.
     pub(super) fn aggregate_node(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Node> {
         let input_schema = agg.input.schema();
-        let outside = || {
-            WeirError::not_supported(
-                "aggregation outside a window yet: GROUP BY window_start, window_end of TUMBLE, HOP, CUMULATE or SESSION",
-            )
+        let Some((start_column, end_column)) = window_columns(&agg.input) else {
+            return self.group_aggregate_node(agg);
         };
-        let (start_column, end_column) = window_columns(&agg.input).ok_or_else(outside)?;
         let mut key_columns = Vec::with_capacity(agg.group_expr.len());
         let (mut window_start, mut window_end, mut window_time) = (None, None, None);
         let mut other_keys = Vec::new();
@@ -160,7 +158,9 @@ impl Planner {
                 other_keys.push((index, c.name.clone()));
             }
         }
-        let (Some(window_start), Some(window_end)) = (window_start, window_end) else { return Err(outside()) };
+        let (Some(window_start), Some(window_end)) = (window_start, window_end) else {
+            return self.group_aggregate_node(agg);
+        };
         let session = session_window(&agg.input);
         if let Some((_, partition_keys)) = &session {
             let mut grouped: Vec<&str> = other_keys.iter().map(|(_, n)| n.as_str()).collect();

@@ -1,0 +1,333 @@
+//! The group aggregate: Flink's `GROUP BY` outside a window (also a global aggregate,
+//! `SELECT DISTINCT`, `UNION`), over an append-only or an updating input. Its output is
+//! updating: a group's first result is a `+I`, a changed result a `-U` old / `+U` new pair,
+//! and a group that a retracting input empties a `-D`.
+//!
+//! Per chunk, rows are grouped in memory first; then each distinct group touches the state
+//! once (one `get_many`, one write) and emits at most one change: Flink emits one per input
+//! row unless mini-batch is on. A group whose result did not change emits nothing. The stage
+//! before computed the group key as columns `0..keys` and the exchange hashed exactly those,
+//! so a group's state is filed under the key group that routed it (a checkpoint restores at
+//! another parallelism).
+
+use std::collections::HashMap;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
+
+use super::aggregates::{decode, encode, Acc, AggKind, AggregateDef, GroupState, Prepared, Values};
+use super::state::StateContext;
+
+const TABLES: [TableDecl; 3] = [
+    TableDecl { name: "groups", kind: TableKind::Value },
+    // Per group and MIN/MAX aggregate, a count per value: over an updating input only.
+    TableDecl { name: "extremes", kind: TableKind::Sorted },
+    // Per group and DISTINCT aggregate, a count per value.
+    TableDecl { name: "distinct", kind: TableKind::Sorted },
+];
+
+#[derive(Debug, Clone)]
+pub struct GroupSpec {
+    /// Input columns `0..keys` are the group key.
+    pub keys: usize,
+    pub aggregates: Vec<AggregateDef>,
+    /// The input takes rows back: MIN and MAX then keep every value.
+    pub retracting_input: bool,
+    /// Group columns, then one column per aggregate.
+    pub schema: SchemaRef,
+}
+
+pub struct GroupAggregate {
+    spec: GroupSpec,
+    tables: StateTables,
+    groups: Table,
+    extremes: Table,
+    distinct: Table,
+    /// Row format of the group key (`None`: a global aggregate, one group).
+    keys: Option<RowConverter>,
+    aggs: Vec<Prepared>,
+    empty: Vec<Acc>,
+}
+
+/// The distinct groups of a chunk: each row's group, and each group's first row, key and
+/// key group.
+struct Grouped {
+    of_row: Vec<usize>,
+    keys: Vec<Vec<u8>>,
+    key_groups: Vec<u16>,
+}
+
+/// The key under which aggregate `a` of the group with key `key` keeps its values.
+fn value_key(key: &[u8], a: usize) -> Vec<u8> {
+    let mut k = key.to_vec();
+    k.push(a as u8);
+    k
+}
+
+fn count_of(v: Option<&Vec<u8>>) -> i64 {
+    v.and_then(|v| v.as_slice().try_into().ok()).map(i64::from_le_bytes).unwrap_or(0)
+}
+
+impl GroupAggregate {
+    pub fn new(spec: GroupSpec, state: &StateContext) -> Result<Self> {
+        if spec.aggregates.len() > 255 {
+            return Err(WeirError::not_supported("more than 255 aggregates in one GROUP BY"));
+        }
+        let keys = (spec.keys > 0)
+            .then(|| {
+                RowConverter::new(
+                    spec.schema.fields()[..spec.keys].iter().map(|f| SortField::new(f.data_type().clone())).collect(),
+                )
+            })
+            .transpose()?;
+        let aggs = spec.aggregates.iter().cloned().map(Prepared::new).collect::<Result<Vec<_>>>()?;
+        let empty = aggs.iter().map(|a| a.empty()).collect();
+        let tables = state.open(&TABLES)?;
+        Ok(Self {
+            groups: tables.table("groups")?,
+            extremes: tables.table("extremes")?,
+            distinct: tables.table("distinct")?,
+            tables,
+            spec,
+            keys,
+            aggs,
+            empty,
+        })
+    }
+
+    fn group(&self, batch: &RecordBatch) -> Result<Grouped> {
+        let rows = batch.num_rows();
+        let key_columns: Vec<ArrayRef> = batch.columns()[..self.spec.keys].to_vec();
+        let encoded: Option<Rows> = self.keys.as_ref().map(|c| c.convert_columns(&key_columns)).transpose()?;
+        let key_of = |i: usize| encoded.as_ref().map_or(&[][..], |r| r.row(i).data());
+        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        let mut of_row = Vec::with_capacity(rows);
+        let mut first = Vec::new();
+        for i in 0..rows {
+            let next = first.len();
+            let g = *index.entry(key_of(i)).or_insert(next);
+            if g == next {
+                first.push(i);
+            }
+            of_row.push(g);
+        }
+        let all = crate::exchange::key_groups_of_columns(&key_columns, rows, self.tables.key_groups())?;
+        Ok(Grouped {
+            of_row,
+            keys: first.iter().map(|i| key_of(*i).to_vec()).collect(),
+            key_groups: first.iter().map(|i| all[*i]).collect(),
+        })
+    }
+
+    /// Apply a table's per-(group, value) count changes; returns the counts before and after.
+    fn count_values(
+        &mut self,
+        table: Table,
+        grouped: &Grouped,
+        a: usize,
+        deltas: &[((usize, &[u8]), i64)],
+    ) -> Result<Vec<(i64, i64)>> {
+        let keys: Vec<Vec<u8>> = deltas
+            .iter()
+            .map(|((g, v), _)| StateTables::entry_key(&value_key(&grouped.keys[*g], a), v))
+            .collect();
+        let lookups: Vec<(u16, &[u8])> =
+            deltas.iter().zip(&keys).map(|(((g, _), _), k)| (grouped.key_groups[*g], k.as_slice())).collect();
+        let stored = self.tables.get_many(table, &lookups)?;
+        let counts: Vec<(i64, i64)> =
+            stored.iter().zip(deltas).map(|(s, (_, d))| (count_of(s.as_ref()), count_of(s.as_ref()) + d)).collect();
+        let bytes: Vec<[u8; 8]> = counts.iter().map(|(_, n)| n.to_le_bytes()).collect();
+        let changes: Vec<Change<'_>> = lookups
+            .iter()
+            .zip(&counts)
+            .zip(&bytes)
+            .map(|(((g, k), (_, n)), b)| (*g, *k, (*n > 0).then_some(&b[..])))
+            .collect();
+        self.tables.write(table, &changes)?;
+        Ok(counts)
+    }
+
+    /// Aggregate `a` over the chunk, into the groups' new states.
+    fn accumulate(
+        &mut self,
+        a: usize,
+        batch: &RecordBatch,
+        signs: &[i64],
+        grouped: &Grouped,
+        new: &mut [GroupState],
+    ) -> Result<()> {
+        let def = self.aggs[a].def.clone();
+        let arg = def.arg.map(|c| batch.column(c).clone());
+        let filter: Option<BooleanArray> = def.filter.map(|c| batch.column(c).as_boolean().clone());
+        let counted = |i: usize| {
+            filter.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i)) && arg.as_ref().is_none_or(|a| a.is_valid(i))
+        };
+        let agg = &self.aggs[a];
+        let values = match (&arg, agg.lane, def.kind) {
+            (Some(arg), Some(lane), AggKind::Sum | AggKind::Avg) => Some(Values::read(arg, lane)?),
+            _ => None,
+        };
+        let value_rows = match (&agg.rows, &arg) {
+            (Some(c), Some(arg)) => Some(c.convert_columns(std::slice::from_ref(arg))?),
+            _ => None,
+        };
+        let extreme = matches!(def.kind, AggKind::Min | AggKind::Max);
+        let rows = batch.num_rows();
+        let per_value_counts = def.distinct || (extreme && self.spec.retracting_input);
+        let (true, Some(value_rows)) = (per_value_counts, &value_rows) else {
+            // Plain: each counted row adds or takes away its value.
+            for i in (0..rows).filter(|i| counted(*i)) {
+                let acc = &mut new[grouped.of_row[i]].accs[a];
+                match &value_rows {
+                    Some(r) if extreme => agg.offer(acc, r.row(i).data()),
+                    _ => agg.add(acc, values.as_ref(), i, signs[i]),
+                }
+            }
+            return Ok(());
+        };
+        // Counted per value: signed count and a row holding the value.
+        let mut per_value: HashMap<(usize, &[u8]), (i64, usize)> = HashMap::new();
+        for i in (0..rows).filter(|i| counted(*i)) {
+            let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert((0, i));
+            e.0 += signs[i];
+        }
+        let mut deltas: Vec<((usize, &[u8]), i64)> = per_value.iter().map(|(k, (d, _))| (*k, *d)).collect();
+        deltas.sort_unstable();
+        if extreme {
+            let counts = self.count_values(self.extremes, grouped, a, &deltas)?;
+            let mut lost = vec![false; new.len()];
+            for (((g, v), _), (before, after)) in deltas.iter().zip(&counts) {
+                if *after <= 0 && *before > 0 {
+                    lost[*g] = true;
+                } else if *after > 0 {
+                    self.aggs[a].offer(&mut new[*g].accs[a], v);
+                }
+            }
+            // A group whose extreme may have gone finds it again among its values.
+            for (g, _) in lost.iter().enumerate().filter(|(_, l)| **l) {
+                let entries = self.tables.entries(self.extremes, grouped.key_groups[g], &value_key(&grouped.keys[g], a))?;
+                let found = match def.kind {
+                    AggKind::Min => entries.first(),
+                    _ => entries.last(),
+                };
+                new[g].accs[a] = Acc::Extreme(found.map(|(v, _)| v.clone()));
+            }
+            return Ok(());
+        }
+        let counts = self.count_values(self.distinct, grouped, a, &deltas)?;
+        let agg = &self.aggs[a];
+        for (((g, v), _), (before, after)) in deltas.iter().zip(&counts) {
+            let sign = match (*before > 0, *after > 0) {
+                (false, true) => 1,
+                (true, false) => -1,
+                _ => continue,
+            };
+            let (_, row) = per_value[&(*g, *v)];
+            agg.add(&mut new[*g].accs[a], values.as_ref(), row, sign);
+        }
+        Ok(())
+    }
+
+    /// The output rows for (group, state) pairs.
+    fn rows(&self, grouped: &Grouped, picked: &[(usize, &GroupState)], ops: &[Op]) -> Result<Chunk> {
+        let mut columns: Vec<ArrayRef> = match &self.keys {
+            Some(converter) => {
+                let parser = converter.parser();
+                converter.convert_rows(picked.iter().map(|(g, _)| parser.parse(&grouped.keys[*g])))?
+            }
+            None => Vec::new(),
+        };
+        for (a, agg) in self.aggs.iter().enumerate() {
+            let accs: Vec<&Acc> = picked.iter().map(|(_, s)| &s.accs[a]).collect();
+            columns.push(agg.results(&accs)?);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(picked.len()));
+        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        Ok(Chunk::changes(batch, ops))
+    }
+}
+
+impl Operator for GroupAggregate {
+    fn name(&self) -> String {
+        "GroupAggregate".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        let grouped = self.group(&chunk.batch)?;
+        let signs: Vec<i64> = (0..chunk.num_rows()).map(|i| chunk.op(i).sign()).collect();
+        let lookups: Vec<(u16, &[u8])> =
+            grouped.key_groups.iter().zip(&grouped.keys).map(|(g, k)| (*g, k.as_slice())).collect();
+        let old: Vec<Option<GroupState>> = self
+            .tables
+            .get_many(self.groups, &lookups)?
+            .iter()
+            .map(|v| v.as_ref().map(|v| decode(v, &self.empty)).transpose())
+            .collect::<Result<_>>()?;
+        let mut new: Vec<GroupState> = old
+            .iter()
+            .map(|o| o.clone().unwrap_or_else(|| GroupState { rows: 0, accs: self.empty.clone() }))
+            .collect();
+        for (g, s) in grouped.of_row.iter().zip(&signs) {
+            new[*g].rows += s;
+        }
+        for a in 0..self.aggs.len() {
+            self.accumulate(a, &chunk.batch, &signs, &grouped, &mut new)?;
+        }
+        // One change per group, then one write.
+        let mut picked: Vec<(usize, &GroupState)> = Vec::new();
+        let mut ops = Vec::new();
+        let mut encoded: Vec<Option<Vec<u8>>> = Vec::with_capacity(new.len());
+        for (g, (before, after)) in old.iter().zip(&new).enumerate() {
+            let alive = after.rows > 0;
+            match (before, alive) {
+                (None, true) => {
+                    picked.push((g, after));
+                    ops.push(Op::Insert);
+                }
+                (Some(before), false) => {
+                    picked.push((g, before));
+                    ops.push(Op::Delete);
+                }
+                (Some(before), true) if before.accs != after.accs => {
+                    picked.extend([(g, before), (g, after)]);
+                    ops.extend([Op::UpdateBefore, Op::UpdateAfter]);
+                }
+                _ => {}
+            }
+            encoded.push(alive.then(|| {
+                let mut bytes = Vec::new();
+                encode(after, &mut bytes);
+                bytes
+            }));
+        }
+        let changes: Vec<Change<'_>> = lookups
+            .iter()
+            .zip(&encoded)
+            .zip(&old)
+            .filter(|((_, e), o)| e.is_some() || o.is_some())
+            .map(|(((g, k), e), _)| (*g, *k, e.as_deref()))
+            .collect();
+        self.tables.write(self.groups, &changes)?;
+        if !picked.is_empty() {
+            out.push(Message::Chunk(self.rows(&grouped, &picked, &ops)?));
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(self.tables.snapshot(serde_json::json!({}))?))
+    }
+
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        self.tables.restore_from(states)?;
+        Ok(())
+    }
+}
