@@ -28,6 +28,13 @@ pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;
 
+/// What an embedding program implements to bring its own connectors
+/// ([`Engine::with_connectors`]), and the built-in ones to fall back on.
+pub mod connector {
+    pub use weir_connectors::Connectors;
+    pub use weir_core::{ConnectorFactory, Sink, Source, Split, TableDef};
+}
+
 /// The arrow crate Weir's batches come from.
 pub use datafusion::arrow;
 

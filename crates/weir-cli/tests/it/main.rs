@@ -11,6 +11,7 @@ mod restart;
 mod slt;
 mod stop;
 mod table_sink;
+mod updating;
 mod windows;
 
 use std::path::PathBuf;

@@ -132,3 +132,133 @@ async fn a_query_that_keeps_other_state_is_refused() {
     let err = run_to_end(&dir, "stopped", 3, "memory", &other).await.expect_err("restored into another query");
     assert!(err.message.contains("start with --from-scratch"), "{}", err.message);
 }
+
+/// The test's view of an updating result: a table connector `'connector' = 'collect'` whose
+/// sink tasks hand every chunk, ops included, to the test as it is written. At a stop with a
+/// checkpoint, what it has is exactly what came before the final barrier.
+struct Collect {
+    builtin: weir::connector::Connectors,
+    chunks: std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>,
+}
+
+struct CollectSink(std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>);
+
+#[async_trait::async_trait]
+impl weir::connector::Sink for CollectSink {
+    async fn write_chunk(&mut self, chunk: weir::Chunk) -> weir::Result<()> {
+        self.0.lock().map_err(|_| weir::WeirError::internal("poisoned"))?.push(chunk);
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> weir::Result<()> {
+        Ok(())
+    }
+}
+
+impl weir::connector::ConnectorFactory for Collect {
+    fn validate(&self, table: &weir::connector::TableDef) -> weir::Result<()> {
+        match table.options.get("connector") {
+            Some("collect") => Ok(()),
+            _ => self.builtin.validate(table),
+        }
+    }
+
+    fn source(
+        &self,
+        table: &weir::connector::TableDef,
+        projection: Option<Vec<usize>>,
+        split: weir::connector::Split,
+    ) -> weir::Result<Box<dyn weir::connector::Source>> {
+        self.builtin.source(table, projection, split)
+    }
+
+    fn sink(
+        &self,
+        table: &weir::connector::TableDef,
+        schema: weir::arrow::datatypes::SchemaRef,
+        split: weir::connector::Split,
+    ) -> weir::Result<Box<dyn weir::connector::Sink>> {
+        match table.options.get("connector") {
+            Some("collect") => Ok(Box::new(CollectSink(self.chunks.clone()))),
+            _ => self.builtin.sink(table, schema, split),
+        }
+    }
+
+    fn check_sink_input(&self, table: &weir::connector::TableDef, changelog: &weir::Changelog) -> weir::Result<()> {
+        match table.options.get("connector") {
+            Some("collect") => Ok(()),
+            _ => self.builtin.check_sink_input(table, changelog),
+        }
+    }
+}
+
+/// Group aggregates (one over a retracting input, whose MIN and MAX keep value counts).
+const GROUPED: &str = "INSERT INTO out SELECT n, COUNT(*), MIN(k), MAX(k), SUM(k) FROM (
+    SELECT auction % 500 AS k, COUNT(*) AS n, COUNT(DISTINCT bidder) AS d, MAX(price) AS m
+    FROM bid GROUP BY auction % 500) GROUP BY n";
+
+/// Run GROUPED at parallelism `p` with its checkpoints in `dir`; `stop`: stop it with a
+/// checkpoint after a while. Returns its changelog.
+async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
+    let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = Engine::with_connectors(std::sync::Arc::new(Collect {
+        builtin: weir::connector::Connectors,
+        chunks: chunks.clone(),
+    }));
+    let setup = format!(
+        "SET 'parallelism' = '{p}';
+         SET 'checkpoint.interval' = '10min';
+         SET 'checkpoint.dir' = '{ck}';
+         SET 'state.backend' = '{backend}';
+         SET 'state.dir' = '{state}';
+         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT)
+           WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '400000', 'rate' = '300000');
+         CREATE TABLE out (n BIGINT, groups BIGINT, lo BIGINT, hi BIGINT, total BIGINT) WITH ('connector' = 'collect')",
+        ck = dir.join("checkpoints").display(),
+        state = dir.join("state").display(),
+    );
+    engine.execute_all(&setup).await.expect("setup");
+    let job = engine.submit(GROUPED).await.expect("submit");
+    if stop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        job.stop_with_checkpoint();
+    }
+    job.wait().await.unwrap_or_else(|e| panic!("at p={p}: {e}"));
+    if stop {
+        assert!(matches!(job.state(), JobState::Stopped), "state {}", job.state().name());
+    }
+    let taken = std::mem::take(&mut *chunks.lock().expect("chunks"));
+    taken
+}
+
+/// The rows changelogs leave, applied in turn.
+fn applied(changelogs: &[&[weir::Chunk]]) -> Vec<String> {
+    let first = changelogs.iter().find_map(|c| c.first()).expect("some change");
+    let mut table = weir::Materialized::new(first.schema()).expect("table");
+    for chunk in changelogs.iter().copied().flatten() {
+        table.apply(chunk).expect("apply");
+    }
+    assert_eq!(table.unmatched, 0, "a retraction of a row that was never there");
+    crate::rows(&[table.table().expect("table")])
+}
+
+/// A group aggregate stopped with a checkpoint at p=2 resumes at 3 and at 1: the changelog of
+/// the stopped run and of the resumed one, applied in turn, leave the rows of a run that
+/// never stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_aggregates_resume_at_another_parallelism() {
+    for backend in ["memory", "rocksdb"] {
+        let dir = crate::slt::tempdir();
+        let want = applied(&[&grouped_run(&dir.join("reference"), 2, backend, false).await]);
+        assert!(want.len() > 5, "{backend}: reference has {} rows", want.len());
+        let stopped = grouped_run(&dir.join("stopped"), 2, backend, true).await;
+        assert!(!stopped.is_empty(), "{backend}: nothing before the stop");
+        assert_ne!(applied(&[&stopped]), want, "{backend}: the stop came after the end");
+        for p in [3, 1] {
+            let resumed = dir.join(format!("p{p}"));
+            copy_dir(&dir.join("stopped"), &resumed);
+            let rest = grouped_run(&resumed, p, backend, false).await;
+            assert_eq!(applied(&[&stopped, &rest]), want, "{backend}: resumed at p={p}");
+        }
+    }
+}
