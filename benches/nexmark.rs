@@ -89,6 +89,23 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
               AND AuctionBids.endtime = MaxBids.endtime \
               AND AuctionBids.num >= MaxBids.maxn",
         ),
+        // Nexmark q17 (Flink's text, with this table's column names): an unbounded group
+        // aggregate, updating.
+        "q17" => (
+            "auction BIGINT, `day` VARCHAR, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, \
+             rank3_bids BIGINT, min_price BIGINT, max_price BIGINT, avg_price BIGINT, sum_price BIGINT",
+            "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`, count(*) AS total_bids, \
+               count(*) filter (where price < 10000) AS rank1_bids, \
+               count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids, \
+               count(*) filter (where price >= 1000000) AS rank3_bids, \
+               min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price \
+             FROM bid GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+        ),
+        // A group per bid (each has its own event time): state as large as the input.
+        "keys" => (
+            "date_time TIMESTAMP(3), n BIGINT, total BIGINT",
+            "SELECT date_time, COUNT(*) AS n, SUM(price) AS total FROM bid GROUP BY date_time",
+        ),
         _ => return None,
     })
 }
@@ -135,7 +152,7 @@ async fn child(
 ) -> Result<String, String> {
     let before = usage();
     let started = Instant::now();
-    let (mut checkpoints, mut checkpoint_bytes, mut checkpoint_ms) = (0usize, 0u64, 0u64);
+    let (mut checkpoints, mut checkpoint_bytes, mut checkpoint_ms, mut rows_out) = (0usize, 0u64, 0u64, 0u64);
     let events = if let Some(path) = source.strip_prefix("parse:") {
         parse_only(path)?
     } else {
@@ -163,6 +180,7 @@ async fn child(
         let scans = status.operators.iter().filter(|o| o.name == "Source: bid [0]").count().max(1) as u64;
         checkpoint_bytes = status.checkpoints.iter().map(|c| c.bytes_written).sum::<u64>() / checkpoints.max(1) as u64;
         checkpoint_ms = status.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.max(1) as u64;
+        rows_out = status.rows_written();
         status.rows_read() / scans
     };
     let wall = started.elapsed().as_secs_f64();
@@ -171,7 +189,7 @@ async fn child(
     Ok(format!(
         "{{\"engine\":\"weir\",\"query\":\"{query_name}\",\"source\":\"{source}\",\"parallelism\":{parallelism},\
 \"events\":{events},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3},\"events_per_s\":{:.0},\"events_per_cpu_s\":{:.0},\"peak_rss_mb\":{:.1},\
-\"state_backend\":\"{backend}\",\"checkpoint_interval\":\"{}\",\"checkpoints\":{checkpoints},\"checkpoint_avg_bytes\":{checkpoint_bytes},\"checkpoint_avg_ms\":{checkpoint_ms}}}",
+\"rows_out\":{rows_out},\"state_backend\":\"{backend}\",\"checkpoint_interval\":\"{}\",\"checkpoints\":{checkpoints},\"checkpoint_avg_bytes\":{checkpoint_bytes},\"checkpoint_avg_ms\":{checkpoint_ms}}}",
         events as f64 / wall,
         events as f64 / cpu,
         after.peak_rss_mb,

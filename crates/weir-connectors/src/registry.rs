@@ -7,7 +7,7 @@ use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
 
-const CONNECTORS: &[&str] = &["filesystem", "kafka", "nexmark", "print", "blackhole"];
+const CONNECTORS: &[&str] = &["filesystem", "kafka", "upsert-kafka", "nexmark", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -51,6 +51,7 @@ impl ConnectorFactory for Connectors {
             }
             "nexmark" => crate::nexmark::validate(table),
             "kafka" => crate::kafka::validate(table),
+            "upsert-kafka" => crate::kafka::validate_upsert(table),
             "print" => table.options.check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
             _ => table.options.check_known(&table.name, &["connector"]),
         }
@@ -61,6 +62,10 @@ impl ConnectorFactory for Connectors {
             "filesystem" => Ok(Box::new(FileSource::new(table, projection, split)?)),
             "nexmark" => Ok(Box::new(crate::nexmark::NexmarkSource::new(table, projection, split)?)),
             "kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
+            "upsert-kafka" => Err(WeirError::not_supported(format!(
+                "reading the upsert-kafka table '{}' (upsert-kafka tables are written only, for now)",
+                table.name
+            ))),
             other => Err(WeirError::user(format!(
                 "table '{}' uses connector '{other}', which can only be written to, not read",
                 table.name
@@ -68,7 +73,10 @@ impl ConnectorFactory for Connectors {
         }
     }
 
-    fn check_sink_input(&self, table: &TableDef, changelog: &Changelog) -> Result<()> {
+    fn check_sink_input(&self, table: &TableDef, changelog: &Changelog, unique_key: Option<&[usize]>) -> Result<()> {
+        if self.connector(table)? == "upsert-kafka" {
+            return crate::kafka::check_upsert_input(table, changelog, unique_key);
+        }
         if changelog.is_append_only() {
             return Ok(());
         }
@@ -80,8 +88,9 @@ impl ConnectorFactory for Connectors {
                  'print' table"
             }
             "kafka" => {
-                "its formats write appended rows only (upsert-kafka and debezium-json are not supported yet). \
-                 Compute the result over a window, whose rows are final"
+                "it writes appended rows only. Write it to an 'upsert-kafka' table whose PRIMARY KEY is the \
+                 query's GROUP BY columns (an update is the key's new value, a delete a tombstone), or compute \
+                 the result over a window, whose rows are final"
             }
             _ => "it takes only appended rows",
         };
@@ -111,7 +120,7 @@ impl ConnectorFactory for Connectors {
                 Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name)))
             }
             "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
-            "kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
+            "kafka" | "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

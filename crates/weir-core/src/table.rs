@@ -83,6 +83,8 @@ pub struct TableDef {
     pub schema: SchemaRef,
     pub watermark: Option<WatermarkDef>,
     pub partition_keys: Vec<String>,
+    /// `PRIMARY KEY (…) NOT ENFORCED`: the key an upsert sink writes by.
+    pub primary_key: Vec<String>,
     pub options: Options,
     /// The statement text, shown by `SHOW CREATE TABLE`.
     pub definition: String,

@@ -252,9 +252,15 @@ pub trait ConnectorFactory: Send + Sync {
     /// Sink task `split.index` of `split.count` writing batches with `schema` into `table`.
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>>;
 
-    /// Whether a sink of `table` takes an input carrying `changelog`. By default only
-    /// appended rows: a sink that can apply updates and deletes says so.
-    fn check_sink_input(&self, table: &TableDef, changelog: &crate::Changelog) -> Result<()> {
+    /// Whether a sink of `table` takes an input carrying `changelog`, whose rows are
+    /// identified by the `unique_key` columns if known. By default only appended rows: a sink
+    /// that can apply updates and deletes says so.
+    fn check_sink_input(
+        &self,
+        table: &TableDef,
+        changelog: &crate::Changelog,
+        _unique_key: Option<&[usize]>,
+    ) -> Result<()> {
         if changelog.is_append_only() {
             return Ok(());
         }

@@ -235,6 +235,33 @@ impl Node {
         }
     }
 
+    /// Columns whose values identify an output row among the rows in effect (a group
+    /// aggregate's group columns, followed through projections), if known.
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        match self {
+            Node::Exchange { input, .. } => input.unique_key(),
+            Node::Operator { spec, input } => match spec {
+                OperatorSpec::GroupAggregate { spec, .. } => Some((0..spec.keys).collect()),
+                OperatorSpec::Filter { .. } => input.unique_key(),
+                OperatorSpec::Select { indices, .. } => {
+                    input.unique_key()?.iter().map(|k| indices.iter().position(|i| i == k)).collect()
+                }
+                OperatorSpec::Project { exprs, .. } => input
+                    .unique_key()?
+                    .iter()
+                    .map(|k| {
+                        exprs.iter().position(|e| {
+                            e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                                .is_some_and(|c| c.index() == *k)
+                        })
+                    })
+                    .collect(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Refuse an operator that needs an append-only input over an updating one, naming it.
     pub fn check_changelog(&self) -> Result<()> {
         let updating = |node: &Node, spec: &OperatorSpec| -> Result<()> {

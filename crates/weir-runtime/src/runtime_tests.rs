@@ -88,6 +88,7 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
         schema: schema(),
         watermark: None,
         partition_keys: vec![],
+        primary_key: vec![],
         options: Options::default(),
         definition: String::new(),
         metadata: Default::default(),

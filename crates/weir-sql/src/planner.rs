@@ -174,9 +174,8 @@ impl Planner {
             ))
             .at(ct.options.iter().find(|(k, _, _)| k == LATE_DATA_TABLE).map(|(_, _, at)| *at)));
         }
-        for ident in &ct.primary_key {
-            column_of(ident, "in PRIMARY KEY")?;
-        }
+        let primary_key =
+            ct.primary_key.iter().map(|i| column_of(i, "in PRIMARY KEY")).collect::<Result<Vec<_>>>()?;
         let partition_keys =
             ct.partitioned_by.iter().map(|i| column_of(i, "in PARTITIONED BY")).collect::<Result<Vec<_>>>()?;
         let mut options = Options::default();
@@ -190,6 +189,7 @@ impl Planner {
             schema,
             watermark,
             partition_keys,
+            primary_key,
             options,
             definition: text.to_string(),
             metadata: ct
@@ -333,7 +333,9 @@ impl Planner {
         let root = self.to_node(&optimized).map_err(|e| place(e, tokens, start))?;
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
         if let SinkTarget::Table(table) = &sink {
-            self.connectors.check_sink_input(table, &root.changelog()).map_err(|e| place(e, tokens, start))?;
+            self.connectors
+                .check_sink_input(table, &root.changelog(), root.unique_key().as_deref())
+                .map_err(|e| place(e, tokens, start))?;
         }
         Ok(StreamPlan { root, sink })
     }

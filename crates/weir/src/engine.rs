@@ -336,7 +336,7 @@ impl Engine {
             None => format!("insert-into-{}", table.name),
         };
         let mut options = state.settings.job_options();
-        if table.options.get("connector") == Some("kafka") {
+        if matches!(table.options.get("connector"), Some("kafka" | "upsert-kafka")) {
             // The longest a pre-committed transaction waits for a restarted job: the
             // checkpoint timeout, then every restart's backoff (doubling).
             let checkpoint_timeout = options.checkpoint.as_ref().map_or(Duration::ZERO, |(c, _)| c.timeout);

@@ -1,6 +1,8 @@
 //! The `kafka` connector: a source whose offsets live in Weir's checkpoints, and a sink that
 //! is exactly-once (Kafka transactions committed with the checkpoint, two-phase), at least
-//! once (idempotent producer, flushed at every checkpoint), or best effort.
+//! once (idempotent producer, flushed at every checkpoint), or best effort. The
+//! `upsert-kafka` connector is the same sink keyed by the table's `PRIMARY KEY`: an insert or
+//! update is the key's new value, a delete a tombstone.
 //!
 //! Everything here is plain Kafka protocol through librdkafka (rdkafka), plus the two
 //! requests of [`txn`] for finishing a transaction after a crash.
@@ -116,26 +118,31 @@ pub(crate) fn transaction_timeout(table: &TableDef) -> Result<Duration> {
     }
 }
 
-pub fn validate(table: &TableDef) -> Result<()> {
+/// Options of an `upsert-kafka` table (Flink's).
+const UPSERT_OPTIONS: &[&str] = &[
+    "connector",
+    "topic",
+    "key.format",
+    "value.format",
+    "sink.delivery-guarantee",
+    "sink.transactional-id-prefix",
+];
+
+fn check_known(table: &TableDef, known: &[&str]) -> Result<()> {
     for (key, _) in table.options.iter() {
-        if !key.starts_with("properties.")
-            && !OPTIONS.contains(&key)
-            && !weir_core::table::ENGINE_OPTIONS.contains(&key)
-        {
+        if !key.starts_with("properties.") && !known.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key) {
             return Err(WeirError::user(format!(
                 "table '{}': unknown option '{key}'; options here are: {}, properties.* (librdkafka settings)",
                 table.name,
-                OPTIONS.join(", ")
+                known.join(", ")
             ))
             .at(table.options.location(key)));
         }
     }
-    topic(table)?;
-    bootstrap(table)?;
-    codec::Codec::from_table(
-        table,
-        if table.options.get("value.format").is_some() { "value.format" } else { "format" },
-    )?;
+    Ok(())
+}
+
+fn check_delivery(table: &TableDef) -> Result<()> {
     if delivery(table)? == Delivery::ExactlyOnce && table.options.get("sink.transactional-id-prefix").is_none() {
         return Err(WeirError::user(format!(
             "table '{}': 'sink.delivery-guarantee' = 'exactly-once' needs 'sink.transactional-id-prefix', \
@@ -145,6 +152,76 @@ pub fn validate(table: &TableDef) -> Result<()> {
         .at(table.options.location("sink.delivery-guarantee")));
     }
     transaction_timeout(table)?;
+    Ok(())
+}
+
+/// An `upsert-kafka` table: a topic, both formats, and a primary key to write by.
+pub fn validate_upsert(table: &TableDef) -> Result<()> {
+    check_known(table, UPSERT_OPTIONS)?;
+    table.check_no_metadata()?;
+    if table.primary_key.is_empty() {
+        return Err(WeirError::user(format!(
+            "table '{}': connector 'upsert-kafka' needs a PRIMARY KEY (…) NOT ENFORCED: records are keyed by it, \
+             and each key's latest record is its row",
+            table.name
+        ))
+        .at(table.options.location("connector")));
+    }
+    if table.options.get("topic").is_none() {
+        return Err(WeirError::user(format!("table '{}' needs the option 'topic'", table.name)));
+    }
+    bootstrap(table)?;
+    table.options.required(&table.name, "key.format")?;
+    table.options.required(&table.name, "value.format")?;
+    codec::Codec::from_table(table, "key.format")?;
+    codec::Codec::from_table(table, "value.format")?;
+    check_delivery(table)
+}
+
+/// An upsert sink applies each change by its key: the query's result must be identified by
+/// the table's primary key, or two rows of one key would overwrite each other.
+pub fn check_upsert_input(
+    table: &TableDef,
+    changelog: &weir_core::Changelog,
+    unique_key: Option<&[usize]>,
+) -> Result<()> {
+    if changelog.is_append_only() {
+        return Ok(());
+    }
+    let key: Option<Vec<usize>> = table.primary_key.iter().map(|k| table.schema.index_of(k).ok()).collect();
+    let mut key = key.unwrap_or_default();
+    key.sort_unstable();
+    let mut unique = unique_key.map(<[usize]>::to_vec);
+    if let Some(u) = &mut unique {
+        u.sort_unstable();
+    }
+    if unique.as_ref() == Some(&key) {
+        return Ok(());
+    }
+    let names = |cols: &[usize]| -> String {
+        cols.iter().map(|c| table.schema.fields().get(*c).map_or("?", |f| f.name().as_str())).collect::<Vec<_>>().join(", ")
+    };
+    Err(WeirError::not_supported(format!(
+        "writing into the upsert-kafka table '{}' by its PRIMARY KEY ({}): the query's result is updated by {}; \
+         make the primary key the query's GROUP BY columns",
+        table.name,
+        names(&key),
+        match &unique {
+            Some(u) => format!("other columns ({})", names(u)),
+            None => "no key Weir can follow to the sink".to_string(),
+        }
+    )))
+}
+
+pub fn validate(table: &TableDef) -> Result<()> {
+    check_known(table, OPTIONS)?;
+    topic(table)?;
+    bootstrap(table)?;
+    codec::Codec::from_table(
+        table,
+        if table.options.get("value.format").is_some() { "value.format" } else { "format" },
+    )?;
+    check_delivery(table)?;
     for key in table.options.get("key.fields").into_iter().flat_map(|k| k.split(';')) {
         if table.schema.field_with_name(key.trim()).is_err() {
             return Err(WeirError::user(format!(

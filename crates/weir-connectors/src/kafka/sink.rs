@@ -1,5 +1,7 @@
 //! Writing a Kafka topic, one record per row (key from `'key.fields'`, so Kafka's
-//! partitioner keeps a key in one partition).
+//! partitioner keeps a key in one partition). An `upsert-kafka` table is keyed by its primary
+//! key and takes an updating input: `+I` and `+U` write the key's new value, `-D` a tombstone
+//! (a record without a value), and `-U` nothing (the `+U` after it replaces it).
 //!
 //! `exactly-once`: the rows between barrier `n - 1` and barrier `n` go into one Kafka
 //! transaction, with a transactional id of its own, `<prefix>-<task>-<s>`, where `s` counts
@@ -31,7 +33,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Statistics};
-use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
+use weir_core::{Chunk, Op, Result, Sink, Split, TableDef, WeirError};
 
 use super::codec::{encode, Codec};
 use super::txn::{self, PreCommitted};
@@ -118,6 +120,8 @@ pub struct KafkaSink {
     delivery: Delivery,
     value: Codec,
     key: Option<(Codec, Vec<usize>)>,
+    /// `upsert-kafka`: changes are written by key.
+    upsert: bool,
     config: rdkafka::ClientConfig,
     prefix: String,
     task: usize,
@@ -160,7 +164,12 @@ impl KafkaSink {
             table,
             if table.options.get("value.format").is_some() { "value.format" } else { "format" },
         )?;
-        let key = match table.options.get("key.fields") {
+        let upsert = table.options.get("connector") == Some("upsert-kafka");
+        let key_fields = match upsert {
+            true => Some(table.primary_key.join(";")),
+            false => table.options.get("key.fields").map(str::to_string),
+        };
+        let key = match key_fields.as_deref() {
             None => None,
             Some(fields) => {
                 let columns = fields
@@ -188,6 +197,7 @@ impl KafkaSink {
             delivery,
             value,
             key,
+            upsert,
             config,
             prefix: table.options.get("sink.transactional-id-prefix").unwrap_or_default().to_string(),
             task: split.index,
@@ -311,7 +321,7 @@ impl KafkaSink {
 #[async_trait]
 impl Sink for KafkaSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
-        if !chunk.is_append_only() {
+        if !chunk.is_append_only() && !self.upsert {
             return Err(WeirError::not_supported(format!(
                 "writing updates or deletes to the Kafka table '{}'",
                 self.table
@@ -352,7 +362,14 @@ impl Sink for KafkaSink {
             }
         };
         for (i, value) in values.iter().enumerate() {
-            let mut record = BaseRecord::to(&topic).payload(value.as_slice());
+            let op = chunk.op(i);
+            if op == Op::UpdateBefore {
+                continue;
+            }
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&topic);
+            if op != Op::Delete {
+                record = record.payload(value.as_slice());
+            }
             if let Some(keys) = &keys {
                 record = record.key(keys[i].as_slice());
             }
