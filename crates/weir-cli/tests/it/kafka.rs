@@ -64,9 +64,17 @@ impl Broker {
         producer.flush(Duration::from_secs(10)).expect("flush");
     }
 
-    /// Every record value a `read_committed` consumer sees in `topic`, with the number of
-    /// records per partition; reads until every partition is at its end.
+    /// Every record value a `read_committed` consumer sees in `topic`, sorted.
     pub fn read_committed(&self, topic: &str) -> Vec<String> {
+        let mut values: Vec<String> =
+            self.read_committed_records(topic).into_iter().map(|(_, v)| v.unwrap_or_default()).collect();
+        values.sort();
+        values
+    }
+
+    /// Every record (key, value; `None` for a tombstone's value) a `read_committed` consumer
+    /// sees in `topic`, each partition's in order; reads until every partition is at its end.
+    pub fn read_committed_records(&self, topic: &str) -> Vec<(Option<String>, Option<String>)> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("group.id", "weir-test-reader")
@@ -90,7 +98,8 @@ impl Broker {
         loop {
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    values.push(String::from_utf8_lossy(m.payload().unwrap_or(&[])).into_owned());
+                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                    values.push((m.key().map(text), m.payload().map(text)));
                     last_progress = Instant::now();
                 }
                 Some(Err(e)) => panic!("reading {topic}: {e}"),
@@ -107,7 +116,6 @@ impl Broker {
                 }
             }
         }
-        values.sort();
         values
     }
 }
@@ -121,7 +129,7 @@ impl Drop for Broker {
     }
 }
 
-fn bids_table(bootstrap: &str, topic: &str, extra: &str) -> String {
+pub(crate) fn bids_table(bootstrap: &str, topic: &str, extra: &str) -> String {
     format!(
         "CREATE TABLE {topic} (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
            WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
@@ -155,7 +163,7 @@ GROUP BY auction, window_start, window_end;
 
 /// `events` Nexmark events' bids written to topic `bids` (two partitions, keyed by auction,
 /// so each partition is in event-time order).
-async fn load_bids(broker: &Broker, events: u64) {
+pub(crate) async fn load_bids(broker: &Broker, events: u64) {
     broker.create_topic("bids", 2).await;
     let engine = weir::Engine::new();
     crate::run(
@@ -190,12 +198,12 @@ async fn with_reference() -> (PathBuf, Broker, Vec<String>) {
     (dir, broker, want)
 }
 
-fn run_to_end(sql: &Path) {
+pub(crate) fn run_to_end(sql: &Path) {
     let out = Command::new(weir_bin()).arg("run").arg(sql).output().expect("weir run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-fn write_sql(dir: &Path, name: &str, sql: String) -> PathBuf {
+pub(crate) fn write_sql(dir: &Path, name: &str, sql: String) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, sql).expect("write sql");
     path

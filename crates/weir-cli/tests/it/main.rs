@@ -2,6 +2,7 @@
 
 mod crash;
 mod kafka;
+mod kafka_upsert;
 mod kills;
 mod parallel;
 mod quickstart;

@@ -184,10 +184,15 @@ impl weir::connector::ConnectorFactory for Collect {
         }
     }
 
-    fn check_sink_input(&self, table: &weir::connector::TableDef, changelog: &weir::Changelog) -> weir::Result<()> {
+    fn check_sink_input(
+        &self,
+        table: &weir::connector::TableDef,
+        changelog: &weir::Changelog,
+        key: Option<&[usize]>,
+    ) -> weir::Result<()> {
         match table.options.get("connector") {
             Some("collect") => Ok(()),
-            _ => self.builtin.check_sink_input(table, changelog),
+            _ => self.builtin.check_sink_input(table, changelog, key),
         }
     }
 }
