@@ -7,7 +7,7 @@
 //! | `HOUR(ts)`, `MINUTE(ts)`, `SECOND(ts)` | `EXTRACT(HOUR FROM ts)`, … |
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL past the end) | `NULLIF(split_part(s, sep, i + 1), '')` |
 //! | `REGEXP_EXTRACT(s, re [, group])` | `regexp_match(s, re)[group]` (group 1 by default) |
-//! | `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | `to_char(ts, '%Y-%m-%d %H:%M')` |
+//! | `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | Weir's own, [`crate::date_format`] |
 
 use std::ops::ControlFlow;
 
@@ -42,74 +42,9 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("split_index", [s, sep, i]) => format!("NULLIF(split_part({s}, {sep}, ({i}) + 1), '')"),
         ("regexp_extract", [s, re]) => format!("(regexp_match({s}, {re}))[1]"),
         ("regexp_extract", [s, re, group]) => format!("(regexp_match({s}, {re}))[{group}]"),
-        ("date_format", [ts, Expr::Value(v)]) => {
-            let pattern = v.value.clone().into_string()?;
-            format!("to_char({ts}, '{}')", java_pattern(&pattern).replace('\'', "''"))
-        }
+        ("date_format", [ts, pattern]) => format!("{}({ts}, {pattern})", crate::date_format::NAME),
         _ => return None,
     })
-}
-
-/// A Java `DateTimeFormatter` pattern (Flink's `DATE_FORMAT`) as a chrono format: runs of
-/// pattern letters become their `%` fields, text in single quotes stays as it is.
-fn java_pattern(pattern: &str) -> String {
-    let mut out = String::new();
-    let chars: Vec<char> = pattern.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let mut run = 1;
-        while i + run < chars.len() && chars[i + run] == c {
-            run += 1;
-        }
-        let field = match (c, run) {
-            ('\'', _) => {
-                // Quoted text up to the closing quote ('' is a quote).
-                let mut j = i + 1;
-                while j < chars.len() && chars[j] != '\'' {
-                    out.push(chars[j]);
-                    j += 1;
-                }
-                if run == 2 {
-                    out.push('\'');
-                }
-                i = if run == 2 { i + 2 } else { j + 1 };
-                continue;
-            }
-            ('y' | 'u', 2) => "%y",
-            ('y' | 'u', _) => "%Y",
-            ('M', 1) => "%-m",
-            ('M', 2) => "%m",
-            ('M', 3) => "%b",
-            ('M', _) => "%B",
-            ('d', 1) => "%-d",
-            ('d', _) => "%d",
-            ('D', _) => "%j",
-            ('H', 1) => "%-H",
-            ('H', _) => "%H",
-            ('h', 1) => "%-I",
-            ('h', _) => "%I",
-            ('m', 1) => "%-M",
-            ('m', _) => "%M",
-            ('s', 1) => "%-S",
-            ('s', _) => "%S",
-            ('S', 3) => "%3f",
-            ('S', 6) => "%6f",
-            ('S', 9) => "%9f",
-            ('a', _) => "%p",
-            ('E', 4) => "%A",
-            ('E', _) => "%a",
-            ('%', _) => "%%",
-            _ => {
-                out.extend(std::iter::repeat_n(c, run));
-                i += run;
-                continue;
-            }
-        };
-        out.push_str(field);
-        i += run;
-    }
-    out
 }
 
 /// Rewrite Flink-only function calls in `statement` into DataFusion expressions.

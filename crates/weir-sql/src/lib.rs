@@ -3,6 +3,7 @@
 //! ([`weir_runtime::StreamPlan`]) through DataFusion's logical planner.
 
 pub mod catalog;
+pub mod date_format;
 pub mod flink_functions;
 pub mod parser;
 pub mod planner;

@@ -104,6 +104,7 @@ impl Planner {
         config.options_mut().sql_parser.collect_spans = true;
         let ctx = SessionContext::new_with_config(config);
         let schemas = TableSchemas::default();
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::DateFormat::default()));
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
         }

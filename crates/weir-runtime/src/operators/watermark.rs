@@ -20,6 +20,10 @@ use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 /// the data alone determines).
 pub struct WatermarkGenerator {
     expr: Arc<dyn PhysicalExpr>,
+    /// The expression as `column - delay` (ms), when it is one: its highest value is then the
+    /// column's highest minus the delay, one max over the column instead of an interval
+    /// subtraction per row.
+    shifted: Option<(usize, i64)>,
     current: Watermark,
     /// Per partition: highest value, and when it last had data.
     partitions: BTreeMap<u32, (Watermark, Instant)>,
@@ -28,7 +32,23 @@ pub struct WatermarkGenerator {
 
 impl WatermarkGenerator {
     pub fn new(expr: Arc<dyn PhysicalExpr>) -> Self {
-        Self { expr, current: Watermark::MIN, partitions: BTreeMap::new(), idle_timeout: None }
+        let shifted = shifted_column(&expr);
+        Self { expr, shifted, current: Watermark::MIN, partitions: BTreeMap::new(), idle_timeout: None }
+    }
+
+    /// The highest value of the expression over `batch`, in milliseconds.
+    fn highest(&self, batch: &datafusion::arrow::record_batch::RecordBatch) -> Result<Option<i64>> {
+        let (values, delay) = match self.shifted {
+            Some((column, delay)) => (batch.column(column).clone(), delay),
+            None => (self.expr.evaluate(batch)?.into_array(batch.num_rows())?, 0),
+        };
+        let millis = cast(&values, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+        let millis = cast(&millis, &DataType::Int64)?;
+        let millis = millis
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| WeirError::internal("watermark values are not Int64"))?;
+        Ok(max(millis).map(|m| m.saturating_sub(delay)))
     }
 
     /// The minimum over the partitions that are not idle.
@@ -56,14 +76,7 @@ impl Operator for WatermarkGenerator {
     }
 
     fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
-        let values = self.expr.evaluate(&chunk.batch)?.into_array(chunk.num_rows())?;
-        let millis = cast(&values, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-        let millis = cast(&millis, &DataType::Int64)?;
-        let millis = millis
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| WeirError::internal("watermark values are not Int64"))?;
-        let highest = max(millis).map(Watermark);
+        let highest = self.highest(&chunk.batch)?.map(Watermark);
         let origin = chunk.origin.filter(|p| self.partitions.contains_key(p));
         out.push(Message::Chunk(chunk));
         let candidate = match origin {
@@ -130,4 +143,27 @@ impl Operator for WatermarkGenerator {
         }
         Ok(())
     }
+}
+
+/// `(column, delay in ms)` if `expr` is a column, or a column minus a constant interval of
+/// whole milliseconds without months.
+fn shifted_column(expr: &Arc<dyn PhysicalExpr>) -> Option<(usize, i64)> {
+    use datafusion::common::ScalarValue;
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+    if let Some(c) = expr.downcast_ref::<Column>() {
+        return Some((c.index(), 0));
+    }
+    let b = expr.downcast_ref::<BinaryExpr>()?;
+    if *b.op() != datafusion::logical_expr::Operator::Minus {
+        return None;
+    }
+    let column = b.left().downcast_ref::<Column>()?.index();
+    let delay = match b.right().downcast_ref::<Literal>()?.value() {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 && v.nanoseconds % 1_000_000 == 0 => {
+            i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds),
+        _ => return None,
+    };
+    Some((column, delay))
 }

@@ -1,0 +1,267 @@
+//! Flink's `DATE_FORMAT(ts, pattern)`: a timestamp as text by a Java `DateTimeFormatter`
+//! pattern (`yyyy-MM-dd HH:mm:ss.SSS`). Numeric fields are written digit by digit, with the
+//! date worked out once per day of the batch (q15–q17 group by one per row); a pattern with
+//! other letters (month names, weekdays, AM/PM) goes through chrono.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, Int64Array, StringBuilder};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::{exec_err, plan_err, ScalarValue};
+use datafusion::error::Result;
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
+use datafusion::prelude::Expr;
+
+/// The name the rewrite of `DATE_FORMAT` calls (DataFusion's own `date_format` is `to_char`,
+/// with chrono's letters).
+pub const NAME: &str = "__weir_date_format";
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct DateFormat {
+    signature: Signature,
+}
+
+impl Default for DateFormat {
+    fn default() -> Self {
+        Self { signature: Signature::any(2, Volatility::Immutable) }
+    }
+}
+
+/// A piece of a pattern.
+#[derive(Debug, Clone, PartialEq)]
+enum Item {
+    Text(String),
+    /// A number, zero-padded to `width` digits.
+    Year(usize),
+    Month(usize),
+    Day(usize),
+    Hour(usize),
+    Minute(usize),
+    Second(usize),
+    Millis,
+}
+
+/// The pattern as items, or `None` if it has letters only chrono can write.
+fn items(pattern: &str) -> Option<Vec<Item>> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let mut run = 1;
+        while i + run < chars.len() && chars[i + run] == c {
+            run += 1;
+        }
+        let item = match (c, run) {
+            ('\'', _) => {
+                let (text, next) = quoted(&chars, i);
+                out.push(Item::Text(text));
+                i = next;
+                continue;
+            }
+            ('y' | 'u', 2) => return None,
+            ('y' | 'u', n) => Item::Year(n.max(4)),
+            ('M', 1 | 2) => Item::Month(run),
+            ('d', 1 | 2) => Item::Day(run),
+            ('H', 1 | 2) => Item::Hour(run),
+            ('m', 1 | 2) => Item::Minute(run),
+            ('s', 1 | 2) => Item::Second(run),
+            ('S', 3) => Item::Millis,
+            (c, _) if c.is_ascii_alphabetic() => return None,
+            _ => Item::Text(std::iter::repeat_n(c, run).collect()),
+        };
+        out.push(item);
+        i += run;
+    }
+    Some(out)
+}
+
+/// Text quoted from `chars[start]` (a quote) to its closing quote (`''` is a quote); returns
+/// it and the index after.
+fn quoted(chars: &[char], start: usize) -> (String, usize) {
+    if chars.get(start + 1) == Some(&'\'') {
+        return ("'".into(), start + 2);
+    }
+    let mut text = String::new();
+    let mut j = start + 1;
+    while j < chars.len() && chars[j] != '\'' {
+        text.push(chars[j]);
+        j += 1;
+    }
+    (text, j + 1)
+}
+
+/// The pattern as a chrono format, for what [`items`] does not write.
+fn chrono_format(pattern: &str) -> String {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let mut run = 1;
+        while i + run < chars.len() && chars[i + run] == c {
+            run += 1;
+        }
+        let field = match (c, run) {
+            ('\'', _) => {
+                let (text, next) = quoted(&chars, i);
+                out.push_str(&text.replace('%', "%%"));
+                i = next;
+                continue;
+            }
+            ('y' | 'u', 2) => "%y",
+            ('y' | 'u', _) => "%Y",
+            ('M', 1) => "%-m",
+            ('M', 2) => "%m",
+            ('M', 3) => "%b",
+            ('M', _) => "%B",
+            ('d', 1) => "%-d",
+            ('d', _) => "%d",
+            ('D', _) => "%j",
+            ('H', 1) => "%-H",
+            ('H', _) => "%H",
+            ('h', 1) => "%-I",
+            ('h', _) => "%I",
+            ('m', 1) => "%-M",
+            ('m', _) => "%M",
+            ('s', 1) => "%-S",
+            ('s', _) => "%S",
+            ('S', 3) => "%3f",
+            ('S', 6) => "%6f",
+            ('S', 9) => "%9f",
+            ('a', _) => "%p",
+            ('E', 4) => "%A",
+            ('E', _) => "%a",
+            ('%', _) => "%%",
+            _ => {
+                out.extend(std::iter::repeat_n(c, run));
+                i += run;
+                continue;
+            }
+        };
+        out.push_str(field);
+        i += run;
+    }
+    out
+}
+
+/// Year, month, day of a day number (days since 1970-01-01), proleptic Gregorian
+/// (H. Hinnant's `civil_from_days`).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+fn number(out: &mut String, value: i64, width: usize) {
+    let _ = write!(out, "{value:0width$}");
+}
+
+fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
+    let mut builder = StringBuilder::with_capacity(millis.len(), millis.len() * 16);
+    let mut text = String::new();
+    let mut day: Option<(i64, (i64, u32, u32))> = None;
+    for i in 0..millis.len() {
+        if millis.is_null(i) {
+            builder.append_null();
+            continue;
+        }
+        let ms = millis.value(i);
+        let (days, of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+        let (y, m, d) = match day {
+            Some((n, date)) if n == days => date,
+            _ => {
+                let date = civil(days);
+                day = Some((days, date));
+                date
+            }
+        };
+        text.clear();
+        for item in items {
+            match item {
+                Item::Text(t) => text.push_str(t),
+                Item::Year(w) => number(&mut text, y, *w),
+                Item::Month(w) => number(&mut text, i64::from(m), *w),
+                Item::Day(w) => number(&mut text, i64::from(d), *w),
+                Item::Hour(w) => number(&mut text, of_day / 3_600_000, *w),
+                Item::Minute(w) => number(&mut text, of_day / 60_000 % 60, *w),
+                Item::Second(w) => number(&mut text, of_day / 1000 % 60, *w),
+                Item::Millis => number(&mut text, of_day % 1000, 3),
+            }
+        }
+        builder.append_value(&text);
+    }
+    builder
+}
+
+fn format_chrono(millis: &Int64Array, pattern: &str) -> StringBuilder {
+    let format = chrono_format(pattern);
+    let mut builder = StringBuilder::with_capacity(millis.len(), millis.len() * 16);
+    let mut text = String::new();
+    for i in 0..millis.len() {
+        match chrono::DateTime::from_timestamp_millis(millis.value(i)).filter(|_| millis.is_valid(i)) {
+            None => builder.append_null(),
+            Some(t) => {
+                text.clear();
+                let _ = write!(text, "{}", t.naive_utc().format(&format));
+                builder.append_value(&text);
+            }
+        }
+    }
+    builder
+}
+
+impl ScalarUDFImpl for DateFormat {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn display_name(&self, args: &[Expr]) -> Result<String> {
+        self.schema_name(args)
+    }
+
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        let args: Vec<String> = args.iter().map(|a| a.schema_name().to_string()).collect();
+        Ok(format!("DATE_FORMAT({})", args.join(", ")))
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [DataType::Timestamp(..) | DataType::Date32 | DataType::Date64, DataType::Utf8 | DataType::Utf8View] => {
+                Ok(DataType::Utf8)
+            }
+            [other, _] => plan_err!("DATE_FORMAT formats a TIMESTAMP or DATE, not {other}"),
+            _ => plan_err!("DATE_FORMAT takes a timestamp and a pattern"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value, pattern] = args.args.as_slice() else { return exec_err!("DATE_FORMAT takes two arguments") };
+        let pattern = match pattern {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(p)) | ScalarValue::Utf8View(Some(p))) => p.clone(),
+            _ => return exec_err!("DATE_FORMAT's pattern must be a text literal"),
+        };
+        let values = value.to_array(args.number_rows)?;
+        let millis = cast(&cast(&values, &DataType::Timestamp(TimeUnit::Millisecond, None))?, &DataType::Int64)?;
+        let Some(millis) = millis.as_any().downcast_ref::<Int64Array>() else {
+            return exec_err!("DATE_FORMAT: timestamps did not convert to milliseconds");
+        };
+        let mut builder = match items(&pattern) {
+            Some(items) => format_fast(millis, &items),
+            None => format_chrono(millis, &pattern),
+        };
+        Ok(ColumnarValue::Array(Arc::new(builder.finish())))
+    }
+}
