@@ -462,7 +462,13 @@ impl OperatorSpec {
                     .iter()
                     .map(|a| format!("{}({}{:?} {}) filter {:?}", a.kind.name(), if a.distinct { "distinct " } else { "" }, a.arg, a.arg_type, a.filter))
                     .collect();
-                format!("group aggregate keys {} retracting {} [{}]", spec.keys, spec.retracting_input, aggs.join(","))
+                format!(
+                    "group aggregate keys {} retracting {} ttl {} [{}]",
+                    spec.keys,
+                    spec.retracting_input,
+                    spec.ttl.is_some(),
+                    aggs.join(",")
+                )
             }
             OperatorSpec::WindowJoin { spec, .. } => format!(
                 "window join {:?} keys {:?} ends {:?} [{}] [{}]",

@@ -161,8 +161,27 @@ fn civil(days: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(month <= 2), month, day)
 }
 
+/// `value` in decimal, zero-padded to `width` digits (digit by digit: this runs per field per
+/// row, and `format!` costs more than the rest of the function).
 fn number(out: &mut String, value: i64, width: usize) {
-    let _ = write!(out, "{value:0width$}");
+    if value < 0 {
+        let _ = write!(out, "{value:0width$}");
+        return;
+    }
+    let mut digits = [b'0'; 20];
+    let mut n = value as u64;
+    let mut len = 0;
+    while n > 0 || len == 0 {
+        digits[19 - len] = b'0' + (n % 10) as u8;
+        n /= 10;
+        len += 1;
+    }
+    for _ in len..width {
+        out.push('0');
+    }
+    for d in &digits[20 - len..] {
+        out.push(char::from(*d));
+    }
 }
 
 fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {

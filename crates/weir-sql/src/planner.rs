@@ -87,6 +87,8 @@ fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
 pub struct Planner {
     ctx: SessionContext,
     pub catalog: Catalog,
+    /// `'table.exec.state.ttl'`: how long, in event time, group aggregates keep a key.
+    pub state_ttl: Option<std::time::Duration>,
     connectors: Arc<dyn ConnectorFactory>,
     /// Table schemas for the window table functions, which run inside DataFusion's planner.
     schemas: TableSchemas,
@@ -111,6 +113,7 @@ impl Planner {
         Self {
             ctx,
             catalog: Catalog::default(),
+            state_ttl: None,
             connectors,
             schemas,
             session_input: Default::default(),

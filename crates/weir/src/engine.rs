@@ -246,10 +246,12 @@ impl Engine {
             }
             Statement::Set { key: Some((key, at)), value } => {
                 state.settings.set(key, value.as_deref().unwrap_or_default(), Some(*at))?;
+                state.planner.state_ttl = state.settings.state_ttl();
                 Ok(Outcome::Done(format!("Set '{key}'.")))
             }
             Statement::Reset { key } => {
                 state.settings.reset(key.as_deref());
+                state.planner.state_ttl = state.settings.state_ttl();
                 Ok(Outcome::Done("Reset.".to_string()))
             }
             Statement::ShowJobs => {

@@ -34,6 +34,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
     (
+        "table.exec.state.ttl",
+        "0",
+        "a group aggregate's key is forgotten once the watermark has passed its last update by this much \
+         (event time, e.g. '1h'); 0: kept forever",
+    ),
+    (
         "sql-client.execution.result-mode",
         "table",
         "how the shell shows an updating query's results: 'table' (kept up to date in place) or \
@@ -78,7 +84,10 @@ impl Settings {
                 WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at)
             );
         }
-        if matches!(key, "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout" | "restart.backoff") {
+        if matches!(
+            key,
+            "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout" | "restart.backoff" | "table.exec.state.ttl"
+        ) {
             parse_duration(value).map_err(|e| e.at(at))?;
         }
         if key == "checkpoint.mode" && !matches!(value, "exactly-once" | "at-least-once") {
@@ -114,6 +123,11 @@ impl Settings {
 
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    /// `'table.exec.state.ttl'`, if set to more than nothing.
+    pub fn state_ttl(&self) -> Option<std::time::Duration> {
+        parse_duration(&self.value("table.exec.state.ttl")).ok().filter(|d| !d.is_zero())
     }
 
     pub fn dml_sync(&self) -> bool {

@@ -119,11 +119,13 @@ pub enum Acc {
     Extreme(Option<Vec<u8>>),
 }
 
-/// A group's state: rows in the group (signed; the group is gone at zero) and one
+/// A group's state: rows in the group (signed; the group is gone at zero), the watermark
+/// when it was last updated (for state TTL; `i64::MIN` before the first watermark), and one
 /// accumulator per aggregate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupState {
     pub rows: i64,
+    pub updated: i64,
     pub accs: Vec<Acc>,
 }
 
@@ -301,6 +303,7 @@ fn averages(accs: &[&Acc], lane: Lane, out_scale: i8) -> Result<ArrayRef> {
 pub fn encode(state: &GroupState, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&state.rows.to_le_bytes());
+    out.extend_from_slice(&state.updated.to_le_bytes());
     for acc in &state.accs {
         match acc {
             Acc::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
@@ -332,6 +335,7 @@ pub fn decode(bytes: &[u8], empty: &[Acc]) -> Result<GroupState> {
     };
     let i64_of = |b: &[u8]| -> Result<i64> { Ok(i64::from_le_bytes(b.try_into().map_err(|_| damaged())?)) };
     let rows = i64_of(take(8)?)?;
+    let updated = i64_of(take(8)?)?;
     let mut accs = Vec::with_capacity(empty.len());
     for shape in empty {
         accs.push(match shape {
@@ -355,5 +359,5 @@ pub fn decode(bytes: &[u8], empty: &[Acc]) -> Result<GroupState> {
             }
         });
     }
-    Ok(GroupState { rows, accs })
+    Ok(GroupState { rows, updated, accs })
 }

@@ -9,22 +9,39 @@
 //! before computed the group key as columns `0..keys` and the exchange hashed exactly those,
 //! so a group's state is filed under the key group that routed it (a checkpoint restores at
 //! another parallelism).
+//!
+//! State TTL (`'table.exec.state.ttl'`) is in event time: a group is forgotten, without any
+//! output (as in Flink), once the watermark has passed the watermark of its last update by
+//! the TTL; updates before the first watermark count as made at it. The `expiry` table files
+//! each group under the watermark of its update; a group updated again since is found newer
+//! and kept. Flink's TTL is processing time, so what it forgets depends on when a replay
+//! runs; this depends on the input and its watermarks only.
 
 use std::collections::HashMap;
+
+/// Interning keys of a chunk: a fast hasher (the keys are the chunk's, not an attacker's
+/// choice of collisions against a long-lived table), seeded the same every time.
+type Interner<K, V> = HashMap<K, V, datafusion::common::hash_utils::RandomState>;
+
+fn interner<K, V>() -> Interner<K, V> {
+    HashMap::with_hasher(datafusion::common::hash_utils::RandomState::with_seed(0x5745_4952))
+}
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
+use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::aggregates::{decode, encode, Acc, AggKind, AggregateDef, GroupState, Prepared, Values};
-use super::state::StateContext;
+use super::state::{ordered, StateContext};
 
-const TABLES: [TableDecl; 3] = [
+const TABLES: [TableDecl; 4] = [
     TableDecl { name: "groups", kind: TableKind::Value },
+    // Group keys by the watermark of their last update: `ordered(watermark) | key`.
+    TableDecl { name: "expiry", kind: TableKind::Timed },
     // Per group and MIN/MAX aggregate, a count per value: over an updating input only.
     TableDecl { name: "extremes", kind: TableKind::Sorted },
     // Per group and DISTINCT aggregate, a count per value.
@@ -40,6 +57,8 @@ pub struct GroupSpec {
     pub retracting_input: bool,
     /// Group columns, then one column per aggregate.
     pub schema: SchemaRef,
+    /// State TTL in event time, in milliseconds.
+    pub ttl: Option<i64>,
 }
 
 pub struct GroupAggregate {
@@ -48,6 +67,10 @@ pub struct GroupAggregate {
     groups: Table,
     extremes: Table,
     distinct: Table,
+    expiry: Table,
+    watermark: Watermark,
+    /// Groups were updated before the first watermark: filed under `i64::MIN` until it comes.
+    unstamped: bool,
     /// Row format of the group key (`None`: a global aggregate, one group).
     keys: Option<RowConverter>,
     aggs: Vec<Prepared>,
@@ -92,6 +115,9 @@ impl GroupAggregate {
             groups: tables.table("groups")?,
             extremes: tables.table("extremes")?,
             distinct: tables.table("distinct")?,
+            expiry: tables.table("expiry")?,
+            watermark: Watermark::MIN,
+            unstamped: false,
             tables,
             spec,
             keys,
@@ -105,7 +131,7 @@ impl GroupAggregate {
         let key_columns: Vec<ArrayRef> = batch.columns()[..self.spec.keys].to_vec();
         let encoded: Option<Rows> = self.keys.as_ref().map(|c| c.convert_columns(&key_columns)).transpose()?;
         let key_of = |i: usize| encoded.as_ref().map_or(&[][..], |r| r.row(i).data());
-        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        let mut index: Interner<&[u8], usize> = interner();
         let mut of_row = Vec::with_capacity(rows);
         let mut first = Vec::new();
         for i in 0..rows {
@@ -191,7 +217,7 @@ impl GroupAggregate {
             return Ok(());
         };
         // Counted per value: signed count and a row holding the value.
-        let mut per_value: HashMap<(usize, &[u8]), (i64, usize)> = HashMap::new();
+        let mut per_value: Interner<(usize, &[u8]), (i64, usize)> = interner();
         for i in (0..rows).filter(|i| counted(*i)) {
             let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert((0, i));
             e.0 += signs[i];
@@ -233,6 +259,69 @@ impl GroupAggregate {
         Ok(())
     }
 
+    /// Groups updated before the first watermark, filed under it now that it has come.
+    fn restamp(&mut self) -> Result<()> {
+        let (from, to) = (ordered(i64::MIN), ordered(i64::MIN + 1));
+        let entries = self.tables.scan_times(self.expiry, &from, &to)?;
+        self.tables.delete_times(self.expiry, &from, &to)?;
+        let stamp = self.watermark.0;
+        let lookups: Vec<(u16, &[u8])> = entries.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
+        let stored = self.tables.get_many(self.groups, &lookups)?;
+        let mut states = Vec::new();
+        let mut filed = Vec::new();
+        for ((g, key), value) in lookups.iter().zip(&stored) {
+            let Some(value) = value else { continue };
+            let mut state = decode(value, &self.empty)?;
+            if state.updated == i64::MIN {
+                state.updated = stamp;
+                let mut bytes = Vec::new();
+                encode(&state, &mut bytes);
+                states.push((*g, key.to_vec(), bytes));
+                filed.push((*g, [&ordered(stamp)[..], key].concat()));
+            }
+        }
+        let changes: Vec<Change<'_>> = states.iter().map(|(g, k, v)| (*g, k.as_slice(), Some(v.as_slice()))).collect();
+        self.tables.write(self.groups, &changes)?;
+        let changes: Vec<Change<'_>> = filed.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+        self.tables.write(self.expiry, &changes)?;
+        self.unstamped = false;
+        Ok(())
+    }
+
+    /// Forget every group last updated at or before watermark `bound`.
+    fn expire(&mut self, bound: i64) -> Result<()> {
+        let (from, to) = (ordered(i64::MIN), ordered(bound.saturating_add(1)));
+        let entries = self.tables.scan_times(self.expiry, &from, &to)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.tables.delete_times(self.expiry, &from, &to)?;
+        let lookups: Vec<(u16, &[u8])> = entries.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
+        let stored = self.tables.get_many(self.groups, &lookups)?;
+        let mut gone: Vec<(u16, &[u8])> = Vec::new();
+        for (((g, key), value), (_, filed, _)) in lookups.iter().zip(&stored).zip(&entries) {
+            let Some(value) = value else { continue };
+            // A group updated since it was filed here is kept: its newer entry decides.
+            if ordered(decode(value, &self.empty)?.updated)[..] == filed[..8] {
+                gone.push((*g, key));
+            }
+        }
+        for (g, key) in &gone {
+            // The values counted per group (DISTINCT, and MIN/MAX over an updating input).
+            for (a, agg) in self.aggs.iter().enumerate().filter(|(_, agg)| agg.rows.is_some()) {
+                let table = if agg.def.distinct { self.distinct } else { self.extremes };
+                let entries = self.tables.entries(table, *g, &value_key(key, a))?;
+                let keys: Vec<Vec<u8>> =
+                    entries.iter().map(|(v, _)| StateTables::entry_key(&value_key(key, a), v)).collect();
+                let deletes: Vec<Change<'_>> = keys.iter().map(|k| (*g, k.as_slice(), None)).collect();
+                self.tables.write(table, &deletes)?;
+            }
+        }
+        let deletes: Vec<Change<'_>> = gone.iter().map(|(g, k)| (*g, *k, None)).collect();
+        self.tables.write(self.groups, &deletes)?;
+        Ok(())
+    }
+
     /// The output rows for (group, state) pairs.
     fn rows(&self, grouped: &Grouped, picked: &[(usize, &GroupState)], ops: &[Op]) -> Result<Chunk> {
         let mut columns: Vec<ArrayRef> = match &self.keys {
@@ -271,10 +360,14 @@ impl Operator for GroupAggregate {
             .iter()
             .map(|v| v.as_ref().map(|v| decode(v, &self.empty)).transpose())
             .collect::<Result<_>>()?;
+        let stamp = self.watermark.0;
         let mut new: Vec<GroupState> = old
             .iter()
-            .map(|o| o.clone().unwrap_or_else(|| GroupState { rows: 0, accs: self.empty.clone() }))
+            .map(|o| o.clone().unwrap_or_else(|| GroupState { rows: 0, updated: stamp, accs: self.empty.clone() }))
             .collect();
+        for state in &mut new {
+            state.updated = stamp;
+        }
         for (g, s) in grouped.of_row.iter().zip(&signs) {
             new[*g].rows += s;
         }
@@ -316,18 +409,57 @@ impl Operator for GroupAggregate {
             .map(|(((g, k), e), _)| (*g, *k, e.as_deref()))
             .collect();
         self.tables.write(self.groups, &changes)?;
+        if self.spec.ttl.is_some() {
+            // File each group written under this watermark, unless it already is.
+            let keys: Vec<Vec<u8>> = grouped
+                .keys
+                .iter()
+                .zip(&old)
+                .zip(&encoded)
+                .filter(|((_, o), e)| e.is_some() && o.as_ref().is_none_or(|o| o.updated != stamp))
+                .map(|((k, _), _)| [&ordered(stamp)[..], k].concat())
+                .collect();
+            let groups = grouped.key_groups.iter().zip(&old).zip(&encoded);
+            let groups: Vec<u16> = groups
+                .filter(|((_, o), e)| e.is_some() && o.as_ref().is_none_or(|o| o.updated != stamp))
+                .map(|((g, _), _)| *g)
+                .collect();
+            let filed: Vec<Change<'_>> = groups.iter().zip(&keys).map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+            self.tables.write(self.expiry, &filed)?;
+            self.unstamped |= stamp == i64::MIN && !filed.is_empty();
+        }
         if !picked.is_empty() {
             out.push(Message::Chunk(self.rows(&grouped, &picked, &ops)?));
         }
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.tables.snapshot(serde_json::json!({}))?))
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let first = self.watermark == Watermark::MIN;
+        self.watermark = self.watermark.max(watermark);
+        // The end of the input: nothing more comes to find a key's state gone.
+        if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
+            if first && self.unstamped {
+                self.restamp()?;
+            }
+            self.expire(self.watermark.0.saturating_sub(ttl))?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
     }
 
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let meta = serde_json::json!({ "watermark": self.watermark.0, "unstamped": self.unstamped });
+        Ok(Some(self.tables.snapshot(meta)?))
+    }
+
+    /// From one snapshot or several (another parallelism): every task of a stage saw the same
+    /// watermarks before the barrier.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.tables.restore_from(states)?;
+        for m in self.tables.restore_from(states)? {
+            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().unwrap_or(i64::MIN)));
+            self.unstamped |= m.meta["unstamped"].as_bool().unwrap_or(false);
+        }
         Ok(())
     }
 }

@@ -89,7 +89,12 @@ impl Planner {
             agg.group_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
             agg.aggr_expr.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", ")
         );
-        let spec = GroupSpec { keys, aggregates, retracting_input, schema: Arc::new(output) };
+        let ttl = self.state_ttl.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        let text = match ttl {
+            Some(ms) => format!("{text}, state ttl {ms} ms (event time)"),
+            None => text,
+        };
+        let spec = GroupSpec { keys, aggregates, retracting_input, schema: Arc::new(output), ttl };
         Ok(exchange.with_operator(OperatorSpec::GroupAggregate { spec, display: text }))
     }
 }

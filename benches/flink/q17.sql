@@ -1,0 +1,19 @@
+-- Nexmark q17 (nexmark-flink's text, this bid table's column names).
+CREATE TABLE q17_sink (
+  auction BIGINT, `day` VARCHAR, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT,
+  min_price BIGINT, max_price BIGINT, avg_price BIGINT, sum_price BIGINT
+) WITH (${SINK});
+INSERT INTO q17_sink
+SELECT
+     auction,
+     DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     min(price) AS min_price,
+     max(price) AS max_price,
+     avg(price) AS avg_price,
+     sum(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd');
