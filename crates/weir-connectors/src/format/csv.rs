@@ -14,7 +14,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{StringArray, StringBuilder};
 use datafusion::arrow::compute::{filter_record_batch, not};
 use datafusion::arrow::csv::WriterBuilder;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_core::{Result, WeirError};
 
@@ -230,6 +230,9 @@ enum State {
 
 struct Fast {
     decoder: datafusion::arrow::csv::reader::Decoder,
+    /// The projected schema; the decoder reads its timestamp columns as text, which
+    /// [`super::text::cast_text`] converts.
+    schema: SchemaRef,
     file: File,
     buf: Vec<u8>,
     pos: usize,
@@ -294,13 +297,28 @@ impl Fast {
                 break;
             }
         }
-        match self.decoder.flush() {
-            Ok(batch) => {
+        let batch = match self.decoder.flush() {
+            Ok(Some(batch)) if batch.num_rows() > 0 => batch,
+            Ok(_) => {
                 self.batch_start = self.offset();
-                Ok(Ok(batch.filter(|b| b.num_rows() > 0)))
+                return Ok(Ok(None));
             }
-            Err(_) => Ok(Err(())),
+            Err(_) => return Ok(Err(())),
+        };
+        let strict = datafusion::arrow::compute::CastOptions { safe: false, ..Default::default() };
+        let mut columns = Vec::with_capacity(batch.num_columns());
+        for (column, field) in batch.columns().iter().zip(self.schema.fields()) {
+            if column.data_type() == field.data_type() {
+                columns.push(column.clone());
+                continue;
+            }
+            match super::text::cast_text(column, field.data_type(), &strict) {
+                Ok(typed) => columns.push(typed),
+                Err(_) => return Ok(Err(())),
+            }
         }
+        self.batch_start = self.offset();
+        Ok(Ok(Some(RecordBatch::try_new(self.schema.clone(), columns)?)))
     }
 }
 
@@ -336,7 +354,18 @@ impl CsvReader {
             start = n as u64;
         }
         file.seek(SeekFrom::Start(start)).map_err(|e| io_error(path, e))?;
-        let decoder = datafusion::arrow::csv::ReaderBuilder::new(table_schema.clone())
+        // Timestamps without a zone are read as text and converted by Weir (much faster).
+        let text_timestamps = Arc::new(Schema::new(
+            table_schema
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Timestamp(_, None) => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8)),
+                    _ => f.clone(),
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let decoder = datafusion::arrow::csv::ReaderBuilder::new(text_timestamps)
             .with_header(false)
             .with_delimiter(options.delimiter)
             .with_quote(options.quote)
@@ -352,6 +381,7 @@ impl CsvReader {
             batch_size,
             state: State::Fast(Fast {
                 decoder,
+                schema: Arc::new(table_schema.project(projection)?),
                 file,
                 buf: Vec::new(),
                 pos: 0,
