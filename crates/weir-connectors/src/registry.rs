@@ -73,11 +73,19 @@ impl ConnectorFactory for Connectors {
         }
     }
 
+    fn source_changelog(&self, table: &TableDef) -> Changelog {
+        if debezium(table) {
+            Changelog::Retract
+        } else {
+            Changelog::AppendOnly
+        }
+    }
+
     fn check_sink_input(&self, table: &TableDef, changelog: &Changelog, unique_key: Option<&[usize]>) -> Result<()> {
         if self.connector(table)? == "upsert-kafka" {
             return crate::kafka::check_upsert_input(table, changelog, unique_key);
         }
-        if changelog.is_append_only() {
+        if changelog.is_append_only() || debezium(table) {
             return Ok(());
         }
         let why = match self.connector(table)? {
@@ -88,9 +96,10 @@ impl ConnectorFactory for Connectors {
                  'print' table"
             }
             "kafka" => {
-                "it writes appended rows only. Write it to an 'upsert-kafka' table whose PRIMARY KEY is the \
-                 query's GROUP BY columns (an update is the key's new value, a delete a tombstone), or compute \
-                 the result over a window, whose rows are final"
+                "its format writes appended rows only. Give it 'format' = 'debezium-json' (each change an event), \
+                 or write it to an 'upsert-kafka' table whose PRIMARY KEY is the query's GROUP BY columns (an \
+                 update is the key's new value, a delete a tombstone), or compute the result over a window, \
+                 whose rows are final"
             }
             _ => "it takes only appended rows",
         };
@@ -125,4 +134,10 @@ impl ConnectorFactory for Connectors {
             _ => Ok(Box::new(BlackholeSink)),
         }
     }
+}
+
+/// A Kafka table whose records are Debezium change events.
+fn debezium(table: &TableDef) -> bool {
+    table.options.get("connector") == Some("kafka")
+        && table.options.get("value.format").or_else(|| table.options.get("format")) == Some("debezium-json")
 }

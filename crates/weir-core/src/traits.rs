@@ -52,6 +52,12 @@ pub trait Source: Send {
         None
     }
 
+    /// The ops of the last batch's rows, for a source that reads a changelog (a Kafka topic
+    /// of Debezium events); `None`: every row is an insert.
+    fn batch_ops(&self) -> Option<Vec<crate::Op>> {
+        None
+    }
+
     /// Where this source is: everything returned so far is before it. Recorded in each
     /// checkpoint; `None` if the source cannot rewind (then checkpoints are refused).
     fn position(&self) -> Option<Vec<u8>> {
@@ -270,6 +276,11 @@ pub trait ConnectorFactory: Send + Sync {
             table.name,
             table.options.get("connector").unwrap_or("?")
         )))
+    }
+
+    /// What the source of `table` reads: appended rows (the default), or a changelog.
+    fn source_changelog(&self, _table: &TableDef) -> crate::Changelog {
+        crate::Changelog::AppendOnly
     }
 
     /// Whether sink tasks can run in parallel; if not, all rows go to one sink task (a console

@@ -113,7 +113,6 @@ impl OperatorSpec {
                 | OperatorSpec::SessionAggregate { .. }
                 | OperatorSpec::WindowJoin { .. }
                 | OperatorSpec::Limit { .. }
-                | OperatorSpec::Watermark { .. }
         )
     }
 
@@ -170,6 +169,8 @@ pub enum Node {
         table: Arc<TableDef>,
         projection: Option<Vec<usize>>,
         schema: SchemaRef,
+        /// What the source reads: appended rows, or a changelog (Debezium events).
+        changelog: Changelog,
     },
     /// Literal rows (`VALUES`, or `SELECT` without `FROM`).
     Values {
@@ -226,7 +227,8 @@ impl Node {
     /// What changes the node's output carries.
     pub fn changelog(&self) -> Changelog {
         match self {
-            Node::Source { .. } | Node::Values { .. } | Node::Join { .. } => Changelog::AppendOnly,
+            Node::Source { changelog, .. } => changelog.clone(),
+            Node::Values { .. } | Node::Join { .. } => Changelog::AppendOnly,
             Node::Operator { spec, input } => spec.changelog(input.changelog()),
             Node::Exchange { input, .. } => input.changelog(),
             Node::Union { inputs, .. } => {
@@ -400,7 +402,7 @@ fn columns(schema: &datafusion::arrow::datatypes::Schema) -> String {
 impl Node {
     fn state_shape(&self, out: &mut String) {
         match self {
-            Node::Source { table, projection, schema } => {
+            Node::Source { table, projection, schema, .. } => {
                 let connector = table.options.get("connector").unwrap_or("?");
                 let _ = writeln!(out, "source {} {connector} {projection:?} [{}]", table.name, columns(schema));
             }

@@ -434,7 +434,8 @@ impl Planner {
         let mut read = wanted.to_vec();
         let Some(wm) = &table.watermark else {
             let schema = Arc::new(table.schema.project(&read)?);
-            return Ok((Node::Source { table: table.clone(), projection: Some(read.clone()), schema }, read));
+            let changelog = self.connectors.source_changelog(table);
+            return Ok((Node::Source { table: table.clone(), projection: Some(read.clone()), schema, changelog }, read));
         };
         let (_, needed) = self.watermark_expr(table, &table.schema)?;
         for column in needed {
@@ -445,7 +446,8 @@ impl Planner {
         }
         let read_schema = Arc::new(table.schema.project(&read)?);
         let (expr, _) = self.watermark_expr(table, &read_schema)?;
-        let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema };
+        let changelog = self.connectors.source_changelog(table);
+        let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema, changelog };
         let display = format!("{} AS {}", wm.column, wm.sql);
         Ok((source.with_operator(OperatorSpec::Watermark { expr, display }), read))
     }

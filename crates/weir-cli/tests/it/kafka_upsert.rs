@@ -1,7 +1,8 @@
-//! `upsert-kafka`: an updating aggregate from Kafka written by key, exactly once, as a
-//! `weir run` process killed with SIGKILL in every phase of the two-phase commit. The topic,
-//! read `read_committed` and reduced to each key's last record (a tombstone deletes the key),
-//! holds exactly the rows of a run that was never killed.
+//! Changelogs in Kafka. `upsert-kafka`: an updating aggregate from Kafka written by key,
+//! exactly once, as a `weir run` process killed with SIGKILL in every phase of the two-phase
+//! commit; the topic, read `read_committed` and reduced to each key's last record (a
+//! tombstone deletes the key), holds exactly the rows of a run that was never killed.
+//! `debezium-json`: change events read as a changelog and written as one.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -92,4 +93,59 @@ async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
     let (got, _) = reduce(broker.read_committed_records("out"));
     assert_eq!(got.len(), want.len(), "keys differ in number from the uninterrupted run");
     assert!(got == want, "rows differ from the uninterrupted run");
+}
+
+/// `'format' = 'debezium-json'`: change events read as a changelog (creates, snapshot reads,
+/// updates with their old row, deletes, a tombstone, an event wrapped with its schema), an
+/// aggregate over them, written back as events and read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_json_is_read_and_written_as_a_changelog() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("cdc", 1).await;
+    broker.create_topic("cdc_out", 1).await;
+    let event = |op: &str, before: &str, after: &str| format!(r#"{{"before":{before},"after":{after},"op":"{op}"}}"#);
+    let row = |id: i64, k: &str, v: i64| format!(r#"{{"id":{id},"k":"{k}","v":{v}}}"#);
+    let events = [
+        event("c", "null", &row(1, "a", 10)),
+        event("c", "null", &row(2, "b", 5)),
+        event("r", "null", &row(3, "a", 1)),
+        event("u", &row(1, "a", 10), &row(1, "b", 10)),
+        event("d", &row(2, "b", 5), "null"),
+        String::new(),
+        format!(r#"{{"schema":{{"type":"struct"}},"payload":{}}}"#, event("c", "null", &row(4, "c", 7))),
+    ];
+    let records: Vec<(&str, i32, String, Option<i64>)> = events.iter().map(|e| ("cdc", 0, e.clone(), None)).collect();
+    broker.produce(&records);
+    let table = |name: &str, topic: &str, columns: &str, extra: &str| {
+        format!(
+            "CREATE TABLE {name} ({columns}) WITH ('connector' = 'kafka', 'topic' = '{topic}',
+               'properties.bootstrap.servers' = '{}', 'format' = 'debezium-json',
+               'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset'{extra})",
+            broker.bootstrap
+        )
+    };
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '1'; {}; {}; {}",
+            table("cdc", "cdc", "id BIGINT, k STRING, v BIGINT", ""),
+            // One event per batch: the aggregate then emits every intermediate change.
+            table("cdc_slow", "cdc", "id BIGINT, k STRING, v BIGINT", ", 'scan.records-per-second' = '20'"),
+            table("cdc_out", "cdc_out", "k STRING, total BIGINT, n BIGINT", "")
+        ),
+    )
+    .await;
+    let rows = |sql: &'static str| {
+        let engine = &engine;
+        async move { crate::rows(&engine.query(sql).await.expect(sql).collect().await.expect(sql)) }
+    };
+    assert_eq!(rows("SELECT id, k, v FROM cdc").await, vec!["1|b|10", "3|a|1", "4|c|7"]);
+    let want = vec!["a|1|1", "b|10|1", "c|7|1"];
+    assert_eq!(rows("SELECT k, sum(v), count(*) FROM cdc GROUP BY k").await, want);
+    crate::run(&engine, "INSERT INTO cdc_out SELECT k, sum(v), count(*) FROM cdc_slow GROUP BY k").await;
+    let written = broker.read_committed_records("cdc_out");
+    assert!(written.iter().any(|(_, v)| v.as_deref().is_some_and(|v| v.contains(r#""op":"d""#))), "{written:?}");
+    assert_eq!(rows("SELECT k, total, n FROM cdc_out").await, want);
 }

@@ -3,18 +3,27 @@
 //! BYTES column). A batch that fails to decode as a whole is decoded record by record to
 //! find the malformed ones, which fail the job naming topic, partition and offset, or are
 //! skipped and counted (`format.ignore-parse-errors`), as for files.
+//!
+//! `debezium-json` carries a changelog: each record is a change event
+//! `{"before": {…}, "after": {…}, "op": "c"|"r"|"u"|"d"}` (or that inside `"payload"`, with a
+//! `"schema"` beside it). Read, `c` and `r` are inserts of `after`, `u` an update pair
+//! (`before`, `after`), `d` a delete of `before`; a tombstone (no value) is nothing. Written, as
+//! Flink writes it: `+I` and `+U` as `c` events with `after`, `-U` and `-D` as `d` events with
+//! `before`.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use weir_core::{Result, TableDef, WeirError};
+use weir_core::{Op, Result, TableDef, WeirError};
 
 use crate::format::ParsePolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {
     Json,
+    /// Rows as JSON objects inside Debezium change events.
+    DebeziumJson,
     Csv { delimiter: u8 },
     Raw,
 }
@@ -24,6 +33,7 @@ impl Codec {
         let value = table.options.get(key).unwrap_or("json");
         Ok(match value {
             "json" => Codec::Json,
+            "debezium-json" => Codec::DebeziumJson,
             "csv" => {
                 let delimiter = match table.options.get("csv.field-delimiter") {
                     None => b',',
@@ -42,7 +52,7 @@ impl Codec {
             "raw" => Codec::Raw,
             other => {
                 return Err(WeirError::user(format!(
-                    "table '{}': '{key}' must be 'json', 'csv' or 'raw', not '{other}'",
+                    "table '{}': '{key}' must be 'json', 'debezium-json', 'csv' or 'raw', not '{other}'",
                     table.name
                 ))
                 .at(table.options.location(key)))
@@ -87,7 +97,7 @@ impl Decoder {
                 };
                 Ok(Some(RecordBatch::try_new(self.schema.clone(), vec![column])?))
             }
-            Codec::Json => {
+            Codec::Json | Codec::DebeziumJson => {
                 let mut decoder = datafusion::arrow::json::ReaderBuilder::new(self.schema.clone())
                     .with_batch_size(values.len().max(1))
                     .build_decoder()?;
@@ -160,6 +170,7 @@ impl Decoder {
                 Err(e) => {
                     let what = match self.codec {
                         Codec::Json => "JSON",
+                        Codec::DebeziumJson => "debezium-json",
                         Codec::Csv { .. } => "CSV",
                         Codec::Raw => "raw",
                     };
@@ -185,7 +196,7 @@ impl Decoder {
 pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(batch.num_rows() * 64);
     match codec {
-        Codec::Json => {
+        Codec::Json | Codec::DebeziumJson => {
             let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(&mut buf);
             writer.write(batch)?;
             writer.finish()?;
@@ -215,4 +226,49 @@ pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
     }
     rows.pop();
     Ok(rows)
+}
+
+/// The rows of one Debezium change event, with their ops (see the module documentation).
+pub fn debezium_rows(value: &[u8]) -> std::result::Result<Vec<(Op, Vec<u8>)>, String> {
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
+    let event = match (v.get("payload"), v.get("schema")) {
+        (Some(payload), Some(_)) => payload,
+        _ => &v,
+    };
+    let row = |name: &str| -> std::result::Result<Vec<u8>, String> {
+        match event.get(name) {
+            Some(o @ serde_json::Value::Object(_)) => serde_json::to_vec(o).map_err(|e| e.to_string()),
+            Some(serde_json::Value::Null) | None => Err(format!("the event has no '{name}' row")),
+            Some(_) => Err(format!("'{name}' is not an object")),
+        }
+    };
+    match event.get("op").and_then(|o| o.as_str()) {
+        Some("c" | "r") => Ok(vec![(Op::Insert, row("after")?)]),
+        Some("u") => {
+            let before = row("before").map_err(|e| {
+                format!("{e}: an update needs its old row (for PostgreSQL, REPLICA IDENTITY FULL)")
+            })?;
+            Ok(vec![(Op::UpdateBefore, before), (Op::UpdateAfter, row("after")?)])
+        }
+        Some("d") => Ok(vec![(Op::Delete, row("before")?)]),
+        Some(other) => Err(format!("unknown op '{other}' (Debezium's are c, r, u and d)")),
+        None => Err("no 'op'".into()),
+    }
+}
+
+/// Rows encoded as JSON objects wrapped as Debezium change events by their ops.
+pub fn debezium_events(rows: Vec<Vec<u8>>, ops: &[Op]) -> Vec<Vec<u8>> {
+    rows.into_iter()
+        .zip(ops)
+        .map(|(row, op)| {
+            let (before, after, code): (&[u8], &[u8], &str) = match op {
+                Op::Insert | Op::UpdateAfter => (b"null", &row, "c"),
+                Op::UpdateBefore | Op::Delete => (&row, b"null", "d"),
+            };
+            [b"{\"before\":", before, b",\"after\":", after, b",\"op\":\"", code.as_bytes(), b"\"}"].concat()
+        })
+        .collect()
 }

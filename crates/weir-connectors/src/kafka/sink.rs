@@ -321,7 +321,7 @@ impl KafkaSink {
 #[async_trait]
 impl Sink for KafkaSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
-        if !chunk.is_append_only() && !self.upsert {
+        if !chunk.is_append_only() && !self.upsert && self.value != Codec::DebeziumJson {
             return Err(WeirError::not_supported(format!(
                 "writing updates or deletes to the Kafka table '{}'",
                 self.table
@@ -330,7 +330,10 @@ impl Sink for KafkaSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        let values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
+        let mut values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
+        if self.value == Codec::DebeziumJson {
+            values = super::codec::debezium_events(values, &chunk.ops());
+        }
         let timestamps = match self.timestamp_column {
             None => None,
             Some(c) => {
@@ -351,6 +354,7 @@ impl Sink for KafkaSink {
         };
         let topic = self.topic.clone();
         let table = self.table.clone();
+        let upsert = self.upsert;
         let (producer, context) = match self.delivery {
             Delivery::ExactlyOnce => {
                 let t = super::blocking(|| self.begin())?;
@@ -363,11 +367,11 @@ impl Sink for KafkaSink {
         };
         for (i, value) in values.iter().enumerate() {
             let op = chunk.op(i);
-            if op == Op::UpdateBefore {
+            if upsert && op == Op::UpdateBefore {
                 continue;
             }
             let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&topic);
-            if op != Op::Delete {
+            if !upsert || op != Op::Delete {
                 record = record.payload(value.as_slice());
             }
             if let Some(keys) = &keys {

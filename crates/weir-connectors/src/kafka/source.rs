@@ -89,6 +89,8 @@ pub struct KafkaSource {
     /// The next wait of the poll loop while nothing comes.
     idle_wait: Duration,
     last_partition: Option<u32>,
+    /// `debezium-json`: the ops of the last batch's rows.
+    last_ops: Option<Vec<weir_core::Op>>,
     /// With `properties.group.id`: positions at checkpoints not yet complete, committed to the
     /// group when they are (for monitoring consumer lag; never read back by Weir).
     group_commits: Option<BTreeMap<u64, BTreeMap<u32, i64>>>,
@@ -194,6 +196,7 @@ impl KafkaSource {
             held: None,
             idle_wait: super::IDLE_POLL,
             last_partition: None,
+            last_ops: None,
             group_commits: group.is_some().then(BTreeMap::new),
         };
         if let Some(rate) = table.options.get("scan.records-per-second") {
@@ -382,16 +385,46 @@ impl Source for KafkaSource {
             if let Some((_, _, sent)) = &mut self.rate {
                 *sent += values.len() as u64;
             }
-            let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
             // A batch is one partition's: errors name its topic.
             if let Some(p) = partition {
                 self.decoder.topic.clone_from(&self.parts[p as usize].0);
             }
-            let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
-            let records: Vec<RecordAt> = match kept {
-                Some(kept) => kept.iter().map(|i| at[*i]).collect(),
-                None => at,
+            // Debezium events: their rows, each with its op and record.
+            let (rows, ops, at) = match self.decoder.codec {
+                Codec::DebeziumJson => {
+                    let (mut rows, mut ops, mut rows_at) = (Vec::new(), Vec::new(), Vec::new());
+                    for (value, record) in values.iter().zip(&at) {
+                        match super::codec::debezium_rows(value) {
+                            Ok(event) => {
+                                for (op, row) in event {
+                                    ops.push(op);
+                                    rows.push(row);
+                                    rows_at.push(*record);
+                                }
+                            }
+                            Err(_) if self.decoder.policy == crate::format::ParsePolicy::Skip => {
+                                self.decoder.skipped += 1
+                            }
+                            Err(e) => {
+                                return Err(WeirError::user(format!(
+                                    "malformed debezium-json record in topic '{}' partition {} at offset {}: {e} \
+                                     (set 'format.ignore-parse-errors' = 'true' to skip such records)",
+                                    self.decoder.topic, record.partition, record.offset
+                                )))
+                            }
+                        }
+                    }
+                    (rows, Some(ops), rows_at)
+                }
+                _ => (values, None, at),
             };
+            let refs: Vec<&[u8]> = rows.iter().map(|v| v.as_slice()).collect();
+            let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
+            let (records, ops): (Vec<RecordAt>, _) = match kept {
+                Some(kept) => (kept.iter().map(|i| at[*i]).collect(), ops.map(|o| kept.iter().map(|i| o[*i]).collect())),
+                None => (at, ops),
+            };
+            self.last_ops = ops;
             return Ok(Some(self.output(&values, &records)?));
         }
     }
@@ -435,6 +468,10 @@ impl Source for KafkaSource {
 
     fn batch_partition(&self) -> Option<u32> {
         self.last_partition
+    }
+
+    fn batch_ops(&self) -> Option<Vec<weir_core::Op>> {
+        self.last_ops.clone()
     }
 
     /// Next offset per partition (`topic/partition`), as JSON.

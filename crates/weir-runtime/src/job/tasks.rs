@@ -105,7 +105,11 @@ pub(super) async fn run_source(
                 last_data = tokio::time::Instant::now();
                 idle = false;
                 metrics.record_out(batch.num_rows());
-                let chunk = Chunk::inserts(batch).from_partition(source.batch_partition());
+                let chunk = match source.batch_ops() {
+                    Some(ops) => Chunk::changes(batch, &ops),
+                    None => Chunk::inserts(batch),
+                };
+                let chunk = chunk.from_partition(source.batch_partition());
                 if !chain.push(Message::Chunk(chunk)).await? {
                     return Ok(());
                 }
