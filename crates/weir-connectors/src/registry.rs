@@ -46,7 +46,9 @@ impl ConnectorFactory for Connectors {
                     "sink.rolling-policy.rollover-interval",
                 ];
                 known.extend_from_slice(format.option_keys());
+                known.extend_from_slice(crate::filesystem::COMMIT_OPTIONS);
                 crate::filesystem::rolling_policy(table)?;
+                crate::filesystem::PartitionCommit::from_table(table)?;
                 table.options.check_known(&table.name, &known)
             }
             "nexmark" => crate::nexmark::validate(table),
@@ -112,8 +114,10 @@ impl ConnectorFactory for Connectors {
     }
 
     fn parallel_sink(&self, table: &TableDef) -> bool {
-        // One stream of lines on the console, in the order they arrive.
+        // One stream of lines on the console, in the order they arrive; one writer of a
+        // table whose partitions are committed, as it sees every row and the watermark.
         table.options.get("connector") != Some("print")
+            && table.options.get("sink.partition-commit.policy.kind").is_none()
     }
 
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {

@@ -5,6 +5,7 @@ mod kafka;
 mod kafka_upsert;
 mod kills;
 mod parallel;
+mod partition_commit;
 mod quickstart;
 mod repl;
 mod rescale;

@@ -4,10 +4,12 @@
 //! directories). As a sink, `'path'` is a table directory, written by [`FileSink`]: readers
 //! never see a half-written file, nor, with checkpoints, a row that is later rolled back.
 
+mod commit;
 mod partition;
 mod sink;
 mod source;
 
+pub use commit::{PartitionCommit, OPTIONS as COMMIT_OPTIONS};
 pub use sink::{rolling_policy, FileSink};
 pub use source::FileSource;
 

@@ -14,6 +14,9 @@
 //! deletes every hidden file this task left and every file it published for a later
 //! checkpoint (possible only when a damaged checkpoint made the restart go back further):
 //! the replay writes those rows again.
+//!
+//! With `'sink.partition-commit.policy.kind'` = `'success-file'`, a complete partition gets a
+//! `_SUCCESS` file ([`super::commit`]).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -30,6 +33,7 @@ use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use weir_core::{parse_duration, Chunk, Result, Sink, Split, TableDef, WeirError};
 
+use super::commit::{mark, PartitionCommit};
 use super::partition;
 use crate::format::{BatchWriter, Format};
 
@@ -67,6 +71,11 @@ pub struct FileSink {
     seq: u64,
     /// Pre-committed files not published yet, by checkpoint.
     pending: BTreeMap<u64, Vec<String>>,
+    /// Partition commit, if the table has one; the watermark, and at each pre-committed
+    /// checkpoint the watermark of its barrier.
+    commit: Option<PartitionCommit>,
+    watermark: i64,
+    barrier_watermarks: BTreeMap<u64, i64>,
     /// Without checkpoints: names unique to this run (`run<ms>x<pid>x<n>`), so that another
     /// run into the same directory adds files instead of replacing them.
     run: String,
@@ -128,6 +137,9 @@ impl FileSink {
             closed: Vec::new(),
             seq: 0,
             pending: BTreeMap::new(),
+            commit: PartitionCommit::from_table(table)?,
+            watermark: i64::MIN,
+            barrier_watermarks: BTreeMap::new(),
             run: format!(
                 "run{}x{}x{}",
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
@@ -226,7 +238,25 @@ impl FileSink {
 
     fn state(&self) -> Vec<u8> {
         let pending: BTreeMap<String, &Vec<String>> = self.pending.iter().map(|(e, f)| (e.to_string(), f)).collect();
-        serde_json::json!({ "pending": pending }).to_string().into_bytes()
+        let partitions = self.commit.as_ref().map(|c| c.open()).unwrap_or_default();
+        serde_json::json!({ "pending": pending, "uncommitted_partitions": partitions }).to_string().into_bytes()
+    }
+
+    /// Mark the partitions complete at `watermark` (all of them at the end).
+    fn mark_due(&mut self, watermark: Option<i64>) -> Result<()> {
+        let Some(commit) = &mut self.commit else { return Ok(()) };
+        let due = match watermark {
+            Some(w) => commit.take_due(w)?,
+            None => commit.take_all(),
+        };
+        for dir in due {
+            if !self.transactional {
+                // Its rows first: the open file of the partition is published now.
+                self.roll(&dir)?;
+            }
+            mark(&self.join(&dir))?;
+        }
+        Ok(())
     }
 
     /// Hidden files of this task, and files it published for checkpoints after `epoch`
@@ -236,10 +266,14 @@ impl FileSink {
     }
 
     /// Publish what a checkpoint `epoch` pre-committed (idempotent).
-    fn publish_restored(&self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+    fn publish_restored(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
         let Some(state) = state else { return Ok(()) };
         let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
         let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+        if let Some(commit) = &mut self.commit {
+            let dirs = value["uncommitted_partitions"].as_array().into_iter().flatten();
+            commit.restore(dirs.filter_map(|d| d.as_str().map(String::from)));
+        }
         for (e, files) in value["pending"].as_object().into_iter().flatten() {
             let e: u64 = e.parse().map_err(|_| damaged())?;
             let files: Vec<String> =
@@ -369,6 +403,9 @@ impl Sink for FileSink {
         };
         let file_batch = batch.project(&self.file_columns)?;
         for (partition, rows) in parts {
+            if let Some(commit) = &mut self.commit {
+                commit.written(&partition);
+            }
             let part = match &rows {
                 None => file_batch.clone(),
                 Some(rows) => take_record_batch(&file_batch, rows)?,
@@ -385,8 +422,18 @@ impl Sink for FileSink {
         Ok(())
     }
 
+    async fn on_watermark(&mut self, watermark: weir_core::Watermark) -> Result<()> {
+        self.watermark = self.watermark.max(watermark.0);
+        // With checkpoints, partitions are marked when their rows are published (commit).
+        if !self.transactional {
+            self.mark_due(Some(self.watermark))?;
+        }
+        Ok(())
+    }
+
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
         self.transactional = true;
+        self.barrier_watermarks.insert(epoch, self.watermark);
         self.roll_all()?;
         let files = std::mem::take(&mut self.closed);
         if !files.is_empty() {
@@ -406,6 +453,12 @@ impl Sink for FileSink {
             if let Some(files) = self.pending.remove(&e) {
                 self.publish(e, &files)?;
             }
+        }
+        // The watermark at this checkpoint's barrier: every row before it is published now.
+        if let Some((_, w)) = self.barrier_watermarks.range(..=epoch).next_back() {
+            let w = *w;
+            self.barrier_watermarks.retain(|e, _| *e > epoch);
+            self.mark_due(Some(w))?;
         }
         Ok(())
     }
@@ -442,7 +495,8 @@ impl Sink for FileSink {
             // The final checkpoint has committed everything (`pre_commit_final`).
             return Ok(());
         }
-        self.roll_all()
+        self.roll_all()?;
+        self.mark_due(None)
     }
 }
 
