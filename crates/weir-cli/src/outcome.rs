@@ -2,7 +2,6 @@
 
 use std::time::Instant;
 
-use futures::StreamExt;
 use weir::{JobHandle, Outcome, Result};
 
 use crate::print::{rows_text, TablePrinter};
@@ -54,22 +53,11 @@ pub async fn show(outcome: Outcome, started: Instant, mode: crate::updating::Mod
         }
         Outcome::Query(mut stream) => {
             let mut printer = TablePrinter::new(&stream.schema());
-            let interrupted = loop {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => break true,
-                    next = stream.next() => match next {
-                        None => break false,
-                        Some(chunk) => {
-                            let batch = match chunk {
-                                Ok(c) => c.batch,
-                                Err(e) => {
-                                    printer.finish(&mut out);
-                                    return Err(e);
-                                }
-                            };
-                            printer.batch(&batch, &mut out)?;
-                        }
-                    }
+            let interrupted = match crate::updating::drive(&mut stream, |c| printer.batch(&c.batch, &mut out)).await {
+                Ok(interrupted) => interrupted,
+                Err(e) => {
+                    printer.finish(&mut out);
+                    return Err(e);
                 }
             };
             printer.finish(&mut out);

@@ -57,6 +57,19 @@ fn draw(table: &RecordBatch, limit: usize, out: &mut impl Write) -> Result<usize
     Ok(text.iter().filter(|b| **b == b'\n').count())
 }
 
+/// Hand each chunk of the stream to `each` until it ends (`false`) or Ctrl-C (`true`).
+pub async fn drive(stream: &mut QueryStream, mut each: impl FnMut(Chunk) -> Result<()>) -> Result<bool> {
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(true),
+            next = stream.next() => match next {
+                None => return Ok(false),
+                Some(chunk) => each(chunk?)?,
+            }
+        }
+    }
+}
+
 /// Show the stream until it ends or Ctrl-C; returns (rows now, changes seen, interrupted).
 pub async fn show(stream: &mut QueryStream, mode: Mode) -> Result<(usize, usize, bool)> {
     let mut out = std::io::stdout();
@@ -64,19 +77,12 @@ pub async fn show(stream: &mut QueryStream, mode: Mode) -> Result<(usize, usize,
     match mode {
         Mode::Changelog => {
             let mut printer: Option<TablePrinter> = None;
-            let interrupted = loop {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => break true,
-                    next = stream.next() => match next {
-                        None => break false,
-                        Some(chunk) => {
-                            let batch = with_ops(&chunk?)?;
-                            changes += batch.num_rows();
-                            printer.get_or_insert_with(|| TablePrinter::new(&batch.schema())).batch(&batch, &mut out)?;
-                        }
-                    }
-                }
-            };
+            let interrupted = drive(stream, |chunk| {
+                let batch = with_ops(&chunk)?;
+                changes += batch.num_rows();
+                printer.get_or_insert_with(|| TablePrinter::new(&batch.schema())).batch(&batch, &mut out)
+            })
+            .await?;
             match &mut printer {
                 Some(p) => p.finish(&mut out),
                 None => {
@@ -99,23 +105,16 @@ pub async fn show(stream: &mut QueryStream, mode: Mode) -> Result<(usize, usize,
                 drawn = draw(&table.table()?, limit, out)?;
                 Ok(())
             };
-            let interrupted = loop {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => break true,
-                    next = stream.next() => match next {
-                        None => break false,
-                        Some(chunk) => {
-                            let chunk = chunk?;
-                            changes += chunk.num_rows();
-                            table.apply(&chunk)?;
-                            if live && last.elapsed() >= REDRAW {
-                                redraw(&table, SHOWN_ROWS, &mut out)?;
-                                last = Instant::now();
-                            }
-                        }
-                    }
+            let interrupted = drive(stream, |chunk| {
+                changes += chunk.num_rows();
+                table.apply(&chunk)?;
+                if live && last.elapsed() >= REDRAW {
+                    redraw(&table, SHOWN_ROWS, &mut out)?;
+                    last = Instant::now();
                 }
-            };
+                Ok(())
+            })
+            .await?;
             redraw(&table, usize::MAX, &mut out)?;
             Ok((table.len(), changes, interrupted))
         }

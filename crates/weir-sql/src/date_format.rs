@@ -43,106 +43,101 @@ enum Item {
     Millis,
 }
 
-/// The pattern as items, or `None` if it has letters only chrono can write.
-fn items(pattern: &str) -> Option<Vec<Item>> {
+/// A pattern's pieces: quoted text, or a run of one character (`yyyy`, `-`).
+enum Piece {
+    Quoted(String),
+    Run(char, usize),
+}
+
+fn pieces(pattern: &str) -> Vec<Piece> {
     let chars: Vec<char> = pattern.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
-        let mut run = 1;
-        while i + run < chars.len() && chars[i + run] == c {
-            run += 1;
-        }
-        let item = match (c, run) {
-            ('\'', _) => {
-                let (text, next) = quoted(&chars, i);
-                out.push(Item::Text(text));
-                i = next;
+        if c == '\'' {
+            // Quoted text up to the closing quote; `''` is a quote.
+            if chars.get(i + 1) == Some(&'\'') {
+                out.push(Piece::Quoted("'".into()));
+                i += 2;
                 continue;
             }
-            ('y' | 'u', 2) => return None,
-            ('y' | 'u', n) => Item::Year(n.max(4)),
-            ('M', 1 | 2) => Item::Month(run),
-            ('d', 1 | 2) => Item::Day(run),
-            ('H', 1 | 2) => Item::Hour(run),
-            ('m', 1 | 2) => Item::Minute(run),
-            ('s', 1 | 2) => Item::Second(run),
-            ('S', 3) => Item::Millis,
-            (c, _) if c.is_ascii_alphabetic() => return None,
-            _ => Item::Text(std::iter::repeat_n(c, run).collect()),
-        };
-        out.push(item);
+            let text: String = chars[i + 1..].iter().take_while(|c| **c != '\'').collect();
+            i += text.chars().count() + 2;
+            out.push(Piece::Quoted(text));
+            continue;
+        }
+        let run = chars[i..].iter().take_while(|x| **x == c).count();
+        out.push(Piece::Run(c, run));
         i += run;
     }
-    Some(out)
+    out
 }
 
-/// Text quoted from `chars[start]` (a quote) to its closing quote (`''` is a quote); returns
-/// it and the index after.
-fn quoted(chars: &[char], start: usize) -> (String, usize) {
-    if chars.get(start + 1) == Some(&'\'') {
-        return ("'".into(), start + 2);
-    }
-    let mut text = String::new();
-    let mut j = start + 1;
-    while j < chars.len() && chars[j] != '\'' {
-        text.push(chars[j]);
-        j += 1;
-    }
-    (text, j + 1)
+/// The pattern as items, or `None` if it has letters only chrono can write.
+fn items(pattern: &str) -> Option<Vec<Item>> {
+    pieces(pattern)
+        .into_iter()
+        .map(|piece| {
+            Some(match piece {
+                Piece::Quoted(text) => Item::Text(text),
+                Piece::Run('y' | 'u', 2) => return None,
+                Piece::Run('y' | 'u', n) => Item::Year(n.max(4)),
+                Piece::Run('M', n @ (1 | 2)) => Item::Month(n),
+                Piece::Run('d', n @ (1 | 2)) => Item::Day(n),
+                Piece::Run('H', n @ (1 | 2)) => Item::Hour(n),
+                Piece::Run('m', n @ (1 | 2)) => Item::Minute(n),
+                Piece::Run('s', n @ (1 | 2)) => Item::Second(n),
+                Piece::Run('S', 3) => Item::Millis,
+                Piece::Run(c, _) if c.is_ascii_alphabetic() => return None,
+                Piece::Run(c, n) => Item::Text(std::iter::repeat_n(c, n).collect()),
+            })
+        })
+        .collect()
 }
 
 /// The pattern as a chrono format, for what [`items`] does not write.
 fn chrono_format(pattern: &str) -> String {
-    let chars: Vec<char> = pattern.chars().collect();
     let mut out = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let mut run = 1;
-        while i + run < chars.len() && chars[i + run] == c {
-            run += 1;
-        }
-        let field = match (c, run) {
-            ('\'', _) => {
-                let (text, next) = quoted(&chars, i);
+    for piece in pieces(pattern) {
+        let field = match piece {
+            Piece::Quoted(text) => {
                 out.push_str(&text.replace('%', "%%"));
-                i = next;
                 continue;
             }
-            ('y' | 'u', 2) => "%y",
-            ('y' | 'u', _) => "%Y",
-            ('M', 1) => "%-m",
-            ('M', 2) => "%m",
-            ('M', 3) => "%b",
-            ('M', _) => "%B",
-            ('d', 1) => "%-d",
-            ('d', _) => "%d",
-            ('D', _) => "%j",
-            ('H', 1) => "%-H",
-            ('H', _) => "%H",
-            ('h', 1) => "%-I",
-            ('h', _) => "%I",
-            ('m', 1) => "%-M",
-            ('m', _) => "%M",
-            ('s', 1) => "%-S",
-            ('s', _) => "%S",
-            ('S', 3) => "%3f",
-            ('S', 6) => "%6f",
-            ('S', 9) => "%9f",
-            ('a', _) => "%p",
-            ('E', 4) => "%A",
-            ('E', _) => "%a",
-            ('%', _) => "%%",
-            _ => {
-                out.extend(std::iter::repeat_n(c, run));
-                i += run;
+            Piece::Run('y' | 'u', 2) => "%y",
+            Piece::Run('y' | 'u', _) => "%Y",
+            Piece::Run('M', 1) => "%-m",
+            Piece::Run('M', 2) => "%m",
+            Piece::Run('M', 3) => "%b",
+            Piece::Run('M', _) => "%B",
+            Piece::Run('d', 1) => "%-d",
+            Piece::Run('d', _) => "%d",
+            Piece::Run('D', _) => "%j",
+            Piece::Run('H', 1) => "%-H",
+            Piece::Run('H', _) => "%H",
+            Piece::Run('h', 1) => "%-I",
+            Piece::Run('h', _) => "%I",
+            Piece::Run('m', 1) => "%-M",
+            Piece::Run('m', _) => "%M",
+            Piece::Run('s', 1) => "%-S",
+            Piece::Run('s', _) => "%S",
+            Piece::Run('S', 3) => "%3f",
+            Piece::Run('S', 6) => "%6f",
+            Piece::Run('S', 9) => "%9f",
+            Piece::Run('a', _) => "%p",
+            Piece::Run('E', 4) => "%A",
+            Piece::Run('E', _) => "%a",
+            Piece::Run('%', n) => {
+                out.push_str(&"%%".repeat(n));
+                continue;
+            }
+            Piece::Run(c, n) => {
+                out.extend(std::iter::repeat_n(c, n));
                 continue;
             }
         };
         out.push_str(field);
-        i += run;
     }
     out
 }
