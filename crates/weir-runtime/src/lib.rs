@@ -15,6 +15,8 @@ mod plan;
 mod values;
 
 #[cfg(test)]
+mod changelog_tests;
+#[cfg(test)]
 mod runtime_tests;
 
 pub use exchange::{hash_partition, Partitioning};
