@@ -64,10 +64,7 @@ impl ConnectorFactory for Connectors {
             "filesystem" => Ok(Box::new(FileSource::new(table, projection, split)?)),
             "nexmark" => Ok(Box::new(crate::nexmark::NexmarkSource::new(table, projection, split)?)),
             "kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
-            "upsert-kafka" => Err(WeirError::not_supported(format!(
-                "reading the upsert-kafka table '{}' (upsert-kafka tables are written only, for now)",
-                table.name
-            ))),
+            "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
             other => Err(WeirError::user(format!(
                 "table '{}' uses connector '{other}', which can only be written to, not read",
                 table.name
@@ -77,10 +74,13 @@ impl ConnectorFactory for Connectors {
 
     fn source_changelog(&self, table: &TableDef) -> Changelog {
         if debezium(table) {
-            Changelog::Retract
-        } else {
-            Changelog::AppendOnly
+            return Changelog::Retract;
         }
+        if table.options.get("connector") == Some("upsert-kafka") {
+            let key = table.primary_key.iter().filter_map(|k| table.schema.index_of(k).ok()).collect();
+            return Changelog::Upsert(key);
+        }
+        Changelog::AppendOnly
     }
 
     fn check_sink_input(&self, table: &TableDef, changelog: &Changelog, unique_key: Option<&[usize]>) -> Result<()> {

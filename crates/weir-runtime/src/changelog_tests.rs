@@ -159,3 +159,19 @@ fn a_materialized_changelog_updates_rows_in_place() {
     assert_eq!(Chunk::inserts(table.table().expect("rows")).to_pretty().expect("text"), "+I a 2\n+I c 1\n+I b 5\n");
     assert_eq!(table.unmatched, 0);
 }
+
+#[test]
+fn upserts_become_a_retracting_changelog() {
+    let schema = chunk("id:I name:T").schema();
+    let spec = crate::operators::UpsertSpec { key: vec![0], schema };
+    let mut op = crate::operators::UpsertNormalize::new(spec, &StateContext::memory()).expect("operator");
+    let mut push = |text: &str| {
+        let mut out = Vec::new();
+        op.process_chunk(chunk(text), &mut out).expect("chunk");
+        pretty(&out)
+    };
+    assert_eq!(push("id:I name:T\n+U 1 a\n+U 2 b\n+U 1 c"), "+I 1 c\n+I 2 b\n");
+    // A repeated row changes nothing; a deleted key that is not there neither.
+    assert_eq!(push("id:I name:T\n+U 1 d\n+U 2 b\n-D 3 .\n-D 2 ."), "-U 1 c\n+U 1 d\n-D 2 b\n");
+    assert_eq!(push("id:I name:T\n+U 2 e"), "+I 2 e\n");
+}

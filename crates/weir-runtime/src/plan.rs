@@ -10,7 +10,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, GroupAggregate, GroupSpec, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext,
+    Filter, GroupAggregate, GroupSpec, JoinSpec, UpsertNormalize, UpsertSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext,
     WatermarkGenerator,
     WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
@@ -39,6 +39,8 @@ pub enum OperatorSpec {
     WindowJoin { spec: JoinSpec, display: String },
     /// Aggregate each group outside a window, updating its result as rows come and go.
     GroupAggregate { spec: GroupSpec, display: String },
+    /// An upsert stream (each key's new row, or its deletion) as a retracting changelog.
+    UpsertNormalize { spec: UpsertSpec },
 }
 
 /// Where a running operator keeps state.
@@ -78,6 +80,7 @@ impl OperatorSpec {
             }
             OperatorSpec::WindowJoin { spec, .. } => Ok(Box::new(WindowJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
             _ => self.instantiate(),
         }
     }
@@ -101,6 +104,7 @@ impl OperatorSpec {
             }
             OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
+            OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
         })
     }
 
@@ -119,7 +123,7 @@ impl OperatorSpec {
     /// What the operator's output carries, given its input's.
     fn changelog(&self, input: Changelog) -> Changelog {
         match self {
-            OperatorSpec::GroupAggregate { .. } => Changelog::Retract,
+            OperatorSpec::GroupAggregate { .. } | OperatorSpec::UpsertNormalize { .. } => Changelog::Retract,
             _ if self.needs_append_only() => Changelog::AppendOnly,
             _ => input,
         }
@@ -158,6 +162,10 @@ impl OperatorSpec {
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
+            OperatorSpec::UpsertNormalize { spec } => {
+                let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
+                format!("UpsertNormalize: by key ({})", names.join(", "))
+            }
         }
     }
 }
@@ -244,6 +252,7 @@ impl Node {
             Node::Exchange { input, .. } => input.unique_key(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::GroupAggregate { spec, .. } => Some((0..spec.keys).collect()),
+                OperatorSpec::UpsertNormalize { spec } => Some(spec.key.clone()),
                 OperatorSpec::Filter { .. } => input.unique_key(),
                 OperatorSpec::Select { indices, .. } => {
                     input.unique_key()?.iter().map(|k| indices.iter().position(|i| i == k)).collect()
@@ -472,6 +481,7 @@ impl OperatorSpec {
                     aggs.join(",")
                 )
             }
+            OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
             OperatorSpec::WindowJoin { spec, .. } => format!(
                 "window join {:?} keys {:?} ends {:?} [{}] [{}]",
                 spec.kind,

@@ -429,9 +429,32 @@ impl Planner {
     }
 
     /// A source reading `wanted` columns of `table` (and the columns its watermark needs),
-    /// with its watermark generated. Returns the node and the columns it outputs.
+    /// with its watermark generated; an upsert source's rows also made a retracting
+    /// changelog by key. Returns the node and the columns it outputs.
     fn watermarked_source(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
+        let (node, read) = self.watermarked_read(table, wanted)?;
+        let weir_core::Changelog::Upsert(key) = node.changelog() else { return Ok((node, read)) };
+        let key: Vec<usize> = key
+            .iter()
+            .map(|k| read.iter().position(|r| r == k))
+            .collect::<Option<_>>()
+            .ok_or_else(|| WeirError::internal("an upsert key column is not read"))?;
+        let schema = node.schema();
+        let exchange = Node::Exchange { partitioning: Partitioning::Hash(key.clone()), input: Box::new(node) };
+        let spec = weir_runtime::operators::UpsertSpec { key, schema };
+        Ok((exchange.with_operator(OperatorSpec::UpsertNormalize { spec }), read))
+    }
+
+    fn watermarked_read(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
         let mut read = wanted.to_vec();
+        // An upsert source reads its key too: rows are told apart by it.
+        if let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(table) {
+            for k in key {
+                if !read.contains(&k) {
+                    read.push(k);
+                }
+            }
+        }
         let Some(wm) = &table.watermark else {
             let schema = Arc::new(table.schema.project(&read)?);
             let changelog = self.connectors.source_changelog(table);

@@ -149,3 +149,53 @@ async fn debezium_json_is_read_and_written_as_a_changelog() {
     assert!(written.iter().any(|(_, v)| v.as_deref().is_some_and(|v| v.contains(r#""op":"d""#))), "{written:?}");
     assert_eq!(rows("SELECT k, total, n FROM cdc_out").await, want);
 }
+
+/// Reading `upsert-kafka`: each record is its key's new row, a tombstone deletes the key;
+/// the table is each key's latest row, and an aggregate over it takes old rows back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsert_kafka_is_read_as_each_keys_latest_row() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("prices", 2).await;
+    let producer: BaseProducer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().expect("producer");
+    let records: [(i64, Option<(&str, i64)>); 7] = [
+        (1, Some(("a", 10))),
+        (2, Some(("b", 5))),
+        (3, Some(("a", 1))),
+        (1, Some(("b", 20))),
+        (2, None),
+        (4, None),
+        (3, Some(("a", 1))),
+    ];
+    for (id, row) in records {
+        let key = format!(r#"{{"id":{id}}}"#);
+        let value = row.map(|(name, price)| format!(r#"{{"id":{id},"name":"{name}","price":{price}}}"#));
+        let mut record = BaseRecord::<String, String>::to("prices").key(&key);
+        if let Some(v) = &value {
+            record = record.payload(v);
+        }
+        producer.send(record).expect("send");
+    }
+    producer.flush(std::time::Duration::from_secs(10)).expect("flush");
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '2';
+             CREATE TABLE prices (id BIGINT, name STRING, price BIGINT, PRIMARY KEY (id) NOT ENFORCED)
+               WITH ('connector' = 'upsert-kafka', 'topic' = 'prices', 'properties.bootstrap.servers' = '{}',
+                     'key.format' = 'json', 'value.format' = 'json', 'scan.bounded.mode' = 'latest-offset')",
+            broker.bootstrap
+        ),
+    )
+    .await;
+    let rows = |sql: &'static str| {
+        let engine = &engine;
+        async move { crate::rows(&engine.query(sql).await.expect(sql).collect().await.expect(sql)) }
+    };
+    assert_eq!(rows("SELECT id, name, price FROM prices").await, vec!["1|b|20", "3|a|1"]);
+    assert_eq!(rows("SELECT name, sum(price), count(*) FROM prices GROUP BY name").await, vec!["a|1|1", "b|20|1"]);
+    assert_eq!(rows("SELECT price FROM prices WHERE name = 'b'").await, vec!["20"]);
+}

@@ -70,6 +70,8 @@ pub struct RecordAt {
     pub offset: i64,
     /// The record's timestamp, milliseconds since the epoch.
     pub timestamp: Option<i64>,
+    /// An `upsert-kafka` tombstone: the key's row is deleted (the key stands for the value).
+    pub deleted: bool,
 }
 
 pub struct Decoder {

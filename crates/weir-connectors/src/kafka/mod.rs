@@ -124,6 +124,8 @@ const UPSERT_OPTIONS: &[&str] = &[
     "topic",
     "key.format",
     "value.format",
+    "scan.bounded.mode",
+    "format.ignore-parse-errors",
     "sink.delivery-guarantee",
     "sink.transactional-id-prefix",
 ];

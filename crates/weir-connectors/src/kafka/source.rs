@@ -35,7 +35,9 @@ pub enum Startup {
 }
 
 pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
-    let mode = table.options.get("scan.startup.mode").unwrap_or("group-offsets");
+    // An upsert-kafka table is the whole topic, as in Flink: from the earliest offset.
+    let default = if table.options.get("connector") == Some("upsert-kafka") { "earliest-offset" } else { "group-offsets" };
+    let mode = table.options.get("scan.startup.mode").unwrap_or(default);
     Ok(match mode {
         "earliest-offset" => Startup::Earliest,
         "latest-offset" => Startup::Latest,
@@ -89,8 +91,9 @@ pub struct KafkaSource {
     /// The next wait of the poll loop while nothing comes.
     idle_wait: Duration,
     last_partition: Option<u32>,
-    /// `debezium-json`: the ops of the last batch's rows.
+    /// `debezium-json` and `upsert-kafka`: the ops of the last batch's rows.
     last_ops: Option<Vec<weir_core::Op>>,
+    upsert: bool,
     /// With `properties.group.id`: positions at checkpoints not yet complete, committed to the
     /// group when they are (for monitoring consumer lag; never read back by Weir).
     group_commits: Option<BTreeMap<u64, BTreeMap<u32, i64>>>,
@@ -197,6 +200,7 @@ impl KafkaSource {
             idle_wait: super::IDLE_POLL,
             last_partition: None,
             last_ops: None,
+            upsert: table.options.get("connector") == Some("upsert-kafka"),
             group_commits: group.is_some().then(BTreeMap::new),
         };
         if let Some(rate) = table.options.get("scan.records-per-second") {
@@ -343,13 +347,18 @@ impl Source for KafkaSource {
                         let Some(part) = self.index.get(&(message.topic().to_string(), message.partition())) else {
                             continue;
                         };
+                        // An upsert-kafka tombstone stands for its key's row: the key decodes
+                        // as a row of the key columns.
+                        let deleted = self.upsert && message.payload().is_none();
                         let at = RecordAt {
                             part: *part,
                             partition: message.partition(),
                             offset: message.offset(),
                             timestamp: message.timestamp().to_millis(),
+                            deleted,
                         };
-                        (at, message.payload().unwrap_or(&[]).to_vec())
+                        let bytes = if deleted { message.key() } else { message.payload() };
+                        (at, bytes.unwrap_or(&[]).to_vec())
                     }
                 };
                 let (p, offset) = (record.part, record.offset);
@@ -415,6 +424,11 @@ impl Source for KafkaSource {
                         }
                     }
                     (rows, Some(ops), rows_at)
+                }
+                // upsert-kafka: each record the key's new row, a tombstone its deletion.
+                _ if self.upsert => {
+                    let ops = at.iter().map(|r| if r.deleted { weir_core::Op::Delete } else { weir_core::Op::UpdateAfter });
+                    (values, Some(ops.collect()), at)
                 }
                 _ => (values, None, at),
             };
