@@ -284,8 +284,8 @@ impl Node {
                     _ => " (its results are final once the watermark passes; an updating input would take rows back)",
                 };
                 return Err(WeirError::not_supported(format!(
-                    "{what}: it needs an append-only input, but its input is updating ({}: it comes from a GROUP BY \
-                     outside a window, DISTINCT or UNION){hint}",
+                    "{what}: it needs an append-only input, but its input is updating ({}: updates come from a \
+                     GROUP BY outside a window, DISTINCT, UNION or a changelog source){hint}",
                     mode.describe()
                 )));
             }
