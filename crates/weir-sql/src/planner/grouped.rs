@@ -69,11 +69,11 @@ impl Planner {
                 [Expr::Literal(v, _)] if kind == AggKind::Count && !v.is_null() => (None, DataType::Null),
                 [a] => {
                     let t = a.get_type(input_schema)?;
-                    (Some(column_of(a, format!("{label} arg"))?), t)
+                    (Some(column_of(a, format!("{label} arg {i}"))?), t)
                 }
                 _ => return Err(WeirError::not_supported(format!("{name}() of several arguments"))),
             };
-            let filter = params.filter.as_ref().map(|f| column_of(f, format!("{label} filter"))).transpose()?;
+            let filter = params.filter.as_ref().map(|f| column_of(f, format!("{label} filter {i}"))).transpose()?;
             let distinct = params.distinct && !matches!(kind, AggKind::Min | AggKind::Max);
             if matches!(kind, AggKind::Sum | AggKind::Avg) && weir_runtime::operators::Lane::of(&arg_type).is_none() {
                 return Err(WeirError::user(format!("{name}() of a {arg_type} value: it takes numbers")));
