@@ -106,6 +106,12 @@ fn options() -> Options {
     let memory = process_memory();
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_block_cache(&memory.cache);
+    // Operators look up many keys that are not there yet (a group's first row): Bloom filters
+    // answer those without reading a block, in each file and in the memtable.
+    table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(true);
+    o.set_memtable_prefix_bloom_ratio(0.1);
+    o.set_memtable_whole_key_filtering(true);
     o.set_block_based_table_factory(&table);
     o.set_write_buffer_manager(&memory.write_buffers);
     o
