@@ -27,7 +27,7 @@ pub struct ParsedStatement {
 
 #[derive(Debug, Clone)]
 pub enum Statement {
-    CreateTable(CreateTable),
+    CreateTable(Box<CreateTable>),
     CreateView {
         name: Ident,
         query: Box<Query>,
@@ -251,7 +251,7 @@ impl StatementParser<'_, '_> {
                 if or_replace {
                     return Err(WeirError::not_supported("CREATE OR REPLACE TABLE").at(Some(self.here())));
                 }
-                return self.create_table().map(Statement::CreateTable);
+                return self.create_table().map(|t| Statement::CreateTable(Box::new(t)));
             }
             if p.parse_keyword(Keyword::VIEW) {
                 return self.create_view(or_replace);

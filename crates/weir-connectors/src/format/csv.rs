@@ -223,9 +223,10 @@ pub struct CsvReader {
     state: State,
 }
 
+/// Boxed: a reader holds one, and the two differ much in size.
 enum State {
-    Fast(Fast),
-    Careful(RecordReader),
+    Fast(Box<Fast>),
+    Careful(Box<RecordReader>),
 }
 
 struct Fast {
@@ -379,7 +380,7 @@ impl CsvReader {
             table_schema: table_schema.clone(),
             projection: projection.to_vec(),
             batch_size,
-            state: State::Fast(Fast {
+            state: State::Fast(Box::new(Fast {
                 decoder,
                 schema: Arc::new(table_schema.project(projection)?),
                 file,
@@ -389,7 +390,7 @@ impl CsvReader {
                 stop,
                 batch_start: start,
                 eof: false,
-            }),
+            })),
         })
     }
 
@@ -400,7 +401,7 @@ impl CsvReader {
         file.seek(SeekFrom::Start(batch_start)).map_err(|e| io_error(&self.path, e))?;
         let range = TextRange { start: batch_start, end: stop };
         let options = CsvOptions { header: false, ..self.options };
-        self.state = State::Careful(RecordReader::new(
+        self.state = State::Careful(Box::new(RecordReader::new(
             file,
             &self.path,
             Some(range),
@@ -409,7 +410,7 @@ impl CsvReader {
             &self.table_schema,
             &self.projection,
             self.batch_size,
-        ));
+        )));
         Ok(())
     }
 }
