@@ -118,6 +118,12 @@ const QUERIES: &[&str] = &[
     "SELECT n, min(auction), max(auction), count(*), sum(auction) FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction) GROUP BY n",
     "SELECT n, min(channel), max(channel), count(DISTINCT channel) FROM (SELECT channel, count(*) AS n FROM bid GROUP BY channel) GROUP BY n",
     "SELECT c FROM (SELECT count(*) AS c FROM bid GROUP BY bidder) GROUP BY c HAVING max(c) >= 10",
+    // DISTINCT aggregates sharing their values (one argument, several filters), over appends
+    // and over retractions.
+    "SELECT channel, count(DISTINCT bidder), count(DISTINCT bidder) FILTER (WHERE price > 1000), \
+       sum(DISTINCT bidder) FILTER (WHERE price < 5000), avg(DISTINCT auction) FROM bid GROUP BY channel",
+    "SELECT n % 5, count(DISTINCT m), sum(DISTINCT m) FILTER (WHERE n > 2), count(*) \
+       FROM (SELECT auction, count(*) AS n, max(price) % 7 AS m FROM bid GROUP BY auction) GROUP BY n % 5",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

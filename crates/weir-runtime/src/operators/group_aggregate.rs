@@ -75,6 +75,8 @@ pub struct GroupAggregate {
     keys: Option<RowConverter>,
     aggs: Vec<Prepared>,
     empty: Vec<Acc>,
+    /// The DISTINCT aggregates, by argument column: each set shares its value counts.
+    distinct_sets: Vec<Vec<usize>>,
 }
 
 /// The distinct groups of a chunk: each row's group, and each group's first row, key and
@@ -90,6 +92,22 @@ fn value_key(key: &[u8], a: usize) -> Vec<u8> {
     let mut k = key.to_vec();
     k.push(a as u8);
     k
+}
+
+/// A DISTINCT aggregate (MIN and MAX are the same with DISTINCT or without).
+fn shares_values(agg: &AggregateDef) -> bool {
+    agg.distinct && !matches!(agg.kind, AggKind::Min | AggKind::Max)
+}
+
+/// `k` little-endian counts (zeros for none).
+fn counts_of(v: Option<&[u8]>, k: usize) -> Vec<i64> {
+    let mut counts = vec![0; k];
+    if let Some(v) = v {
+        for (c, bytes) in counts.iter_mut().zip(v.chunks_exact(8)) {
+            *c = bytes.try_into().map(i64::from_le_bytes).unwrap_or(0);
+        }
+    }
+    counts
 }
 
 fn count_of(v: Option<&Vec<u8>>) -> i64 {
@@ -110,6 +128,13 @@ impl GroupAggregate {
             .transpose()?;
         let aggs = spec.aggregates.iter().cloned().map(Prepared::new).collect::<Result<Vec<_>>>()?;
         let empty = aggs.iter().map(|a| a.empty()).collect();
+        let mut distinct_sets: Vec<Vec<usize>> = Vec::new();
+        for (a, agg) in spec.aggregates.iter().enumerate().filter(|(_, agg)| shares_values(agg)) {
+            match distinct_sets.iter_mut().find(|s| spec.aggregates[s[0]].arg == agg.arg) {
+                Some(set) => set.push(a),
+                None => distinct_sets.push(vec![a]),
+            }
+        }
         let tables = state.open(&TABLES)?;
         Ok(Self {
             groups: tables.table("groups")?,
@@ -123,6 +148,7 @@ impl GroupAggregate {
             keys,
             aggs,
             empty,
+            distinct_sets,
         })
     }
 
@@ -245,17 +271,75 @@ impl GroupAggregate {
             }
             return Ok(());
         }
-        let counts = self.count_values(self.distinct, grouped, a, &deltas)?;
-        let agg = &self.aggs[a];
-        for (((g, v), _), (before, after)) in deltas.iter().zip(&counts) {
-            let sign = match (*before > 0, *after > 0) {
-                (false, true) => 1,
-                (true, false) => -1,
-                _ => continue,
-            };
-            let (_, row) = per_value[&(*g, *v)];
-            agg.add(&mut new[*g].accs[a], values.as_ref(), row, sign);
+        Err(WeirError::internal("a DISTINCT aggregate outside its shared set"))
+    }
+
+    /// The DISTINCT aggregates of one argument column (`set`, by index), which share one
+    /// entry per (group, value): a count per aggregate (their `FILTER`s differ), so q15's four
+    /// `count(DISTINCT bidder) FILTER (…)` touch the state once per value. An aggregate takes a
+    /// value in when its count turns positive and back out when it falls to zero.
+    fn accumulate_distinct(
+        &mut self,
+        set: &[usize],
+        batch: &RecordBatch,
+        signs: &[i64],
+        grouped: &Grouped,
+        new: &mut [GroupState],
+    ) -> Result<()> {
+        let first = set[0];
+        let (Some(column), Some(converter)) = (self.aggs[first].def.arg, self.aggs[first].rows.as_ref()) else {
+            return Err(WeirError::internal("a DISTINCT aggregate without an argument"));
+        };
+        let arg = batch.column(column).clone();
+        let value_rows = converter.convert_columns(std::slice::from_ref(&arg))?;
+        let filters: Vec<Option<BooleanArray>> =
+            set.iter().map(|a| self.aggs[*a].def.filter.map(|c| batch.column(c).as_boolean().clone())).collect();
+        let mut values = Vec::with_capacity(set.len());
+        for a in set {
+            let agg = &self.aggs[*a];
+            values.push(match (agg.lane, agg.def.kind) {
+                (Some(lane), AggKind::Sum | AggKind::Avg) => Some(Values::read(&arg, lane)?),
+                _ => None,
+            });
         }
+        // Per (group, value): the signed count of each aggregate, and a row holding the value.
+        let k = set.len();
+        let mut per_value: Interner<(usize, &[u8]), (Vec<i64>, usize)> = interner();
+        for i in (0..batch.num_rows()).filter(|i| arg.is_valid(*i)) {
+            let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert_with(|| (vec![0; k], i));
+            for (count, f) in e.0.iter_mut().zip(&filters) {
+                if f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i)) {
+                    *count += signs[i];
+                }
+            }
+        }
+        let mut deltas: Vec<((usize, &[u8]), Vec<i64>, usize)> =
+            per_value.into_iter().map(|(key, (d, row))| (key, d, row)).collect();
+        deltas.sort_unstable_by(|x, y| x.0.cmp(&y.0));
+        let keys: Vec<Vec<u8>> = deltas
+            .iter()
+            .map(|((g, v), _, _)| StateTables::entry_key(&value_key(&grouped.keys[*g], first), v))
+            .collect();
+        let lookups: Vec<(u16, &[u8])> =
+            deltas.iter().zip(&keys).map(|(((g, _), _, _), key)| (grouped.key_groups[*g], key.as_slice())).collect();
+        let stored = self.tables.get_many(self.distinct, &lookups)?;
+        let mut encoded: Vec<Option<Vec<u8>>> = Vec::with_capacity(deltas.len());
+        for (((g, _), delta, row), old) in deltas.iter().zip(&stored) {
+            let before = counts_of(old.as_deref(), k);
+            let after: Vec<i64> = before.iter().zip(delta).map(|(b, d)| b + d).collect();
+            for (j, (b, a)) in before.iter().zip(&after).enumerate() {
+                let sign = match (*b > 0, *a > 0) {
+                    (false, true) => 1,
+                    (true, false) => -1,
+                    _ => continue,
+                };
+                self.aggs[set[j]].add(&mut new[*g].accs[set[j]], values[j].as_ref(), *row, sign);
+            }
+            encoded.push(after.iter().any(|c| *c > 0).then(|| after.iter().flat_map(|c| c.to_le_bytes()).collect()));
+        }
+        let changes: Vec<Change<'_>> =
+            lookups.iter().zip(&encoded).map(|((g, key), value)| (*g, *key, value.as_deref())).collect();
+        self.tables.write(self.distinct, &changes)?;
         Ok(())
     }
 
@@ -372,7 +456,12 @@ impl Operator for GroupAggregate {
             new[*g].rows += s;
         }
         for a in 0..self.aggs.len() {
-            self.accumulate(a, &chunk.batch, &signs, &grouped, &mut new)?;
+            if !shares_values(&self.aggs[a].def) {
+                self.accumulate(a, &chunk.batch, &signs, &grouped, &mut new)?;
+            }
+        }
+        for set in self.distinct_sets.clone() {
+            self.accumulate_distinct(&set, &chunk.batch, &signs, &grouped, &mut new)?;
         }
         // One change per group, then one write.
         let mut picked: Vec<(usize, &GroupState)> = Vec::new();
