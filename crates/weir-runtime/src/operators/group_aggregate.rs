@@ -305,10 +305,15 @@ impl GroupAggregate {
         // Per (group, value): the signed count of each aggregate, and a row holding the value.
         let k = set.len();
         let mut per_value: Interner<(usize, &[u8]), (Vec<i64>, usize)> = interner();
+        let passes = |f: &Option<BooleanArray>, i: usize| f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i));
         for i in (0..batch.num_rows()).filter(|i| arg.is_valid(*i)) {
+            // A row no aggregate of the set counts touches nothing.
+            if !filters.iter().any(|f| passes(f, i)) {
+                continue;
+            }
             let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert_with(|| (vec![0; k], i));
             for (count, f) in e.0.iter_mut().zip(&filters) {
-                if f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i)) {
+                if passes(f, i) {
                     *count += signs[i];
                 }
             }

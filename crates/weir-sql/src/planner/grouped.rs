@@ -23,8 +23,14 @@ impl Planner {
             fields.push(output.field(i).clone());
             display.push(e.human_display().to_string());
         }
-        // Each argument and filter becomes a column after the key columns.
+        // Each argument and filter becomes a column after the key columns, once: aggregates of
+        // one argument share its column (and DISTINCT ones their state).
+        let mut computed: Vec<(Expr, usize)> = Vec::new();
         let mut column_of = |e: &Expr, name: String| -> Result<usize> {
+            if let Some((_, c)) = computed.iter().find(|(seen, _)| seen == e) {
+                return Ok(*c);
+            }
+            computed.push((e.clone(), fields.len()));
             let data_type = e.get_type(input_schema)?;
             exprs.push(self.physical(e, input_schema)?);
             fields.push(Field::new(name, data_type, true));
