@@ -94,6 +94,9 @@ fn value_key(key: &[u8], a: usize) -> Vec<u8> {
     k
 }
 
+/// A group of the chunk (its index) and a value in row format.
+type GroupValue<'a> = (usize, &'a [u8]);
+
 /// A DISTINCT aggregate (MIN and MAX are the same with DISTINCT or without).
 fn shares_values(agg: &AggregateDef) -> bool {
     agg.distinct && !matches!(agg.kind, AggKind::Min | AggKind::Max)
@@ -304,7 +307,7 @@ impl GroupAggregate {
         }
         // Per (group, value): the signed count of each aggregate, and a row holding the value.
         let k = set.len();
-        let mut per_value: Interner<(usize, &[u8]), (Vec<i64>, usize)> = interner();
+        let mut per_value: Interner<GroupValue<'_>, (Vec<i64>, usize)> = interner();
         let passes = |f: &Option<BooleanArray>, i: usize| f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i));
         for i in (0..batch.num_rows()).filter(|i| arg.is_valid(*i)) {
             // A row no aggregate of the set counts touches nothing.
@@ -318,7 +321,7 @@ impl GroupAggregate {
                 }
             }
         }
-        let mut deltas: Vec<((usize, &[u8]), Vec<i64>, usize)> =
+        let mut deltas: Vec<(GroupValue<'_>, Vec<i64>, usize)> =
             per_value.into_iter().map(|(key, (d, row))| (key, d, row)).collect();
         deltas.sort_unstable_by(|x, y| x.0.cmp(&y.0));
         let keys: Vec<Vec<u8>> = deltas
