@@ -10,6 +10,10 @@
 //! so a group's state is filed under the key group that routed it (a checkpoint restores at
 //! another parallelism).
 //!
+//! A retraction of a group without rows is dropped, as Flink drops it (a changelog that
+//! starts mid-stream, a Debezium topic read from the latest offset, begins with updates of
+//! rows never seen).
+//!
 //! State TTL (`'table.exec.state.ttl'`) is in event time: a group is forgotten, without any
 //! output (as in Flink), once the watermark has passed the watermark of its last update by
 //! the TTL; updates before the first watermark count as made at it. The `expiry` table files
@@ -113,10 +117,6 @@ fn counts_of(v: Option<&[u8]>, k: usize) -> Vec<i64> {
     counts
 }
 
-fn count_of(v: Option<&Vec<u8>>) -> i64 {
-    v.and_then(|v| v.as_slice().try_into().ok()).map(i64::from_le_bytes).unwrap_or(0)
-}
-
 impl GroupAggregate {
     pub fn new(spec: GroupSpec, state: &StateContext) -> Result<Self> {
         if spec.aggregates.len() > 255 {
@@ -194,8 +194,14 @@ impl GroupAggregate {
         let lookups: Vec<(u16, &[u8])> =
             deltas.iter().zip(&keys).map(|(((g, _), _), k)| (grouped.key_groups[*g], k.as_slice())).collect();
         let stored = self.tables.get_many(table, &lookups)?;
-        let counts: Vec<(i64, i64)> =
-            stored.iter().zip(deltas).map(|(s, (_, d))| (count_of(s.as_ref()), count_of(s.as_ref()) + d)).collect();
+        let counts: Vec<(i64, i64)> = stored
+            .iter()
+            .zip(deltas)
+            .map(|(s, (_, d))| {
+                let before = counts_of(s.as_deref(), 1)[0];
+                (before, before + d)
+            })
+            .collect();
         let bytes: Vec<[u8; 8]> = counts.iter().map(|(_, n)| n.to_le_bytes()).collect();
         let changes: Vec<Change<'_>> = lookups
             .iter()
@@ -207,7 +213,8 @@ impl GroupAggregate {
         Ok(counts)
     }
 
-    /// Aggregate `a` over the chunk, into the groups' new states.
+    /// Aggregate `a` (not a DISTINCT one: [`Self::accumulate_distinct`]) over the chunk, into
+    /// the groups' new states.
     fn accumulate(
         &mut self,
         a: usize,
@@ -220,7 +227,9 @@ impl GroupAggregate {
         let arg = def.arg.map(|c| batch.column(c).clone());
         let filter: Option<BooleanArray> = def.filter.map(|c| batch.column(c).as_boolean().clone());
         let counted = |i: usize| {
-            filter.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i)) && arg.as_ref().is_none_or(|a| a.is_valid(i))
+            signs[i] != 0
+                && filter.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i))
+                && arg.as_ref().is_none_or(|a| a.is_valid(i))
         };
         let agg = &self.aggs[a];
         let values = match (&arg, agg.lane, def.kind) {
@@ -233,8 +242,7 @@ impl GroupAggregate {
         };
         let extreme = matches!(def.kind, AggKind::Min | AggKind::Max);
         let rows = batch.num_rows();
-        let per_value_counts = def.distinct || (extreme && self.spec.retracting_input);
-        let (true, Some(value_rows)) = (per_value_counts, &value_rows) else {
+        let (true, Some(value_rows)) = (extreme && self.spec.retracting_input, &value_rows) else {
             // Plain: each counted row adds or takes away its value.
             for i in (0..rows).filter(|i| counted(*i)) {
                 let acc = &mut new[grouped.of_row[i]].accs[a];
@@ -245,36 +253,32 @@ impl GroupAggregate {
             }
             return Ok(());
         };
-        // Counted per value: signed count and a row holding the value.
-        let mut per_value: Interner<(usize, &[u8]), (i64, usize)> = interner();
+        // MIN/MAX over an updating input: a signed count per value.
+        let mut per_value: Interner<GroupValue<'_>, i64> = interner();
         for i in (0..rows).filter(|i| counted(*i)) {
-            let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert((0, i));
-            e.0 += signs[i];
+            *per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert(0) += signs[i];
         }
-        let mut deltas: Vec<((usize, &[u8]), i64)> = per_value.iter().map(|(k, (d, _))| (*k, *d)).collect();
+        let mut deltas: Vec<(GroupValue<'_>, i64)> = per_value.into_iter().collect();
         deltas.sort_unstable();
-        if extreme {
-            let counts = self.count_values(self.extremes, grouped, a, &deltas)?;
-            let mut lost = vec![false; new.len()];
-            for (((g, v), _), (before, after)) in deltas.iter().zip(&counts) {
-                if *after <= 0 && *before > 0 {
-                    lost[*g] = true;
-                } else if *after > 0 {
-                    self.aggs[a].offer(&mut new[*g].accs[a], v);
-                }
+        let counts = self.count_values(self.extremes, grouped, a, &deltas)?;
+        let mut lost = vec![false; new.len()];
+        for (((g, v), _), (before, after)) in deltas.iter().zip(&counts) {
+            if *after <= 0 && *before > 0 {
+                lost[*g] = true;
+            } else if *after > 0 {
+                self.aggs[a].offer(&mut new[*g].accs[a], v);
             }
-            // A group whose extreme may have gone finds it again among its values.
-            for (g, _) in lost.iter().enumerate().filter(|(_, l)| **l) {
-                let entries = self.tables.entries(self.extremes, grouped.key_groups[g], &value_key(&grouped.keys[g], a))?;
-                let found = match def.kind {
-                    AggKind::Min => entries.first(),
-                    _ => entries.last(),
-                };
-                new[g].accs[a] = Acc::Extreme(found.map(|(v, _)| v.clone()));
-            }
-            return Ok(());
         }
-        Err(WeirError::internal("a DISTINCT aggregate outside its shared set"))
+        // A group whose extreme may have gone finds it again among its values.
+        for (g, _) in lost.iter().enumerate().filter(|(_, l)| **l) {
+            let entries = self.tables.entries(self.extremes, grouped.key_groups[g], &value_key(&grouped.keys[g], a))?;
+            let found = match def.kind {
+                AggKind::Min => entries.first(),
+                _ => entries.last(),
+            };
+            new[g].accs[a] = Acc::Extreme(found.map(|(v, _)| v.clone()));
+        }
+        Ok(())
     }
 
     /// The DISTINCT aggregates of one argument column (`set`, by index), which share one
@@ -309,7 +313,7 @@ impl GroupAggregate {
         let k = set.len();
         let mut per_value: Interner<GroupValue<'_>, (Vec<i64>, usize)> = interner();
         let passes = |f: &Option<BooleanArray>, i: usize| f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i));
-        for i in (0..batch.num_rows()).filter(|i| arg.is_valid(*i)) {
+        for i in (0..batch.num_rows()).filter(|i| signs[*i] != 0 && arg.is_valid(*i)) {
             // A row no aggregate of the set counts touches nothing.
             if !filters.iter().any(|f| passes(f, i)) {
                 continue;
@@ -349,6 +353,17 @@ impl GroupAggregate {
             lookups.iter().zip(&encoded).map(|((g, key), value)| (*g, *key, value.as_deref())).collect();
         self.tables.write(self.distinct, &changes)?;
         Ok(())
+    }
+
+    /// Where values are counted per group: each DISTINCT set's entries (under its first
+    /// aggregate), and MIN/MAX's over an updating input.
+    fn counted_values(&self) -> Vec<(Table, usize)> {
+        let mut tables: Vec<(Table, usize)> = self.distinct_sets.iter().map(|set| (self.distinct, set[0])).collect();
+        if self.spec.retracting_input {
+            let extremes = self.aggs.iter().enumerate().filter(|(_, a)| matches!(a.def.kind, AggKind::Min | AggKind::Max));
+            tables.extend(extremes.map(|(a, _)| (self.extremes, a)));
+        }
+        tables
     }
 
     /// Groups updated before the first watermark, filed under it now that it has come.
@@ -399,9 +414,7 @@ impl GroupAggregate {
             }
         }
         for (g, key) in &gone {
-            // The values counted per group (DISTINCT, and MIN/MAX over an updating input).
-            for (a, agg) in self.aggs.iter().enumerate().filter(|(_, agg)| agg.rows.is_some()) {
-                let table = if agg.def.distinct { self.distinct } else { self.extremes };
+            for (table, a) in self.counted_values() {
                 let entries = self.tables.entries(table, *g, &value_key(key, a))?;
                 let keys: Vec<Vec<u8>> =
                     entries.iter().map(|(v, _)| StateTables::entry_key(&value_key(key, a), v)).collect();
@@ -443,7 +456,7 @@ impl Operator for GroupAggregate {
             return Ok(());
         }
         let grouped = self.group(&chunk.batch)?;
-        let signs: Vec<i64> = (0..chunk.num_rows()).map(|i| chunk.op(i).sign()).collect();
+        let mut signs: Vec<i64> = (0..chunk.num_rows()).map(|i| chunk.op(i).sign()).collect();
         let lookups: Vec<(u16, &[u8])> =
             grouped.key_groups.iter().zip(&grouped.keys).map(|(g, k)| (*g, k.as_slice())).collect();
         let old: Vec<Option<GroupState>> = self
@@ -455,13 +468,20 @@ impl Operator for GroupAggregate {
         let stamp = self.watermark.0;
         let mut new: Vec<GroupState> = old
             .iter()
-            .map(|o| o.clone().unwrap_or_else(|| GroupState { rows: 0, updated: stamp, accs: self.empty.clone() }))
+            .map(|o| match o {
+                Some(o) => GroupState { updated: stamp, ..o.clone() },
+                None => GroupState { rows: 0, updated: stamp, accs: self.empty.clone() },
+            })
             .collect();
-        for state in &mut new {
-            state.updated = stamp;
-        }
-        for (g, s) in grouped.of_row.iter().zip(&signs) {
-            new[*g].rows += s;
+        // Rows in order, as Flink takes records: a retraction while its group has no rows
+        // (it came before its insert, or the key was forgotten) is dropped, sign 0, so that a
+        // later insert of the same chunk still counts.
+        for (g, s) in grouped.of_row.iter().zip(&mut signs) {
+            if *s < 0 && new[*g].rows <= 0 {
+                *s = 0;
+            } else {
+                new[*g].rows += *s;
+            }
         }
         for a in 0..self.aggs.len() {
             if !shares_values(&self.aggs[a].def) {
@@ -508,20 +528,11 @@ impl Operator for GroupAggregate {
         self.tables.write(self.groups, &changes)?;
         if self.spec.ttl.is_some() {
             // File each group written under this watermark, unless it already is.
-            let keys: Vec<Vec<u8>> = grouped
-                .keys
-                .iter()
-                .zip(&old)
-                .zip(&encoded)
-                .filter(|((_, o), e)| e.is_some() && o.as_ref().is_none_or(|o| o.updated != stamp))
-                .map(|((k, _), _)| [&ordered(stamp)[..], k].concat())
+            let keys: Vec<(u16, Vec<u8>)> = (0..new.len())
+                .filter(|g| encoded[*g].is_some() && old[*g].as_ref().is_none_or(|o| o.updated != stamp))
+                .map(|g| (grouped.key_groups[g], [&ordered(stamp)[..], &grouped.keys[g]].concat()))
                 .collect();
-            let groups = grouped.key_groups.iter().zip(&old).zip(&encoded);
-            let groups: Vec<u16> = groups
-                .filter(|((_, o), e)| e.is_some() && o.as_ref().is_none_or(|o| o.updated != stamp))
-                .map(|((g, _), _)| *g)
-                .collect();
-            let filed: Vec<Change<'_>> = groups.iter().zip(&keys).map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+            let filed: Vec<Change<'_>> = keys.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
             self.tables.write(self.expiry, &filed)?;
             self.unstamped |= stamp == i64::MIN && !filed.is_empty();
         }
