@@ -50,30 +50,27 @@ impl Changelog {
 pub struct Materialized {
     schema: SchemaRef,
     converter: RowConverter,
-    /// Encoded row → (place, count).
-    rows: HashMap<Vec<u8>, (u64, u64)>,
-    /// The rows, one copy of each distinct one, in one batch per applied chunk.
+    /// Encoded row → where it is shown, how many times it is there, and its copy in `kept`.
+    rows: HashMap<Vec<u8>, Present>,
+    /// The applied chunks' batches that rows are copied from.
     kept: Vec<RecordBatch>,
-    /// Encoded row → (batch, row) of its copy in `kept`.
-    copies: HashMap<Vec<u8>, (usize, u32)>,
     next: u64,
     /// Retractions of rows that were not there (a changelog that does not start empty).
     pub unmatched: u64,
+}
+
+struct Present {
+    place: u64,
+    count: u64,
+    /// (batch in `kept`, row).
+    copy: (usize, u32),
 }
 
 impl Materialized {
     pub fn new(schema: SchemaRef) -> Result<Self> {
         let converter =
             RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
-        Ok(Self {
-            schema,
-            converter,
-            rows: HashMap::new(),
-            kept: Vec::new(),
-            copies: HashMap::new(),
-            next: 0,
-            unmatched: 0,
-        })
+        Ok(Self { schema, converter, rows: HashMap::new(), kept: Vec::new(), next: 0, unmatched: 0 })
     }
 
     pub fn apply(&mut self, chunk: &Chunk) -> Result<()> {
@@ -81,29 +78,29 @@ impl Materialized {
         let batch = self.kept.len();
         let mut taken_place: Option<u64> = None;
         for i in 0..chunk.num_rows() {
-            let key = rows.row(i).as_ref().to_vec();
+            let row = rows.row(i);
+            let key = row.as_ref();
             match chunk.op(i) {
-                Op::Insert | Op::UpdateAfter => {
-                    let place = match (chunk.op(i), taken_place.take()) {
+                op @ (Op::Insert | Op::UpdateAfter) => {
+                    let place = match (op, taken_place.take()) {
                         (Op::UpdateAfter, Some(p)) => p,
                         _ => {
                             self.next += 1;
                             self.next
                         }
                     };
-                    let entry = self.rows.entry(key.clone()).or_insert((place, 0));
-                    entry.1 += 1;
-                    self.copies.entry(key).or_insert((batch, i as u32));
+                    let present =
+                        self.rows.entry(key.to_vec()).or_insert(Present { place, count: 0, copy: (batch, i as u32) });
+                    present.count += 1;
                 }
-                Op::UpdateBefore | Op::Delete => match self.rows.get_mut(&key) {
-                    Some(entry) => {
-                        entry.1 -= 1;
-                        if chunk.op(i) == Op::UpdateBefore {
-                            taken_place = Some(entry.0);
+                op @ (Op::UpdateBefore | Op::Delete) => match self.rows.get_mut(key) {
+                    Some(present) => {
+                        present.count -= 1;
+                        if op == Op::UpdateBefore {
+                            taken_place = Some(present.place);
                         }
-                        if entry.1 == 0 {
-                            self.rows.remove(&key);
-                            self.copies.remove(&key);
+                        if present.count == 0 {
+                            self.rows.remove(key);
                         }
                     }
                     None => self.unmatched += 1,
@@ -117,18 +114,36 @@ impl Materialized {
         Ok(())
     }
 
-    /// Keep only the batches rows still point into.
+    /// Keep only the rows' copies, in one batch.
     fn compact(&mut self) -> Result<()> {
-        let table = self.table()?;
-        let rows = self.converter.convert_columns(table.columns())?;
-        self.copies = (0..table.num_rows()).map(|i| (rows.row(i).as_ref().to_vec(), (0, i as u32))).collect();
-        self.kept = vec![table];
+        let indices = self.offsets();
+        let mut present: Vec<&mut Present> = self.rows.values_mut().collect();
+        present.sort_unstable_by_key(|p| p.copy);
+        let take: Vec<u32> = present.iter().map(|p| (indices[p.copy.0] + p.copy.1 as usize) as u32).collect();
+        let all = datafusion::arrow::compute::concat_batches(&self.schema, &self.kept)?;
+        let batch = take_record_batch(&all, &UInt32Array::from(take))?;
+        for (i, p) in present.into_iter().enumerate() {
+            p.copy = (0, i as u32);
+        }
+        self.kept = vec![batch];
         Ok(())
+    }
+
+    /// Where each kept batch starts in their concatenation.
+    fn offsets(&self) -> Vec<usize> {
+        self.kept
+            .iter()
+            .scan(0usize, |acc, b| {
+                let start = *acc;
+                *acc += b.num_rows();
+                Some(start)
+            })
+            .collect()
     }
 
     /// Rows now in the table, counting repeats.
     pub fn len(&self) -> usize {
-        self.rows.values().map(|(_, n)| *n as usize).sum()
+        self.rows.values().map(|p| p.count as usize).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -137,29 +152,15 @@ impl Materialized {
 
     /// The table now: each row as many times as it is there, in place order.
     pub fn table(&self) -> Result<RecordBatch> {
-        let mut order: Vec<(u64, u64, (usize, u32))> = self
-            .rows
+        let mut present: Vec<&Present> = self.rows.values().collect();
+        present.sort_unstable_by_key(|p| p.place);
+        let offsets = self.offsets();
+        let take: Vec<u32> = present
             .iter()
-            .filter_map(|(k, (place, n))| self.copies.get(k).map(|c| (*place, *n, *c)))
+            .flat_map(|p| std::iter::repeat_n((offsets[p.copy.0] + p.copy.1 as usize) as u32, p.count as usize))
             .collect();
-        order.sort_unstable_by_key(|(place, _, _)| *place);
-        let mut parts = Vec::new();
         // Rows in place order come from any of the kept batches: one take over them all.
         let all = datafusion::arrow::compute::concat_batches(&self.schema, &self.kept)?;
-        let offsets: Vec<usize> = self
-            .kept
-            .iter()
-            .scan(0usize, |acc, b| {
-                let start = *acc;
-                *acc += b.num_rows();
-                Some(start)
-            })
-            .collect();
-        for (_, n, (b, r)) in &order {
-            for _ in 0..*n {
-                parts.push((offsets[*b] + *r as usize) as u32);
-            }
-        }
-        Ok(take_record_batch(&all, &UInt32Array::from(parts))?)
+        Ok(take_record_batch(&all, &UInt32Array::from(take))?)
     }
 }

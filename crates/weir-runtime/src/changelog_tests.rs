@@ -186,3 +186,16 @@ fn a_retraction_before_its_insert_changes_nothing() {
     // Its MIN/MAX value counts were not taken below zero: taking 5 back empties the group.
     assert_eq!(push(&mut op, "k:T v:I\n-D a 5"), "-D a 1 5 5 5\n");
 }
+
+/// Many chunks over few rows: the kept batches are compacted, rows and places survive it.
+#[test]
+fn a_long_changelog_over_few_rows_stays_right_through_compaction() {
+    let mut table = Materialized::new(chunk("k:T n:I").schema()).expect("table");
+    table.apply(&chunk("k:T n:I\n+I a 0\n+I b 7\n+I b 7")).expect("apply");
+    for n in 0..200 {
+        table.apply(&chunk(&format!("k:T n:I\n-U a {n}\n+U a {}", n + 1))).expect("apply");
+    }
+    table.apply(&chunk("k:T n:I\n-D b 7\n+I c 1")).expect("apply");
+    assert_eq!(Chunk::inserts(table.table().expect("rows")).to_pretty().expect("text"), "+I a 200\n+I b 7\n+I c 1\n");
+    assert_eq!(table.len(), 3);
+}
