@@ -21,15 +21,6 @@
 //! and kept. Flink's TTL is processing time, so what it forgets depends on when a replay
 //! runs; this depends on the input and its watermarks only.
 
-use std::collections::HashMap;
-
-/// Interning keys of a chunk: a fast hasher (the keys are the chunk's, not an attacker's
-/// choice of collisions against a long-lived table), seeded the same every time.
-type Interner<K, V> = HashMap<K, V, datafusion::common::hash_utils::RandomState>;
-
-fn interner<K, V>() -> Interner<K, V> {
-    HashMap::with_hasher(datafusion::common::hash_utils::RandomState::with_seed(0x5745_4952))
-}
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,7 +31,7 @@ use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::aggregates::{decode, encode, Acc, AggKind, AggregateDef, GroupState, Prepared, Values};
-use super::state::{ordered, StateContext};
+use super::state::{interner, ordered, Interner, StateContext};
 
 const TABLES: [TableDecl; 4] = [
     TableDecl { name: "groups", kind: TableKind::Value },

@@ -28,6 +28,14 @@ impl StateContext {
     }
 }
 
+/// Interning keys of a chunk: a fast hasher (the keys are the chunk's, not an attacker's
+/// choice of collisions against a long-lived table), seeded the same every time.
+pub(crate) type Interner<K, V> = std::collections::HashMap<K, V, datafusion::common::hash_utils::RandomState>;
+
+pub(crate) fn interner<K, V>() -> Interner<K, V> {
+    Interner::with_hasher(datafusion::common::hash_utils::RandomState::with_seed(0x5745_4952))
+}
+
 /// Keys that sort like the numbers: an i64 as 8 big-endian bytes with the sign bit flipped.
 pub(crate) fn ordered(n: i64) -> [u8; 8] {
     ((n as u64) ^ (1 << 63)).to_be_bytes()

@@ -5,8 +5,6 @@
 //! an upsert repeats the row or deletes a key that is not there. One change per key per chunk
 //! (its last upsert wins), and one state access per distinct key.
 
-use std::collections::HashMap;
-
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -14,7 +12,7 @@ use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::StateContext;
+use super::state::{interner, Interner, StateContext};
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "rows", kind: TableKind::Value }];
 
@@ -58,7 +56,7 @@ impl Operator for UpsertNormalize {
         let rows = self.rows.convert_columns(chunk.batch.columns())?;
         let groups = crate::exchange::key_groups_of_columns(&key_columns, n, self.tables.key_groups())?;
         // The last upsert of each key, keys in order of first appearance.
-        let mut last: HashMap<&[u8], usize> = HashMap::new();
+        let mut last: Interner<&[u8], usize> = interner();
         let mut order: Vec<&[u8]> = Vec::new();
         for i in 0..n {
             let key = keys.row(i).data();
