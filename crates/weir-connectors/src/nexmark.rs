@@ -76,6 +76,12 @@ impl Kind {
         }
     }
 
+    /// The generated column a declared one reads: by Weir's name (`date_time`) or by Flink's
+    /// camelCase one (`dateTime`), so that Nexmark's own query text runs unchanged.
+    fn column(self, declared: &str) -> Option<usize> {
+        self.columns().iter().position(|(name, _)| *name == declared || is_camel_case_of(declared, name))
+    }
+
     /// Offsets within each epoch of 50 events that are of this kind.
     fn offsets(self) -> std::ops::Range<u64> {
         match self {
@@ -134,7 +140,7 @@ pub fn validate(table: &TableDef) -> Result<()> {
         return Err(WeirError::user(format!("table '{}': 'rate' must be positive", table.name)));
     }
     for field in table.schema.fields() {
-        let Some((_, col)) = kind.columns().iter().find(|(n, _)| n == field.name()) else {
+        let Some((_, col)) = kind.column(field.name()).map(|c| kind.columns()[c]) else {
             let names: Vec<_> = kind.columns().iter().map(|(n, _)| *n).collect();
             return Err(WeirError::user(format!(
                 "table '{}': nexmark {kind:?} events have no column '{}'; they have: {}",
@@ -143,7 +149,7 @@ pub fn validate(table: &TableDef) -> Result<()> {
                 names.join(", ")
             )));
         };
-        let source_type = generated_type(*col);
+        let source_type = generated_type(col);
         if !datafusion::arrow::compute::can_cast_types(&source_type, field.data_type()) {
             return Err(WeirError::user(format!(
                 "table '{}': column '{}' is {source_type} in nexmark, which cannot be read as {}",
@@ -154,6 +160,23 @@ pub fn validate(table: &TableDef) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `camel` is `snake` in camelCase: `initialBid` for `initial_bid`.
+fn is_camel_case_of(camel: &str, snake: &str) -> bool {
+    let mut expected = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                expected.push(c.to_ascii_uppercase());
+                upper = false;
+            }
+            c => expected.push(c),
+        }
+    }
+    camel == expected
 }
 
 fn generated_type(col: Col) -> DataType {
@@ -193,9 +216,7 @@ impl NexmarkSource {
             .fields()
             .iter()
             .map(|f| {
-                kind.columns()
-                    .iter()
-                    .position(|(n, _)| n == f.name())
+                kind.column(f.name())
                     .ok_or_else(|| WeirError::user(format!("nexmark has no column '{}'", f.name())))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -10,9 +10,9 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, GroupAggregate, GroupSpec, JoinSpec, UpsertNormalize, UpsertSpec, Limit, Project, Select, SessionAggregate, SessionSpec, StateContext,
-    WatermarkGenerator,
-    WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
+    Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec,
+    StateContext, StreamJoin, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
+    WindowJoin, WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -36,7 +36,11 @@ pub enum OperatorSpec {
     SessionAggregate { spec: SessionSpec, display: String },
     /// Join two inputs' rows of the same window when the watermark passes its end (the
     /// operator that starts a [`Node::Join`] task).
-    WindowJoin { spec: JoinSpec, display: String },
+    WindowJoin { spec: JoinSpec, ends: [usize; 2], display: String },
+    /// Join two inputs' rows as they come, both kept in state (the operator that starts a
+    /// [`Node::Join`] task): a retracting changelog unless both inputs append and the join
+    /// is inner.
+    Join { spec: JoinSpec, display: String },
     /// Aggregate each group outside a window, updating its result as rows come and go.
     GroupAggregate { spec: GroupSpec, display: String },
     /// An upsert stream (each key's new row, or its deletion) as a retracting changelog.
@@ -78,7 +82,10 @@ impl OperatorSpec {
             OperatorSpec::SessionAggregate { spec, .. } => {
                 Ok(Box::new(SessionAggregate::new(spec.clone(), &ctx.state())?))
             }
-            OperatorSpec::WindowJoin { spec, .. } => Ok(Box::new(WindowJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::WindowJoin { spec, ends, .. } => {
+                Ok(Box::new(WindowJoin::new(spec.clone(), *ends, &ctx.state())?))
+            }
+            OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
             _ => self.instantiate(),
@@ -102,7 +109,10 @@ impl OperatorSpec {
             OperatorSpec::SessionAggregate { spec, .. } => {
                 Box::new(SessionAggregate::new(spec, &StateContext::memory())?)
             }
-            OperatorSpec::WindowJoin { spec, .. } => Box::new(WindowJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::WindowJoin { spec, ends, .. } => {
+                Box::new(WindowJoin::new(spec, ends, &StateContext::memory())?)
+            }
+            OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
         })
@@ -161,6 +171,7 @@ impl OperatorSpec {
             OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
+            OperatorSpec::Join { display, .. } => format!("Join: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
             OperatorSpec::UpsertNormalize { spec } => {
                 let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
@@ -213,7 +224,9 @@ impl Node {
         match self {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),
             Node::Exchange { input, .. } => input.schema(),
-            Node::Join { spec: OperatorSpec::WindowJoin { spec, .. }, .. } => spec.schema.clone(),
+            Node::Join { spec: OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. }, .. } => {
+                spec.schema.clone()
+            }
             Node::Join { left, .. } => left.schema(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
@@ -221,7 +234,7 @@ impl Node {
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
-                OperatorSpec::WindowJoin { spec, .. } => spec.schema.clone(),
+                OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. } => spec.schema.clone(),
                 OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
@@ -236,6 +249,14 @@ impl Node {
     pub fn changelog(&self) -> Changelog {
         match self {
             Node::Source { changelog, .. } => changelog.clone(),
+            Node::Join { left, right, spec: OperatorSpec::Join { spec, .. } } => {
+                let appending = left.changelog().is_append_only() && right.changelog().is_append_only();
+                if appending && spec.kind == JoinKind::Inner {
+                    Changelog::AppendOnly
+                } else {
+                    Changelog::Retract
+                }
+            }
             Node::Values { .. } | Node::Join { .. } => Changelog::AppendOnly,
             Node::Operator { spec, input } => spec.changelog(input.changelog()),
             Node::Exchange { input, .. } => input.changelog(),
@@ -333,7 +354,12 @@ impl Node {
                 input.describe(depth + 1, out);
             }
             Node::Join { left, right, spec } => {
-                let _ = writeln!(out, "{pad}{}", spec.describe());
+                let mode = self.changelog();
+                let tag = if mode.is_append_only() { String::new() } else { format!(" [{}]", mode.describe()) };
+                let _ = writeln!(out, "{pad}{}{tag}", spec.describe());
+                if let OperatorSpec::Join { spec, .. } = spec {
+                    let _ = writeln!(out, "{pad}  state: {}", join_state(spec));
+                }
                 left.describe(depth + 1, out);
                 right.describe(depth + 1, out);
             }
@@ -344,6 +370,14 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+/// What bounds a regular join's state, for `EXPLAIN`.
+fn join_state(spec: &JoinSpec) -> String {
+    match spec.ttl {
+        Some(ttl) => format!("both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"),
+        None => "both inputs' rows, kept forever: the state grows without bound (set 'table.exec.state.ttl' to bound it)".into(),
     }
 }
 
@@ -482,11 +516,18 @@ impl OperatorSpec {
                 )
             }
             OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
-            OperatorSpec::WindowJoin { spec, .. } => format!(
-                "window join {:?} keys {:?} ends {:?} [{}] [{}]",
+            OperatorSpec::WindowJoin { spec, ends, .. } => format!(
+                "window join {:?} keys {:?} ends {ends:?} [{}] [{}]",
                 spec.kind,
                 spec.keys,
-                spec.ends,
+                columns(&spec.schemas[0]),
+                columns(&spec.schemas[1])
+            ),
+            OperatorSpec::Join { spec, .. } => format!(
+                "join {:?} keys {:?} ttl {} [{}] [{}]",
+                spec.kind,
+                spec.keys,
+                spec.ttl.is_some(),
                 columns(&spec.schemas[0]),
                 columns(&spec.schemas[1])
             ),

@@ -1,5 +1,6 @@
-//! Tables and views by name. Names follow DataFusion's rules: unquoted identifiers are folded
-//! to lower case, quoted ones are kept as written.
+//! Tables and views by name. Names follow Flink's rules: identifiers are case-sensitive and
+//! kept as written, quoted or not (`dateTime` and `datetime` are two columns); keywords and
+//! function names are case-insensitive.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,12 +22,9 @@ pub struct Catalog {
     pub views: BTreeMap<String, ViewDef>,
 }
 
-/// The catalog name of an identifier.
+/// The catalog name of an identifier: as written (Flink does not fold case).
 pub fn normalize(ident: &Ident) -> String {
-    match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_lowercase(),
-    }
+    ident.value.clone()
 }
 
 impl Catalog {

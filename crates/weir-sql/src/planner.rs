@@ -26,7 +26,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
 use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError, LATE_DATA_TABLE};
-use weir_runtime::operators::{JoinKind, JoinSpec, LateOutput, SessionSpec, WindowKind, WindowSpec};
+use weir_runtime::operators::{LateOutput, SessionSpec, WindowKind, WindowSpec};
 use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
@@ -35,6 +35,7 @@ use crate::types::arrow_type;
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
 mod grouped;
+mod joins;
 mod windowed;
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
@@ -104,6 +105,8 @@ impl Planner {
     pub fn new(connectors: Arc<dyn ConnectorFactory>) -> Self {
         let mut config = SessionConfig::new().with_information_schema(false);
         config.options_mut().sql_parser.collect_spans = true;
+        // Flink keeps the case of unquoted names: q23's `A.dateTime` must find `dateTime`.
+        config.options_mut().sql_parser.enable_ident_normalization = false;
         let ctx = SessionContext::new_with_config(config);
         let schemas = TableSchemas::default();
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::DateFormat::default()));

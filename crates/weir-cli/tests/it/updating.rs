@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{CsvReadOptions, SessionContext};
 use weir::Engine;
 
-fn data() -> PathBuf {
+pub(crate) fn data() -> PathBuf {
     crate::repo().join("crates/weir-cli/tests/data/nexmark")
 }
 
@@ -27,13 +27,15 @@ fn prelude(bids: &Path) -> String {
 }
 
 /// The sink's declared column types of a Nexmark file's `CREATE TABLE nexmark_qN (…)`.
-fn sink_types(text: &str) -> Vec<DataType> {
+pub(crate) fn sink_types(text: &str) -> Vec<DataType> {
     let body = text.split_once("CREATE TABLE").and_then(|(_, t)| t.split_once('(')).map(|(_, t)| t).expect("sink");
     let body = body.split_once(") WITH").map(|(b, _)| b).expect("sink columns");
     body.split(",\n")
+        .filter(|column| !column.trim().is_empty())
         .map(|column| match column.split_whitespace().nth(1).expect("column type") {
             "BIGINT" => DataType::Int64,
             "VARCHAR" => DataType::Utf8,
+            "TIMESTAMP(3)" => DataType::Timestamp(TimeUnit::Millisecond, None),
             other => panic!("sink type {other}"),
         })
         .collect()
@@ -41,8 +43,9 @@ fn sink_types(text: &str) -> Vec<DataType> {
 
 /// Rows as Flink's reference writes them: each column cast to the sink's type, `,`-joined,
 /// NULL empty; sorted.
-fn canonical(batches: &[weir::arrow::record_batch::RecordBatch], types: &[DataType]) -> Vec<String> {
-    let options = weir::display_options().with_null("");
+pub(crate) fn canonical(batches: &[weir::arrow::record_batch::RecordBatch], types: &[DataType]) -> Vec<String> {
+    // Flink writes every millisecond digit.
+    let options = weir::display_options().with_null("").with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.3f"));
     let mut out = Vec::new();
     for b in batches {
         let columns: Vec<_> =
@@ -59,7 +62,7 @@ fn canonical(batches: &[weir::arrow::record_batch::RecordBatch], types: &[DataTy
     out
 }
 
-const SETUPS: [(usize, &str); 4] = [(1, "memory"), (2, "memory"), (1, "rocksdb"), (2, "rocksdb")];
+pub(crate) const SETUPS: [(usize, &str); 4] = [(1, "memory"), (2, "memory"), (1, "rocksdb"), (2, "rocksdb")];
 
 async fn engine_at(parallelism: usize, backend: &str, state: &Path) -> Engine {
     let engine = Engine::new();

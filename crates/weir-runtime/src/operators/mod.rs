@@ -4,6 +4,7 @@
 mod aggregates;
 mod filter;
 mod group_aggregate;
+mod join;
 mod limit;
 mod project;
 mod session;
@@ -25,4 +26,5 @@ pub use upsert::{UpsertNormalize, UpsertSpec};
 pub use watermark::WatermarkGenerator;
 pub use window::{millis, LateOutput, WindowAssign, WindowKind, WindowSpec};
 pub use window_aggregate::WindowAggregate;
-pub use window_join::{JoinKind, JoinSpec, WindowJoin};
+pub use join::{JoinKind, JoinSpec, StreamJoin};
+pub use window_join::WindowJoin;

@@ -11,56 +11,27 @@
 //! checkpoint restores at another parallelism.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::join::{JoinKind, JoinSpec};
 use super::state::{ordered, take_due, Progress, StateContext};
 use super::window::{advance, millis, Fires};
 
 const TABLES: [TableDecl; 2] =
     [TableDecl { name: "left", kind: TableKind::Timed }, TableDecl { name: "right", kind: TableKind::Timed }];
 
-/// Which rows without a partner are kept (padded with NULLs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JoinKind {
-    Inner,
-    Left,
-    Right,
-    Full,
-    /// Rows of one input with (semi) or without (anti) a partner, that input's columns only.
-    LeftSemi,
-    LeftAnti,
-    RightSemi,
-    RightAnti,
-}
-
-/// A window join as planned. Key columns include both windows' `window_start` and
-/// `window_end`; `ends` says which column of each input is `window_end`.
-#[derive(Debug, Clone)]
-pub struct JoinSpec {
-    pub kind: JoinKind,
-    pub keys: [Vec<usize>; 2],
-    pub ends: [usize; 2],
-    pub schemas: [SchemaRef; 2],
-    /// Condition beyond the equal keys, over a left row and a right row side by side.
-    pub filter: Option<Arc<dyn PhysicalExpr>>,
-    /// The left columns, then the right columns: what `filter` reads.
-    pub pair_schema: SchemaRef,
-    /// The output: both inputs' columns, or one input's for semi and anti joins.
-    pub schema: SchemaRef,
-}
-
 pub struct WindowJoin {
     spec: JoinSpec,
+    /// Which column of each input is `window_end`.
+    ends: [usize; 2],
     keys: RowConverter,
     /// Whole rows of each input in Arrow's row format.
     rows: [RowConverter; 2],
@@ -73,7 +44,7 @@ pub struct WindowJoin {
 }
 
 impl WindowJoin {
-    pub fn new(spec: JoinSpec, state: &StateContext) -> Result<Self> {
+    pub fn new(spec: JoinSpec, ends: [usize; 2], state: &StateContext) -> Result<Self> {
         let fields =
             spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
         let whole = |s: usize| {
@@ -86,13 +57,14 @@ impl WindowJoin {
             sides: [tables.table("left")?, tables.table("right")?],
             tables,
             spec,
+            ends,
             progress: Progress::default(),
             next_seq: 0,
         })
     }
 
     fn add(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
-        let ends = millis(batch.column(self.spec.ends[side]))?;
+        let ends = millis(batch.column(self.ends[side]))?;
         let bound = self.progress.watermark.0.saturating_add(1);
         let groups = crate::exchange::key_groups_of(&batch, &self.spec.keys[side], self.tables.key_groups())?;
         let rows = self.rows[side].convert_columns(batch.columns())?;

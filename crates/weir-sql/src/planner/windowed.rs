@@ -1,5 +1,5 @@
 //! Planning windowed queries: window table functions, window aggregates (and session
-//! windows), window joins, and the late-data tables of their sources.
+//! windows) and the late-data tables of their sources. Window joins: `joins.rs`.
 
 use super::*;
 
@@ -260,89 +260,5 @@ impl Planner {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(LateOutput { table: table.clone(), columns }))
-    }
-
-    /// A window join: two windowed inputs joined on their `window_start` and `window_end`
-    /// (and any other equal keys), each window joined once the watermark passes its end.
-    pub(super) fn join_node(&self, join: &datafusion::logical_expr::Join) -> Result<Node> {
-        use datafusion::common::JoinType;
-        let kind = match join.join_type {
-            JoinType::Inner => JoinKind::Inner,
-            JoinType::Left => JoinKind::Left,
-            JoinType::Right => JoinKind::Right,
-            JoinType::Full => JoinKind::Full,
-            JoinType::LeftSemi => JoinKind::LeftSemi,
-            JoinType::LeftAnti => JoinKind::LeftAnti,
-            JoinType::RightSemi => JoinKind::RightSemi,
-            JoinType::RightAnti => JoinKind::RightAnti,
-            other => return Err(WeirError::not_supported(format!("{other} joins in a window join"))),
-        };
-        let not_window = || {
-            WeirError::not_supported(
-                "joins other than window joins yet: join two windowed inputs \
-                 ON l.window_start = r.window_start AND l.window_end = r.window_end (and other keys)",
-            )
-        };
-        let (left_start, left_end) = window_columns(&join.left).ok_or_else(not_window)?;
-        let (right_start, right_end) = window_columns(&join.right).ok_or_else(not_window)?;
-        let mut keys = [Vec::new(), Vec::new()];
-        for (l, r) in &join.on {
-            let (Expr::Column(lc), Expr::Column(rc)) = (l, r) else {
-                return Err(WeirError::not_supported(format!(
-                    "the join key {} = {} (join on columns; compute expressions in a subquery)",
-                    l.human_display(),
-                    r.human_display()
-                )));
-            };
-            keys[0].push(join.left.schema().index_of_column(lc)?);
-            keys[1].push(join.right.schema().index_of_column(rc)?);
-        }
-        let joined_on = |l: usize, r: usize| keys[0].iter().zip(&keys[1]).any(|(a, b)| *a == l && *b == r);
-        if !joined_on(left_start, right_start) || !joined_on(left_end, right_end) {
-            return Err(not_window());
-        }
-        // The condition reads a left row and a right row side by side, whatever the join type.
-        let pairs = join.left.schema().join(join.right.schema())?;
-        let filter = join.filter.as_ref().map(|f| self.physical(f, &pairs)).transpose()?;
-        let left = self.to_node(&join.left)?;
-        let right = self.to_node(&join.right)?;
-        let (left_schema, right_schema) = (left.schema(), right.schema());
-        for (l, r) in keys[0].iter().zip(&keys[1]) {
-            let (lf, rf) = (left_schema.field(*l), right_schema.field(*r));
-            if lf.data_type() != rf.data_type() {
-                return Err(WeirError::user(format!(
-                    "join keys '{}' ({}) and '{}' ({}) have different types: CAST one of them",
-                    lf.name(),
-                    lf.data_type(),
-                    rf.name(),
-                    rf.data_type()
-                )));
-            }
-        }
-        let display = format!(
-            "{} on {}{}",
-            join.join_type,
-            join.on
-                .iter()
-                .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
-                .collect::<Vec<_>>()
-                .join(" AND "),
-            join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
-        );
-        let spec = JoinSpec {
-            kind,
-            ends: [left_end, right_end],
-            schemas: [left_schema, right_schema],
-            filter,
-            pair_schema: Arc::new(pairs.as_arrow().clone()),
-            schema: Arc::new(join.schema.as_arrow().clone()),
-            keys: keys.clone(),
-        };
-        let [left_keys, right_keys] = keys;
-        Ok(Node::Join {
-            left: Box::new(Node::Exchange { partitioning: Partitioning::Hash(left_keys), input: Box::new(left) }),
-            right: Box::new(Node::Exchange { partitioning: Partitioning::Hash(right_keys), input: Box::new(right) }),
-            spec: OperatorSpec::WindowJoin { spec, display },
-        })
     }
 }

@@ -1,0 +1,496 @@
+//! Regular joins: `INNER`, `LEFT`, `RIGHT` and `FULL` joins on equal keys plus any residual
+//! condition, over append-only or updating inputs, as Flink's streaming join.
+//!
+//! Each input's rows live in a sorted state table under their join key: a multiset, one entry
+//! per distinct row (Arrow's row format) with its count and, for a side whose rows are kept
+//! without a partner (the left of a `LEFT JOIN`), how many rows of the other side it is
+//! joined with. A chunk is joined as a whole: its distinct keys are looked up once in the
+//! other side's table (one prefix scan each), its rows' own entries with one multi-get, the
+//! condition is evaluated over every candidate pair at once, and the changes are written
+//! once per entry. Then, row by row in the chunk's order (an insert and a retraction of one
+//! key must meet in order):
+//! - an insert joins every matching row of the other side (`+I`); without a match, a row of
+//!   an outer side is emitted padded with NULLs. The first match of an outer row of the other
+//!   side retracts its padded row first (`-D`);
+//! - a retraction retracts what its insert emitted (`-D`), and an outer row of the other side
+//!   that loses its last match is emitted padded again (`+I`).
+//!
+//! So the output is a retracting changelog unless both inputs are append-only and no side is
+//! outer. A NULL key matches nothing (SQL equality): such rows are never stored; an outer
+//! side's are emitted padded at once.
+//!
+//! With `ttl` (event-time state TTL, `'table.exec.state.ttl'`), an entry not touched while
+//! the watermark advanced by the TTL is forgotten, as the group aggregate's keys are.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{prep_null_mask_filter, take};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
+
+use super::state::{interner, ordered, StateContext};
+
+const TABLES: [TableDecl; 3] = [
+    TableDecl { name: "left", kind: TableKind::Sorted },
+    TableDecl { name: "right", kind: TableKind::Sorted },
+    TableDecl { name: "expiry", kind: TableKind::Timed },
+];
+
+/// Which rows without a partner are kept (padded with NULLs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+    /// Rows of one input with (semi) or without (anti) a partner, that input's columns only.
+    LeftSemi,
+    LeftAnti,
+    RightSemi,
+    RightAnti,
+}
+
+impl JoinKind {
+    /// Whether rows of input `side` without a partner are emitted padded.
+    pub fn outer(self, side: usize) -> bool {
+        match self {
+            JoinKind::Left => side == 0,
+            JoinKind::Right => side == 1,
+            JoinKind::Full => true,
+            _ => false,
+        }
+    }
+}
+
+/// A join as planned.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    pub kind: JoinKind,
+    /// The equal keys: columns of each input, pairwise of the same type.
+    pub keys: [Vec<usize>; 2],
+    pub schemas: [SchemaRef; 2],
+    /// Condition beyond the equal keys, over a left row and a right row side by side.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// The left columns, then the right columns: what `filter` reads.
+    pub pair_schema: SchemaRef,
+    /// The output: both inputs' columns, or one input's for semi and anti joins.
+    pub schema: SchemaRef,
+    /// Event-time state TTL in milliseconds (regular joins only).
+    pub ttl: Option<i64>,
+}
+
+/// One stored row: how many copies, how many partners each copy has (outer sides only), and
+/// the watermark when it was last touched (for TTL).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Entry {
+    count: u64,
+    partners: u64,
+    touched: i64,
+}
+
+impl Entry {
+    fn encode(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out[..8].copy_from_slice(&self.count.to_le_bytes());
+        out[8..16].copy_from_slice(&self.partners.to_le_bytes());
+        out[16..].copy_from_slice(&self.touched.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let word = |i: usize| -> Result<[u8; 8]> {
+            bytes
+                .get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| WeirError::internal("join state is damaged"))
+        };
+        Ok(Self {
+            count: u64::from_le_bytes(word(0)?),
+            partners: u64::from_le_bytes(word(1)?),
+            touched: i64::from_le_bytes(word(2)?),
+        })
+    }
+}
+
+/// The other side's rows under a chunk's keys, decoded once.
+struct Partners {
+    batch: RecordBatch,
+    /// Per distinct key of the chunk, its rows' range in `batch`.
+    ranges: Vec<std::ops::Range<usize>>,
+    /// Per row of `batch`: its stored row bytes and entry (updated as the chunk is joined).
+    rows: Vec<Vec<u8>>,
+    entries: Vec<Entry>,
+    changed: Vec<bool>,
+}
+
+pub struct StreamJoin {
+    spec: JoinSpec,
+    keys: RowConverter,
+    /// Whole rows of each input in Arrow's row format.
+    rows: [RowConverter; 2],
+    tables: StateTables,
+    sides: [Table; 2],
+    expiry: Table,
+    watermark: Watermark,
+}
+
+impl StreamJoin {
+    pub fn new(spec: JoinSpec, state: &StateContext) -> Result<Self> {
+        if !matches!(spec.kind, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full) {
+            return Err(WeirError::not_supported(format!("{:?} joins outside a window", spec.kind)));
+        }
+        let fields =
+            spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
+        let whole = |s: usize| {
+            RowConverter::new(spec.schemas[s].fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())
+        };
+        let tables = state.open(&TABLES)?;
+        Ok(Self {
+            keys: RowConverter::new(fields)?,
+            rows: [whole(0)?, whole(1)?],
+            sides: [tables.table("left")?, tables.table("right")?],
+            expiry: tables.table("expiry")?,
+            tables,
+            spec,
+            watermark: Watermark::MIN,
+        })
+    }
+
+    /// Rows of input `side` back from their row format.
+    fn decode(&self, side: usize, values: &[Vec<u8>]) -> Result<RecordBatch> {
+        let parser = self.rows[side].parser();
+        let columns = self.rows[side].convert_rows(values.iter().map(|v| parser.parse(v)))?;
+        let options = RecordBatchOptions::new().with_row_count(Some(values.len()));
+        Ok(RecordBatch::try_new_with_options(self.spec.schemas[side].clone(), columns, &options)?)
+    }
+
+    /// The other side's stored rows under each of `keys` (group, key bytes).
+    fn partners(&self, other: usize, keys: &[(u16, Vec<u8>)]) -> Result<Partners> {
+        let (mut rows, mut entries, mut ranges) = (Vec::new(), Vec::new(), Vec::with_capacity(keys.len()));
+        for (group, key) in keys {
+            let start = rows.len();
+            for (row, value) in self.tables.entries(self.sides[other], *group, key)? {
+                entries.push(Entry::decode(&value)?);
+                rows.push(row);
+            }
+            ranges.push(start..rows.len());
+        }
+        let batch = self.decode(other, &rows)?;
+        Ok(Partners { batch, ranges, changed: vec![false; rows.len()], rows, entries })
+    }
+
+    /// For each candidate pair (chunk row `i`, partner row `j`), whether the condition holds.
+    fn condition(&self, side: usize, batch: &RecordBatch, partners: &RecordBatch, pairs: &[(u32, u32)]) -> Result<Vec<bool>> {
+        let Some(filter) = &self.spec.filter else { return Ok(vec![true; pairs.len()]) };
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mine = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
+        let theirs = UInt32Array::from_iter_values(pairs.iter().map(|p| p.1));
+        let (left, li, right, ri) =
+            if side == 0 { (batch, &mine, partners, &theirs) } else { (partners, &theirs, batch, &mine) };
+        let joined = assemble(&self.spec.pair_schema, left, li, right, ri)?;
+        let keep = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+        let keep = keep
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| WeirError::internal("join condition is not boolean"))?;
+        // NULL (unknown) is not true: no match.
+        let keep = if keep.nulls().is_some() { prep_null_mask_filter(keep) } else { keep.clone() };
+        Ok(keep.values().iter().collect())
+    }
+
+    fn join_chunk(&mut self, side: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        let other = 1 - side;
+        let n = chunk.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let ops = chunk.ops();
+        let batch = chunk.batch;
+        let key_columns: Vec<ArrayRef> = self.spec.keys[side].iter().map(|k| batch.column(*k).clone()).collect();
+        let mut valid = vec![true; n];
+        for c in &key_columns {
+            if let Some(nulls) = c.logical_nulls() {
+                valid.iter_mut().zip(nulls.iter()).for_each(|(v, ok)| *v &= ok);
+            }
+        }
+        let key_rows = self.keys.convert_columns(&key_columns)?;
+        let groups = crate::exchange::key_groups_of_columns(&key_columns, n, self.tables.key_groups())?;
+        let row_bytes = self.rows[side].convert_columns(batch.columns())?;
+
+        // Distinct keys, each looked up once on the other side.
+        let mut index = interner::<&[u8], usize>();
+        let mut distinct: Vec<(u16, Vec<u8>)> = Vec::new();
+        let key_of: Vec<Option<usize>> = (0..n)
+            .map(|i| {
+                valid[i].then(|| {
+                    *index.entry(key_rows.row(i).data()).or_insert_with(|| {
+                        distinct.push((groups[i], key_rows.row(i).data().to_vec()));
+                        distinct.len() - 1
+                    })
+                })
+            })
+            .collect();
+        let mut partners = self.partners(other, &distinct)?;
+        let mut pairs = Vec::new();
+        for (i, k) in key_of.iter().enumerate() {
+            if let Some(k) = k {
+                pairs.extend(partners.ranges[*k].clone().map(|j| (i as u32, j as u32)));
+            }
+        }
+        let holds = self.condition(side, &batch, &partners.batch, &pairs)?;
+        let mut matched: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for ((i, j), ok) in pairs.iter().zip(holds) {
+            if ok {
+                matched[*i as usize].push(*j);
+            }
+        }
+
+        // This side's entries of the chunk's rows, with one multi-get.
+        let entry_keys: Vec<Option<Vec<u8>>> = (0..n)
+            .map(|i| key_of[i].map(|k| StateTables::entry_key(&distinct[k].1, row_bytes.row(i).data())))
+            .collect();
+        let lookups: Vec<(u16, &[u8])> =
+            (0..n).filter_map(|i| entry_keys[i].as_deref().map(|k| (groups[i], k))).collect();
+        let found = self.tables.get_many(self.sides[side], &lookups)?;
+        let mut own: HashMap<&[u8], (u16, Entry, bool)> = HashMap::with_capacity(lookups.len());
+        for ((group, key), value) in lookups.iter().zip(found) {
+            let entry = value.map(|v| Entry::decode(&v)).transpose()?.unwrap_or_default();
+            own.entry(*key).or_insert((*group, entry, false));
+        }
+
+        let (outer_mine, outer_theirs) = (self.spec.kind.outer(side), self.spec.kind.outer(other));
+        let stamp = self.watermark.0;
+        let mut emit = Emitted::default();
+        for i in 0..n {
+            let insert = ops[i].sign() > 0;
+            let Some(entry_key) = entry_keys[i].as_deref() else {
+                if outer_mine {
+                    emit.push(Some(i), None, if insert { Op::Insert } else { Op::Delete }, 1);
+                }
+                continue;
+            };
+            let total: u64 = matched[i].iter().map(|j| partners.entries[*j as usize].count).sum();
+            let (_, entry, changed) =
+                own.get_mut(entry_key).ok_or_else(|| WeirError::internal("a join row's entry is missing"))?;
+            *changed = true;
+            entry.touched = stamp;
+            if insert {
+                entry.count += 1;
+                entry.partners = total;
+            } else {
+                // Retracting a row not (or no longer, after TTL) stored still retracts what
+                // it joined, as Flink does.
+                entry.count = entry.count.saturating_sub(1);
+            }
+            if total == 0 {
+                if outer_mine {
+                    emit.push(Some(i), None, if insert { Op::Insert } else { Op::Delete }, 1);
+                }
+                continue;
+            }
+            for j in &matched[i] {
+                let j = *j as usize;
+                let theirs = &mut partners.entries[j];
+                let copies = theirs.count;
+                if copies == 0 {
+                    continue;
+                }
+                if insert {
+                    if outer_theirs && theirs.partners == 0 {
+                        emit.push(None, Some(j), Op::Delete, copies);
+                    }
+                    emit.push(Some(i), Some(j), Op::Insert, copies);
+                } else {
+                    emit.push(Some(i), Some(j), Op::Delete, copies);
+                }
+                if outer_theirs {
+                    theirs.partners = if insert { theirs.partners + 1 } else { theirs.partners.saturating_sub(1) };
+                    theirs.touched = stamp;
+                    partners.changed[j] = true;
+                    if !insert && theirs.partners == 0 {
+                        emit.push(None, Some(j), Op::Insert, copies);
+                    }
+                }
+            }
+        }
+
+        // State: this side's entries, and the other side's partner counts.
+        let mine: Vec<(u16, &[u8], Option<[u8; 24]>)> = own
+            .iter()
+            .filter(|(_, (_, _, changed))| *changed)
+            .map(|(k, (g, e, _))| (*g, *k, (e.count > 0).then(|| e.encode())))
+            .collect();
+        let changes: Vec<Change<'_>> = mine.iter().map(|(g, k, v)| (*g, *k, v.as_ref().map(|v| &v[..]))).collect();
+        self.tables.write(self.sides[side], &changes)?;
+        self.file_for_expiry(side, mine.iter().filter(|m| m.2.is_some()).map(|(g, k, _)| (*g, *k)))?;
+        let mut theirs = Vec::new();
+        for (k, range) in partners.ranges.iter().enumerate() {
+            for j in range.clone().filter(|j| partners.changed[*j]) {
+                theirs.push((distinct[k].0, StateTables::entry_key(&distinct[k].1, &partners.rows[j]), partners.entries[j].encode()));
+            }
+        }
+        let changes: Vec<Change<'_>> = theirs.iter().map(|(g, k, v)| (*g, k.as_slice(), Some(&v[..]))).collect();
+        self.tables.write(self.sides[other], &changes)?;
+        self.file_for_expiry(other, theirs.iter().map(|(g, k, _)| (*g, k.as_slice())))?;
+
+        if let Some(out_chunk) = emit.build(&self.spec.schema, side, &batch, &partners.batch)? {
+            out.push(Message::Chunk(out_chunk));
+        }
+        Ok(())
+    }
+
+    /// With a TTL, file each touched entry (`side`, group, entry key) under the watermark it
+    /// was touched at.
+    fn file_for_expiry<'a>(&mut self, side: usize, touched: impl Iterator<Item = (u16, &'a [u8])>) -> Result<()> {
+        if self.spec.ttl.is_none() {
+            return Ok(());
+        }
+        let stamp = ordered(self.watermark.0);
+        let keys: Vec<(u16, Vec<u8>)> = touched.map(|(g, k)| (g, [&stamp[..], &[side as u8], k].concat())).collect();
+        let changes: Vec<Change<'_>> = keys.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+        self.tables.write(self.expiry, &changes)
+    }
+
+    /// Forget entries last touched at or before `horizon`: each filed entry whose stored
+    /// stamp is still that old is deleted (a later touch filed it again).
+    fn expire(&mut self, horizon: i64) -> Result<()> {
+        let (from, to) = (ordered(i64::MIN), ordered(horizon.saturating_add(1)));
+        let filed = self.tables.scan_times(self.expiry, &from, &to)?;
+        if filed.is_empty() {
+            return Ok(());
+        }
+        self.tables.delete_times(self.expiry, &from, &to)?;
+        for side in 0..2 {
+            let keys: Vec<(u16, &[u8])> = filed
+                .iter()
+                .filter(|(_, k, _)| k.get(8) == Some(&(side as u8)))
+                .map(|(g, k, _)| (*g, &k[9..]))
+                .collect();
+            let values = self.tables.get_many(self.sides[side], &keys)?;
+            let (mut gone, mut restamped) = (Vec::new(), Vec::new());
+            for ((g, k), v) in keys.iter().zip(values) {
+                let Some(v) = v else { continue };
+                let mut entry = Entry::decode(&v)?;
+                if entry.touched == i64::MIN {
+                    // Touched before the first watermark: counts as touched at it.
+                    entry.touched = self.watermark.0;
+                    restamped.push((*g, *k, entry.encode()));
+                } else if entry.touched <= horizon {
+                    gone.push((*g, *k, None));
+                }
+            }
+            let changes: Vec<Change<'_>> = restamped.iter().map(|(g, k, v)| (*g, *k, Some(&v[..]))).collect();
+            gone.extend(changes);
+            self.tables.write(self.sides[side], &gone)?;
+            let refile: Vec<(u16, Vec<u8>)> = restamped.iter().map(|(g, k, _)| (*g, k.to_vec())).collect();
+            self.file_for_expiry(side, refile.iter().map(|(g, k)| (*g, k.as_slice())))?;
+        }
+        Ok(())
+    }
+}
+
+/// Output rows as (row of the chunk, row of the partners, op), expanded by copies.
+#[derive(Default)]
+struct Emitted {
+    mine: Vec<Option<u32>>,
+    theirs: Vec<Option<u32>>,
+    ops: Vec<Op>,
+}
+
+impl Emitted {
+    fn push(&mut self, mine: Option<usize>, theirs: Option<usize>, op: Op, copies: u64) {
+        for _ in 0..copies {
+            self.mine.push(mine.map(|i| i as u32));
+            self.theirs.push(theirs.map(|j| j as u32));
+            self.ops.push(op);
+        }
+    }
+
+    fn build(self, schema: &SchemaRef, side: usize, batch: &RecordBatch, partners: &RecordBatch) -> Result<Option<Chunk>> {
+        if self.ops.is_empty() {
+            return Ok(None);
+        }
+        let mine = UInt32Array::from(self.mine);
+        let theirs = UInt32Array::from(self.theirs);
+        let out = if side == 0 {
+            assemble(schema, batch, &mine, partners, &theirs)?
+        } else {
+            assemble(schema, partners, &theirs, batch, &mine)?
+        };
+        Ok(Some(if self.ops.iter().all(|o| *o == Op::Insert) { Chunk::inserts(out) } else { Chunk::changes(out, &self.ops) }))
+    }
+}
+
+/// Rows pairing left row `li[k]` with right row `ri[k]`; a NULL index pads that side with
+/// NULLs.
+pub(crate) fn assemble(
+    schema: &SchemaRef,
+    left: &RecordBatch,
+    li: &UInt32Array,
+    right: &RecordBatch,
+    ri: &UInt32Array,
+) -> Result<RecordBatch> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for c in left.columns() {
+        columns.push(take(c.as_ref(), li, None)?);
+    }
+    for c in right.columns() {
+        columns.push(take(c.as_ref(), ri, None)?);
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(li.len()));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}
+
+impl Operator for StreamJoin {
+    fn name(&self) -> String {
+        "Join".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        self.process_input(0, chunk, out)
+    }
+
+    fn process_input(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        if input > 1 {
+            return Err(WeirError::internal(format!("a join has two inputs, not input {input}")));
+        }
+        self.join_chunk(input, chunk, out)
+    }
+
+    /// The watermark passes on as it comes (the minimum of both inputs, from the merger);
+    /// with a TTL, entries not touched for that long are forgotten first.
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
+            self.expire(watermark.0.saturating_sub(ttl))?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(self.tables.snapshot(serde_json::json!({ "watermark": self.watermark.0 }))?))
+    }
+
+    /// From one snapshot or, at another parallelism, several: every task of a stage saw the
+    /// same watermark before the barrier.
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        for m in self.tables.restore_from(states)? {
+            let w = m.meta["watermark"].as_i64().ok_or_else(|| WeirError::internal("join state is damaged"))?;
+            self.watermark = self.watermark.max(Watermark(w));
+        }
+        Ok(())
+    }
+}
