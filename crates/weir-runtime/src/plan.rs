@@ -11,7 +11,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec,
-    StateContext, StreamJoin, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
+    RankKind, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
     WindowJoin, WindowKind, WindowSpec,
 };
 
@@ -45,6 +45,8 @@ pub enum OperatorSpec {
     GroupAggregate { spec: GroupSpec, display: String },
     /// An upsert stream (each key's new row, or its deletion) as a retracting changelog.
     UpsertNormalize { spec: UpsertSpec },
+    /// The first rows of each partition by an order (Top-N, deduplication), kept up to date.
+    TopN { spec: TopNSpec, display: String },
 }
 
 /// Where a running operator keeps state.
@@ -88,6 +90,7 @@ impl OperatorSpec {
             OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::TopN { spec, .. } => Ok(Box::new(TopN::new(spec.clone(), &ctx.state())?)),
             _ => self.instantiate(),
         }
     }
@@ -115,6 +118,7 @@ impl OperatorSpec {
             OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
+            OperatorSpec::TopN { spec, .. } => Box::new(TopN::new(spec, &StateContext::memory())?),
         })
     }
 
@@ -133,7 +137,9 @@ impl OperatorSpec {
     /// What the operator's output carries, given its input's.
     fn changelog(&self, input: Changelog) -> Changelog {
         match self {
-            OperatorSpec::GroupAggregate { .. } | OperatorSpec::UpsertNormalize { .. } => Changelog::Retract,
+            OperatorSpec::GroupAggregate { .. } | OperatorSpec::UpsertNormalize { .. } | OperatorSpec::TopN { .. } => {
+                Changelog::Retract
+            }
             _ if self.needs_append_only() => Changelog::AppendOnly,
             _ => input,
         }
@@ -172,6 +178,7 @@ impl OperatorSpec {
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
             OperatorSpec::Join { display, .. } => format!("Join: {display}"),
+            OperatorSpec::TopN { display, .. } => format!("TopN: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
             OperatorSpec::UpsertNormalize { spec } => {
                 let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
@@ -236,6 +243,7 @@ impl Node {
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
                 OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. } => spec.schema.clone(),
                 OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
+                OperatorSpec::TopN { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -274,6 +282,14 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::GroupAggregate { spec, .. } => Some((0..spec.keys).collect()),
                 OperatorSpec::UpsertNormalize { spec } => Some(spec.key.clone()),
+                // Each partition's rows by their row number; one row per partition in a Top-1.
+                OperatorSpec::TopN { spec, .. } if spec.kind == RankKind::RowNumber => {
+                    let mut key = spec.partition.clone();
+                    if spec.hi > 1 {
+                        key.push(spec.input_schema.fields().len());
+                    }
+                    Some(key)
+                }
                 OperatorSpec::Filter { .. } => input.unique_key(),
                 OperatorSpec::Select { indices, .. } => {
                     input.unique_key()?.iter().map(|k| indices.iter().position(|i| i == k)).collect()
@@ -516,6 +532,17 @@ impl OperatorSpec {
                 )
             }
             OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
+            OperatorSpec::TopN { spec, .. } => format!(
+                "top-n {:?} partition {:?} order {:?} ranks {}..={} later-wins {} retracting {} [{}]",
+                spec.kind,
+                spec.partition,
+                spec.order.iter().map(|(i, o)| (i, o.descending, o.nulls_first)).collect::<Vec<_>>(),
+                spec.lo,
+                spec.hi,
+                spec.later_wins_ties,
+                spec.retracting_input,
+                columns(&spec.input_schema)
+            ),
             OperatorSpec::WindowJoin { spec, ends, .. } => format!(
                 "window join {:?} keys {:?} ends {ends:?} [{}] [{}]",
                 spec.kind,

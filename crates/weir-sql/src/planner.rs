@@ -36,6 +36,7 @@ use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
 mod grouped;
 mod joins;
+mod ranking;
 mod windowed;
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
@@ -354,13 +355,8 @@ impl Planner {
     /// Translate an optimized logical plan into Weir's operator graph.
     fn to_node(&self, plan: &LogicalPlan) -> Result<Node> {
         Ok(match plan {
-            LogicalPlan::Projection(p) => {
-                let input = self.to_node(&p.input)?;
-                let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
-                let display = p.expr.iter().map(|e| e.human_display().to_string()).collect();
-                let schema = Arc::new(p.schema.as_arrow().clone());
-                input.with_operator(OperatorSpec::Project { exprs, schema, display })
-            }
+            LogicalPlan::Projection(p) => self.project(self.to_node(&p.input)?, p)?,
+            LogicalPlan::Filter(f) if let Some(ranked) = self.rank_node(f)? => ranked,
             LogicalPlan::Filter(f) => {
                 let input = self.to_node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
@@ -421,7 +417,12 @@ impl Planner {
             // DISTINCT ON.
             LogicalPlan::Distinct(_) => return Err(WeirError::not_supported("DISTINCT ON")),
             LogicalPlan::Join(join) => self.join_node(join)?,
-            LogicalPlan::Window(_) => return Err(WeirError::not_supported("OVER windows yet")),
+            LogicalPlan::Window(_) => {
+                return Err(WeirError::not_supported(
+                    "this OVER window: Weir runs ROW_NUMBER(), RANK() or DENSE_RANK() OVER (PARTITION BY … ORDER BY …) \
+                     whose result a WHERE bounds (rn <= N, rn = 1: Top-N and deduplication)",
+                ))
+            }
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
             other => {
                 let name = other.display().to_string();
@@ -429,6 +430,14 @@ impl Planner {
                 return Err(WeirError::not_supported(format!("{name} in a streaming query")));
             }
         })
+    }
+
+    /// The projection `p` over `input`, planned.
+    fn project(&self, input: Node, p: &datafusion::logical_expr::Projection) -> Result<Node> {
+        let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
+        let display = p.expr.iter().map(|e| e.human_display().to_string()).collect();
+        let schema = Arc::new(p.schema.as_arrow().clone());
+        Ok(input.with_operator(OperatorSpec::Project { exprs, schema, display }))
     }
 
     /// A source reading `wanted` columns of `table` (and the columns its watermark needs),

@@ -1,0 +1,264 @@
+//! Top-N and deduplication: `ROW_NUMBER()` (or `RANK()`, `DENSE_RANK()`) `OVER (PARTITION BY
+//! … ORDER BY …)` filtered to ranks `lo..=hi`, as Flink's rank operators. Each partition's
+//! rows live in a sorted state table under the partition key, ordered by the `ORDER BY`
+//! columns (Arrow's row format with each column's direction) and then by arrival, so that
+//! of rows that tie the earlier ranks first (as Flink's Top-N; a deduplication keeping the
+//! last row lets the later win instead, as Flink's).
+//!
+//! Per chunk, each partition is read once (one prefix scan), all of the chunk's rows of it
+//! applied in order, and what changed in its ranks `lo..=hi` emitted once: a `-U`/`+U` pair
+//! per rank whose row changed, `-D` for a rank no longer filled, `+I` for a new one. Over an
+//! append-only input only the rows that rank within `hi` are kept (a row pushed out never
+//! comes back); over an updating input every row is (a retraction can bring one back).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, SortField};
+use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
+
+use super::state::{interner, StateContext};
+
+const TABLES: [TableDecl; 1] = [TableDecl { name: "ranked", kind: TableKind::Sorted }];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankKind {
+    RowNumber,
+    Rank,
+    DenseRank,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopNSpec {
+    pub kind: RankKind,
+    /// Partition columns of the input (what the exchange before hashed).
+    pub partition: Vec<usize>,
+    /// `ORDER BY` columns of the input, each with its direction.
+    pub order: Vec<(usize, SortOptions)>,
+    /// Ranks kept, 1-based and inclusive.
+    pub lo: u64,
+    pub hi: u64,
+    /// Of rows that tie, the later arrival ranks first (Flink's deduplication keeping the
+    /// last row).
+    pub later_wins_ties: bool,
+    /// Whether rows of the input can be retracted (then every row is kept in state).
+    pub retracting_input: bool,
+    pub input_schema: SchemaRef,
+    /// The input's columns and the rank.
+    pub schema: SchemaRef,
+}
+
+/// A partition's rows as stored: sort key (order bytes, then arrival) and row bytes.
+type Ranked = Vec<(Vec<u8>, Vec<u8>)>;
+
+pub struct TopN {
+    spec: TopNSpec,
+    partitions: RowConverter,
+    order: RowConverter,
+    rows: RowConverter,
+    tables: StateTables,
+    ranked: Table,
+    /// Numbers rows in arrival order (the tie-break).
+    next_seq: u64,
+    /// Retractions of rows that were not there (or had left an append-only Top-N).
+    pub unmatched: u64,
+}
+
+impl TopN {
+    pub fn new(spec: TopNSpec, state: &StateContext) -> Result<Self> {
+        if spec.order.is_empty() {
+            return Err(WeirError::user("Top-N needs an ORDER BY: without one, which rows are first is not defined"));
+        }
+        let field = |i: usize, o: Option<SortOptions>| {
+            let t = spec.input_schema.field(i).data_type().clone();
+            match o {
+                Some(o) => SortField::new_with_options(t, o),
+                None => SortField::new(t),
+            }
+        };
+        let partitions = RowConverter::new(spec.partition.iter().map(|i| field(*i, None)).collect())?;
+        let order = RowConverter::new(spec.order.iter().map(|(i, o)| field(*i, Some(*o))).collect())?;
+        let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(|i| field(i, None)).collect())?;
+        let tables = state.open(&TABLES)?;
+        Ok(Self { ranked: tables.table("ranked")?, tables, partitions, order, rows, spec, next_seq: 0, unmatched: 0 })
+    }
+
+    /// The ranks of a partition's sorted rows (`order_len`: bytes of each sort key that are
+    /// the `ORDER BY` values), up to the first past `hi`.
+    fn ranks(&self, rows: &Ranked, order_len: &[usize]) -> Vec<u64> {
+        let mut ranks = Vec::with_capacity(rows.len().min(self.spec.hi as usize + 1));
+        let (mut rank, mut dense) = (0u64, 0u64);
+        for (i, (key, _)) in rows.iter().enumerate() {
+            let tied = i > 0 && key[..order_len[i]] == rows[i - 1].0[..order_len[i - 1]];
+            rank = match self.spec.kind {
+                RankKind::RowNumber => i as u64 + 1,
+                RankKind::Rank if tied => rank,
+                RankKind::Rank => i as u64 + 1,
+                RankKind::DenseRank if tied => dense,
+                RankKind::DenseRank => {
+                    dense += 1;
+                    dense
+                }
+            };
+            if rank > self.spec.hi {
+                break;
+            }
+            ranks.push(rank);
+        }
+        ranks
+    }
+
+    fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
+        let seq = if self.spec.later_wins_ties { u64::MAX - self.next_seq } else { self.next_seq };
+        self.next_seq += 1;
+        [order, &seq.to_be_bytes()].concat()
+    }
+}
+
+/// What a chunk changes in the output, as rows to decode: (row bytes, rank, op).
+type Changes = Vec<(Vec<u8>, u64, Op)>;
+
+impl Operator for TopN {
+    fn name(&self) -> String {
+        "TopN".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        let n = chunk.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let ops = chunk.ops();
+        let batch = &chunk.batch;
+        let part_columns: Vec<ArrayRef> = self.spec.partition.iter().map(|i| batch.column(*i).clone()).collect();
+        let order_columns: Vec<ArrayRef> = self.spec.order.iter().map(|(i, _)| batch.column(*i).clone()).collect();
+        let part_keys = self.partitions.convert_columns(&part_columns)?;
+        let order_keys = self.order.convert_columns(&order_columns)?;
+        let rows = self.rows.convert_columns(batch.columns())?;
+        let groups = crate::exchange::key_groups_of_columns(&part_columns, n, self.tables.key_groups())?;
+
+        // The chunk's rows by partition, partitions in order of first appearance.
+        let mut index = interner::<&[u8], usize>();
+        let mut partitions: Vec<(u16, &[u8], Vec<usize>)> = Vec::new();
+        for i in 0..n {
+            let key = part_keys.row(i).data();
+            let p = *index.entry(key).or_insert_with(|| {
+                partitions.push((groups[i], key, Vec::new()));
+                partitions.len() - 1
+            });
+            partitions[p].2.push(i);
+        }
+
+        let mut changes: Changes = Vec::new();
+        let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let order_bytes = |key: &[u8]| key.len() - 8;
+        for (group, key, members) in &partitions {
+            let stored = self.tables.entries(self.ranked, *group, key)?;
+            let lens: Vec<usize> = stored.iter().map(|(k, _)| order_bytes(k)).collect();
+            let before_ranks = self.ranks(&stored, &lens);
+            let before: Vec<(u64, Vec<u8>, Vec<u8>)> = before_ranks
+                .iter()
+                .zip(&stored)
+                .map(|(r, (k, v))| (*r, k.clone(), v.clone()))
+                .collect();
+            let mut current = stored;
+            let mut added: HashMap<Vec<u8>, bool> = HashMap::new();
+            let mut removed: Vec<Vec<u8>> = Vec::new();
+            for &i in members {
+                let row = rows.row(i).data();
+                if ops[i].sign() > 0 {
+                    let sort = self.sort_key(order_keys.row(i).data());
+                    let at = current.partition_point(|(k, _)| k.as_slice() <= sort.as_slice());
+                    current.insert(at, (sort.clone(), row.to_vec()));
+                    added.insert(sort, true);
+                } else {
+                    let order = order_keys.row(i).data();
+                    let found = current.iter().position(|(k, v)| &k[..order_bytes(k)] == order && v == row);
+                    match found {
+                        Some(at) => {
+                            let (k, _) = current.remove(at);
+                            if added.remove(&k).is_none() {
+                                removed.push(k);
+                            }
+                        }
+                        None => self.unmatched += 1,
+                    }
+                }
+            }
+            let lens: Vec<usize> = current.iter().map(|(k, _)| order_bytes(k)).collect();
+            let after_ranks = self.ranks(&current, &lens);
+            // Over an append-only input a row past `hi` never ranks again: forget it.
+            let kept = if self.spec.retracting_input { current.len() } else { after_ranks.len() };
+            for (k, v) in &current[..kept] {
+                if added.contains_key(k) {
+                    writes.push((*group, StateTables::entry_key(key, k), Some(v.clone())));
+                }
+            }
+            for (k, _) in &current[kept..] {
+                if !added.contains_key(k) {
+                    removed.push(k.clone());
+                }
+            }
+            for k in removed {
+                writes.push((*group, StateTables::entry_key(key, &k), None));
+            }
+
+            // Ranks lo..=hi before and after: what changed, paired by rank.
+            let in_range = |r: u64| r >= self.spec.lo && r <= self.spec.hi;
+            let after: Vec<(u64, &Vec<u8>, &Vec<u8>)> =
+                after_ranks.iter().zip(&current).map(|(r, (k, v))| (*r, k, v)).filter(|x| in_range(x.0)).collect();
+            let before: Vec<&(u64, Vec<u8>, Vec<u8>)> = before.iter().filter(|x| in_range(x.0)).collect();
+            let same = |a: &(u64, Vec<u8>, Vec<u8>), b: &(u64, &Vec<u8>, &Vec<u8>)| a.0 == b.0 && &a.1 == b.1;
+            let gone: Vec<&&(u64, Vec<u8>, Vec<u8>)> = before.iter().filter(|b| !after.iter().any(|a| same(b, a))).collect();
+            let mut new: Vec<&(u64, &Vec<u8>, &Vec<u8>)> = after.iter().filter(|a| !before.iter().any(|b| same(b, a))).collect();
+            let mut deleted = Vec::new();
+            for g in gone {
+                match new.iter().position(|a| a.0 == g.0) {
+                    Some(p) => {
+                        let a = new.remove(p);
+                        changes.push((g.2.clone(), g.0, Op::UpdateBefore));
+                        changes.push((a.2.clone(), a.0, Op::UpdateAfter));
+                    }
+                    None => deleted.push((g.2.clone(), g.0, Op::Delete)),
+                }
+            }
+            changes.extend(deleted);
+            changes.extend(new.into_iter().map(|a| (a.2.clone(), a.0, Op::Insert)));
+        }
+        let changes_ref: Vec<Change<'_>> =
+            writes.iter().map(|(g, k, v)| (*g, k.as_slice(), v.as_deref())).collect();
+        self.tables.write(self.ranked, &changes_ref)?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let parser = self.rows.parser();
+        let mut columns = self.rows.convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|c| c.1))));
+        let options = RecordBatchOptions::new().with_row_count(Some(changes.len()));
+        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        let ops: Vec<Op> = changes.iter().map(|c| c.2).collect();
+        out.push(Message::Chunk(Chunk::changes(batch, &ops)));
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let meta = serde_json::json!({ "next_seq": self.next_seq });
+        Ok(Some(self.tables.snapshot(meta)?))
+    }
+
+    /// From one snapshot or several (another parallelism): arrival numbers go on above every
+    /// restored one.
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        for m in self.tables.restore_from(states)? {
+            let next = m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("Top-N state is damaged"))?;
+            self.next_seq = self.next_seq.max(next);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,201 @@
+//! Planning Top-N and deduplication: a filter on the result of `ROW_NUMBER()`, `RANK()` or
+//! `DENSE_RANK()` `OVER (PARTITION BY … ORDER BY …)` (`WHERE rn <= N`, `rn < N`, `rn = 1`,
+//! `rn BETWEEN a AND b`) becomes one Top-N operator after an exchange by the partition key;
+//! conditions on other columns in the same `WHERE` apply after the ranking, as in SQL.
+
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::expr::WindowFunction;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Operator as BinOp, WindowFunctionDefinition};
+use weir_runtime::operators::{RankKind, TopNSpec};
+
+use super::*;
+
+/// The rank function of an `OVER` expression, if it is one.
+fn rank_function(e: &Expr) -> Option<(RankKind, &WindowFunction)> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    let Expr::WindowFunction(w) = e else { return None };
+    let WindowFunctionDefinition::WindowUDF(udf) = &w.fun else { return None };
+    let kind = match udf.name() {
+        "row_number" => RankKind::RowNumber,
+        "rank" => RankKind::Rank,
+        "dense_rank" => RankKind::DenseRank,
+        _ => return None,
+    };
+    Some((kind, w))
+}
+
+/// The column `e` reads, looking through casts and aliases.
+fn column_of(e: &Expr, schema: &DFSchema) -> Option<usize> {
+    match e {
+        Expr::Column(c) => schema.index_of_column(c).ok(),
+        Expr::Alias(a) => column_of(&a.expr, schema),
+        Expr::Cast(c) => column_of(&c.expr, schema),
+        Expr::TryCast(c) => column_of(&c.expr, schema),
+        _ => None,
+    }
+}
+
+fn whole_number(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
+            ScalarValue::Int64(Some(n)) => Some(n),
+            _ => None,
+        },
+        Expr::Cast(c) => whole_number(&c.expr),
+        _ => None,
+    }
+}
+
+/// The ranks a predicate keeps (`lo..=hi`, 1-based) when its conjuncts bound column `rank`,
+/// and the conjuncts that do not.
+fn rank_bounds<'a>(predicate: &'a Expr, rank: usize, schema: &DFSchema) -> (i64, Option<i64>, Vec<&'a Expr>) {
+    let (mut lo, mut hi, mut rest) = (1i64, None::<i64>, Vec::new());
+    for conjunct in split_conjunction(predicate) {
+        let mut bound = |op: BinOp, n: i64| match op {
+            BinOp::Lt => hi = Some(hi.map_or(n - 1, |h| h.min(n - 1))),
+            BinOp::LtEq => hi = Some(hi.map_or(n, |h| h.min(n))),
+            BinOp::Eq => {
+                lo = lo.max(n);
+                hi = Some(hi.map_or(n, |h| h.min(n)));
+            }
+            BinOp::Gt => lo = lo.max(n + 1),
+            BinOp::GtEq => lo = lo.max(n),
+            _ => {}
+        };
+        match conjunct {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                let flipped = match op {
+                    BinOp::Lt => Some(BinOp::Gt),
+                    BinOp::LtEq => Some(BinOp::GtEq),
+                    BinOp::Gt => Some(BinOp::Lt),
+                    BinOp::GtEq => Some(BinOp::LtEq),
+                    BinOp::Eq => Some(BinOp::Eq),
+                    _ => None,
+                };
+                match (column_of(left, schema), whole_number(right), column_of(right, schema), whole_number(left)) {
+                    (Some(c), Some(n), _, _) if c == rank && flipped.is_some() => bound(*op, n),
+                    (_, _, Some(c), Some(n)) if c == rank => match flipped {
+                        Some(op) => bound(op, n),
+                        None => rest.push(conjunct),
+                    },
+                    _ => rest.push(conjunct),
+                }
+            }
+            Expr::Between(b) if !b.negated && column_of(&b.expr, schema) == Some(rank) => {
+                match (whole_number(&b.low), whole_number(&b.high)) {
+                    (Some(l), Some(h)) => {
+                        bound(BinOp::GtEq, l);
+                        bound(BinOp::LtEq, h);
+                    }
+                    _ => rest.push(conjunct),
+                }
+            }
+            other => rest.push(other),
+        }
+    }
+    (lo, hi, rest)
+}
+
+impl Planner {
+    /// A Top-N if `f` bounds the rank of an `OVER` window below it (through projections),
+    /// `None` if it filters something else.
+    pub(super) fn rank_node(&self, f: &datafusion::logical_expr::Filter) -> Result<Option<Node>> {
+        let mut chain = Vec::new();
+        let mut below = f.input.as_ref();
+        loop {
+            match below {
+                LogicalPlan::Projection(p) => {
+                    chain.push(p);
+                    below = &p.input;
+                }
+                LogicalPlan::SubqueryAlias(a) => below = &a.input,
+                _ => break,
+            }
+        }
+        let LogicalPlan::Window(window) = below else { return Ok(None) };
+        let [expr] = window.window_expr.as_slice() else { return Ok(None) };
+        let Some((kind, function)) = rank_function(expr) else { return Ok(None) };
+        // The rank's column, followed up through the projections to the filter.
+        let mut rank = window.input.schema().fields().len();
+        for p in chain.iter().rev() {
+            match p.expr.iter().position(|e| column_of(e, p.input.schema()) == Some(rank)) {
+                Some(i) => rank = i,
+                None => return Ok(None),
+            }
+        }
+        let (lo, hi, rest) = rank_bounds(&f.predicate, rank, f.input.schema());
+        let Some(hi) = hi else { return Ok(None) };
+        let input_schema = window.input.schema();
+        let params = &function.params;
+        let partition = params
+            .partition_by
+            .iter()
+            .map(|e| {
+                column_of(e, input_schema).ok_or_else(|| {
+                    WeirError::not_supported(format!(
+                        "PARTITION BY {} (partition by columns; compute expressions in a subquery)",
+                        e.human_display()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if params.order_by.is_empty() {
+            return Err(WeirError::user(
+                "Top-N without ORDER BY: which rows are first is not defined (add ORDER BY to the OVER clause)",
+            ));
+        }
+        let order = params
+            .order_by
+            .iter()
+            .map(|s| {
+                let column = column_of(&s.expr, input_schema).ok_or_else(|| {
+                    WeirError::not_supported(format!(
+                        "ORDER BY {} in OVER (order by columns; compute expressions in a subquery)",
+                        s.expr.human_display()
+                    ))
+                })?;
+                Ok((column, datafusion::arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let input = self.to_node(&window.input)?;
+        let retracting_input = !input.changelog().is_append_only();
+        let (lo, hi) = (lo.max(1) as u64, hi.max(0) as u64);
+        let later_wins_ties = kind == RankKind::RowNumber && hi == 1 && order.len() == 1 && order[0].1.descending;
+        let display = format!(
+            "{} ranks {lo}..={hi} partition by [{}] order by [{}]",
+            expr.human_display(),
+            params.partition_by.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
+            params
+                .order_by
+                .iter()
+                .map(|s| format!("{}{}", s.expr.human_display(), if s.asc { "" } else { " DESC" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let spec = TopNSpec {
+            kind,
+            partition: partition.clone(),
+            order,
+            lo,
+            hi,
+            later_wins_ties,
+            retracting_input,
+            input_schema: input.schema(),
+            schema: Arc::new(window.schema.as_arrow().clone()),
+        };
+        let mut node = Node::Exchange { partitioning: Partitioning::Hash(partition), input: Box::new(input) }
+            .with_operator(OperatorSpec::TopN { spec, display });
+        for p in chain.iter().rev() {
+            node = self.project(node, p)?;
+        }
+        if let Some(rest) = datafusion::logical_expr::utils::conjunction(rest.into_iter().cloned()) {
+            let predicate = self.physical(&rest, f.input.schema())?;
+            node = node.with_operator(OperatorSpec::Filter { predicate, display: rest.human_display().to_string() });
+        }
+        Ok(Some(node))
+    }
+}
