@@ -17,6 +17,8 @@ mod values;
 #[cfg(test)]
 mod changelog_tests;
 #[cfg(test)]
+mod join_tests;
+#[cfg(test)]
 mod runtime_tests;
 
 pub use exchange::{hash_partition, Partitioning};

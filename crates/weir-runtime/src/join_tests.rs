@@ -1,0 +1,143 @@
+//! The regular join and the Top-N operator on chunks written as text
+//! ([`Chunk::from_pretty`]): the exact changelog each emits.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use weir_core::{Chunk, Message, Operator};
+
+use crate::operators::{JoinKind, JoinSpec, RankKind, StateContext, StreamJoin, TopN, TopNSpec};
+
+fn chunk(text: &str) -> Chunk {
+    Chunk::from_pretty(text).expect("fixture")
+}
+
+fn pretty(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Chunk(c) => Some(c.to_pretty().expect("text")),
+            _ => None,
+        })
+        .collect()
+}
+
+fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
+    Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))
+}
+
+fn join(kind: JoinKind) -> StreamJoin {
+    let left = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
+    let right = schema(&[("k2", DataType::Utf8), ("w", DataType::Int64)]);
+    let both = schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("k2", DataType::Utf8), ("w", DataType::Int64)]);
+    let spec = JoinSpec {
+        kind,
+        keys: [vec![0], vec![0]],
+        schemas: [left, right],
+        filter: None,
+        pair_schema: both.clone(),
+        schema: both,
+        ttl: None,
+    };
+    StreamJoin::new(spec, &StateContext::memory()).expect("join")
+}
+
+/// Feed `(input, chunk)` steps; the changelog of each step.
+fn steps(op: &mut dyn Operator, steps: &[(usize, &str)]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|(input, text)| {
+            let mut out = Vec::new();
+            op.process_input(*input, chunk(text), &mut out).expect("process");
+            pretty(&out)
+        })
+        .collect()
+}
+
+#[test]
+fn a_left_join_retracts_a_padded_row_at_its_first_match_and_restores_it_after_its_last() {
+    let mut j = join(JoinKind::Left);
+    let got = steps(
+        &mut j,
+        &[
+            (0, "k:T v:I\n+I a 1\n+I b 2"),
+            (1, "k2:T w:I\n+I a 10\n+I a 11"),
+            (1, "k2:T w:I\n-D a 10"),
+            (1, "k2:T w:I\n-U a 11\n+U c 12"),
+            (0, "k:T v:I\n-D b 2\n+I . 3"),
+        ],
+    );
+    assert_eq!(got[0], "+I a 1 . .\n+I b 2 . .\n");
+    assert_eq!(got[1], "-D a 1 . .\n+I a 1 a 10\n+I a 1 a 11\n");
+    assert_eq!(got[2], "-D a 1 a 10\n");
+    // The last match leaves: the padded row is back. `c` has no left row: nothing.
+    assert_eq!(got[3], "-D a 1 a 11\n+I a 1 . .\n");
+    // A NULL key matches nothing; a left row of it is emitted padded.
+    assert_eq!(got[4], "-D b 2 . .\n+I . 3 . .\n");
+}
+
+#[test]
+fn a_full_join_pads_both_sides_and_joins_every_copy_of_duplicate_rows() {
+    let mut j = join(JoinKind::Full);
+    let got = steps(
+        &mut j,
+        &[
+            (1, "k2:T w:I\n+I a 10\n+I a 10"),
+            (0, "k:T v:I\n+I a 1"),
+            (0, "k:T v:I\n-D a 1"),
+        ],
+    );
+    assert_eq!(got[0], "+I . . a 10\n+I . . a 10\n");
+    assert_eq!(got[1], "-D . . a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n");
+    assert_eq!(got[2], "-D a 1 a 10\n-D a 1 a 10\n+I . . a 10\n+I . . a 10\n");
+}
+
+fn top_n(hi: u64, retracting_input: bool) -> TopN {
+    let input = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
+    let spec = TopNSpec {
+        kind: RankKind::RowNumber,
+        partition: vec![0],
+        order: vec![(1, SortOptions { descending: true, nulls_first: false })],
+        lo: 1,
+        hi,
+        later_wins_ties: false,
+        retracting_input,
+        input_schema: input,
+        schema: schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("rn", DataType::UInt64)]),
+    };
+    TopN::new(spec, &StateContext::memory()).expect("top-n")
+}
+
+#[test]
+fn a_top_n_emits_one_change_per_rank_per_chunk() {
+    let mut t = top_n(2, false);
+    let got = steps(
+        &mut t,
+        &[
+            (0, "k:T v:I\n+I a 5\n+I a 7\n+I b 1"),
+            // 9 takes rank 1 and 7 moves to rank 2; 5 leaves. Ties go to the earlier row.
+            (0, "k:T v:I\n+I a 9\n+I a 3"),
+            (0, "k:T v:I\n+I a 7"),
+        ],
+    );
+    assert_eq!(got[0], "+I a 7 1\n+I a 5 2\n+I b 1 1\n");
+    assert_eq!(got[1], "-U a 7 1\n+U a 9 1\n-U a 5 2\n+U a 7 2\n");
+    assert_eq!(got[2], "");
+}
+
+#[test]
+fn a_top_n_over_retractions_brings_back_a_row_that_had_left() {
+    let mut t = top_n(1, true);
+    let got = steps(
+        &mut t,
+        &[
+            (0, "k:T v:I\n+I a 5\n+I a 7"),
+            (0, "k:T v:I\n-U a 7\n+U a 2"),
+            (0, "k:T v:I\n-D a 5\n-D a 2"),
+        ],
+    );
+    assert_eq!(got[0], "+I a 7 1\n");
+    assert_eq!(got[1], "-U a 7 1\n+U a 5 1\n");
+    assert_eq!(got[2], "-D a 5 1\n");
+}
