@@ -21,7 +21,7 @@ use weir_core::{Result, WeirError};
 use crate::parser::parser_error;
 
 /// The plain positional arguments of a call, if that is all it has.
-fn plain_args(args: &FunctionArguments) -> Option<Vec<&Expr>> {
+pub(crate) fn plain_args(args: &FunctionArguments) -> Option<Vec<&Expr>> {
     let FunctionArguments::List(list) = args else { return None };
     if list.duplicate_treatment.is_some() || !list.clauses.is_empty() {
         return None;

@@ -539,7 +539,7 @@ fn rewrite_window_tvfs(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>>
         let span_of = |k: usize| at(k).map(|t| t.span).unwrap_or(tokens[meaningful[0]].span);
         let name_of = |t: &TokenWithSpan| match &t.token {
             Token::Word(w) if w.quote_style.is_some() => Some(w.value.clone()),
-            Token::Word(w) => Some(w.value.to_lowercase()),
+            Token::Word(w) => Some(w.value.clone()),
             _ => None,
         };
         let err = |k: usize, what: &str| {

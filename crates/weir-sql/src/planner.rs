@@ -304,6 +304,7 @@ impl Planner {
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let mut statement = statement.clone();
+        crate::legacy_windows::rewrite(&mut statement).map_err(|e| e.at(Some(start)))?;
         crate::flink_functions::rewrite(&mut statement)?;
         state
             .statement_to_plan(DFStatement::Statement(Box::new(statement)))

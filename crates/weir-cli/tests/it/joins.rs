@@ -159,3 +159,10 @@ async fn outer_joins_over_updating_inputs_equal_datafusion_batch_sql() {
         }
     }
 }
+
+/// Flink's legacy group windows: q11's `GROUP BY B.bidder, SESSION(B.dateTime, …)` with
+/// `SESSION_START`/`SESSION_END`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_q11_legacy_session_windows_leave_flinks_rows() {
+    check("q11", None).await;
+}
