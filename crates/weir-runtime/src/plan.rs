@@ -393,7 +393,9 @@ impl Node {
 fn join_state(spec: &JoinSpec) -> String {
     match spec.ttl {
         Some(ttl) => format!("both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"),
-        None => "both inputs' rows, kept forever: the state grows without bound (set 'table.exec.state.ttl' to bound it)".into(),
+        None => "warning: both inputs' rows are kept forever, so the state grows without bound; set \
+                 'table.exec.state.ttl' to bound it"
+            .into(),
     }
 }
 

@@ -115,14 +115,16 @@ fn group_window(select: &mut Select) -> Result<()> {
     }
     call.push(')');
     if let Some(alias) = alias {
-        call.push_str(&format!(" AS {alias}"));
+        call.push_str(&format!(" {alias}"));
     }
     let relation = Parser::new(&GenericDialect {})
         .try_with_sql(&call)
         .and_then(|mut p| p.parse_table_factor())
         .map_err(|e| WeirError::internal(parser_error(e).context("rewriting a group window").message))?;
     select.from[0].relation = relation;
-    groups.splice(at..=at, [Expr::Identifier(Ident::new("window_start")), Expr::Identifier(Ident::new("window_end"))]);
+    // `window_time` too, so that `…_ROWTIME` may be selected.
+    let columns = ["window_start", "window_end", "window_time"];
+    groups.splice(at..=at, columns.map(|c| Expr::Identifier(Ident::new(c))));
 
     // The window's auxiliary functions name its columns.
     let auxiliary = |e: &mut Expr| {

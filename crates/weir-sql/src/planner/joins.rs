@@ -53,11 +53,11 @@ impl Planner {
         let display = format!(
             "{} on {}{}",
             join.join_type,
-            join.on
+            if join.on.is_empty() { "no equal keys (every row meets every row of the other side, in one task)".to_string() } else { join.on
                 .iter()
                 .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
                 .collect::<Vec<_>>()
-                .join(" AND "),
+                .join(" AND ") },
             join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
         );
         let one_side = matches!(

@@ -118,7 +118,13 @@ impl Planner {
         }
         let LogicalPlan::Window(window) = below else { return Ok(None) };
         let [expr] = window.window_expr.as_slice() else { return Ok(None) };
-        let Some((kind, function)) = rank_function(expr) else { return Ok(None) };
+        let Some((kind, function)) = rank_function(expr) else {
+            return Err(WeirError::not_supported(format!(
+                "{} (OVER aggregates): Weir runs ROW_NUMBER(), RANK() and DENSE_RANK() OVER windows whose result \
+                 a WHERE bounds (Top-N)",
+                expr.human_display()
+            )));
+        };
         // The rank's column, followed up through the projections to the filter.
         let mut rank = window.input.schema().fields().len();
         for p in chain.iter().rev() {
@@ -128,7 +134,13 @@ impl Planner {
             }
         }
         let (lo, hi, rest) = rank_bounds(&f.predicate, rank, f.input.schema());
-        let Some(hi) = hi else { return Ok(None) };
+        let Some(hi) = hi else {
+            return Err(WeirError::not_supported(format!(
+                "{} without an upper bound: a WHERE must keep ranks up to N (rn <= N), or every row of a \
+                 partition is kept and renumbered forever",
+                expr.human_display()
+            )));
+        };
         let input_schema = window.input.schema();
         let params = &function.params;
         let partition = params
