@@ -72,6 +72,15 @@ impl ConnectorFactory for Connectors {
         }
     }
 
+    fn source_bounded(&self, table: &TableDef) -> bool {
+        match table.options.get("connector") {
+            Some("filesystem") => true,
+            Some("kafka" | "upsert-kafka") => table.options.get("scan.bounded.mode").is_some_and(|m| m != "unbounded"),
+            Some("nexmark") => table.options.get("events").is_some(),
+            _ => false,
+        }
+    }
+
     fn source_changelog(&self, table: &TableDef) -> Changelog {
         if debezium(table) {
             return Changelog::Retract;

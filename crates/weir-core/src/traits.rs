@@ -153,6 +153,12 @@ pub trait Operator: Send {
         Err(crate::WeirError::internal(format!("operator {} has no state to restore", self.name())))
     }
 
+    /// Every task of input `input` of a two-input operator has ended, the other input goes
+    /// on (a lookup join's table is loaded). Not called for the last input: `finish` is.
+    fn input_ended(&mut self, _input: usize, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
+
     /// The input ended: emit what is still pending. `End` itself is forwarded by the runtime.
     fn finish(&mut self, _out: &mut Vec<Message>) -> Result<()> {
         Ok(())
@@ -276,6 +282,12 @@ pub trait ConnectorFactory: Send + Sync {
             table.name,
             table.options.get("connector").unwrap_or("?")
         )))
+    }
+
+    /// Whether the source of `table` ends (a file, a bounded Kafka read): a lookup join
+    /// loads such a table whole.
+    fn source_bounded(&self, _table: &TableDef) -> bool {
+        false
     }
 
     /// What the source of `table` reads: appended rows (the default), or a changelog.

@@ -11,7 +11,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec,
-    RankKind, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
+    LookupJoin, RankKind, StateContext, StreamJoin, VersionedJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
     WindowJoin, WindowKind, WindowSpec,
 };
 
@@ -41,6 +41,13 @@ pub enum OperatorSpec {
     /// [`Node::Join`] task): a retracting changelog unless both inputs append and the join
     /// is inner.
     Join { spec: JoinSpec, display: String },
+    /// Join each row of the left input with a bounded right input (a file), loaded first
+    /// (`FOR SYSTEM_TIME AS OF` a processing time).
+    LookupJoin { spec: JoinSpec, display: String },
+    /// Join each row of the left input, once the watermark passes its time, with the
+    /// version of the right input (a versioned table) valid then; `times` are both
+    /// inputs' time columns (`FOR SYSTEM_TIME AS OF` an event time).
+    VersionedJoin { spec: JoinSpec, times: [usize; 2], display: String },
     /// Aggregate each group outside a window, updating its result as rows come and go.
     GroupAggregate { spec: GroupSpec, display: String },
     /// An upsert stream (each key's new row, or its deletion) as a retracting changelog.
@@ -88,6 +95,10 @@ impl OperatorSpec {
                 Ok(Box::new(WindowJoin::new(spec.clone(), *ends, &ctx.state())?))
             }
             OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(LookupJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::VersionedJoin { spec, times, .. } => {
+                Ok(Box::new(VersionedJoin::new(spec.clone(), *times, &ctx.state())?))
+            }
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::TopN { spec, .. } => Ok(Box::new(TopN::new(spec.clone(), &ctx.state())?)),
@@ -116,6 +127,10 @@ impl OperatorSpec {
                 Box::new(WindowJoin::new(spec, ends, &StateContext::memory())?)
             }
             OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::VersionedJoin { spec, times, .. } => {
+                Box::new(VersionedJoin::new(spec, times, &StateContext::memory())?)
+            }
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
             OperatorSpec::TopN { spec, .. } => Box::new(TopN::new(spec, &StateContext::memory())?),
@@ -179,6 +194,8 @@ impl OperatorSpec {
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
             OperatorSpec::Join { display, .. } => format!("Join: {display}"),
             OperatorSpec::TopN { display, .. } => format!("TopN: {display}"),
+            OperatorSpec::LookupJoin { display, .. } => format!("LookupJoin: {display}"),
+            OperatorSpec::VersionedJoin { display, .. } => format!("VersionedJoin: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
             OperatorSpec::UpsertNormalize { spec } => {
                 let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
@@ -231,9 +248,14 @@ impl Node {
         match self {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),
             Node::Exchange { input, .. } => input.schema(),
-            Node::Join { spec: OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. }, .. } => {
-                spec.schema.clone()
-            }
+            Node::Join {
+                spec:
+                    OperatorSpec::WindowJoin { spec, .. }
+                    | OperatorSpec::Join { spec, .. }
+                    | OperatorSpec::LookupJoin { spec, .. }
+                    | OperatorSpec::VersionedJoin { spec, .. },
+                ..
+            } => spec.schema.clone(),
             Node::Join { left, .. } => left.schema(),
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
@@ -339,6 +361,16 @@ impl Node {
             Node::Join { left, right, spec } => {
                 left.check_changelog()?;
                 right.check_changelog()?;
+                if let OperatorSpec::LookupJoin { .. } | OperatorSpec::VersionedJoin { .. } = spec {
+                    // The table may be a changelog; the rows that look it up may not.
+                    if !left.changelog().is_append_only() {
+                        return Err(WeirError::not_supported(format!(
+                            "{}: the rows joined FOR SYSTEM_TIME AS OF must be append-only, but they are updating",
+                            spec.describe()
+                        )));
+                    }
+                    return Ok(());
+                }
                 updating(left, spec)?;
                 updating(right, spec)
             }
@@ -547,6 +579,20 @@ impl OperatorSpec {
             ),
             OperatorSpec::WindowJoin { spec, ends, .. } => format!(
                 "window join {:?} keys {:?} ends {ends:?} [{}] [{}]",
+                spec.kind,
+                spec.keys,
+                columns(&spec.schemas[0]),
+                columns(&spec.schemas[1])
+            ),
+            OperatorSpec::LookupJoin { spec, .. } => format!(
+                "lookup join {:?} keys {:?} [{}] [{}]",
+                spec.kind,
+                spec.keys,
+                columns(&spec.schemas[0]),
+                columns(&spec.schemas[1])
+            ),
+            OperatorSpec::VersionedJoin { spec, times, .. } => format!(
+                "versioned join {:?} keys {:?} times {times:?} [{}] [{}]",
                 spec.kind,
                 spec.keys,
                 columns(&spec.schemas[0]),

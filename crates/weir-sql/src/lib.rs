@@ -8,6 +8,7 @@ pub mod flink_functions;
 pub mod legacy_windows;
 pub mod parser;
 pub mod planner;
+pub mod temporal;
 pub mod types;
 pub mod windows;
 

@@ -173,7 +173,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
 
 /// Parse one statement from its tokens (no `;`).
 pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
-    let tokens = rewrite_window_tvfs(tokens)?;
+    let tokens = rewrite_temporal_tables(rewrite_window_tvfs(tokens)?)?;
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
     let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
@@ -607,6 +607,63 @@ fn rewrite_window_tvfs(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>>
         out.extend(tokens[meaningful[rest_start]..=meaningful[end]].iter().cloned());
         copied_to = meaningful[end + 1] + 1;
         k = end + 2;
+    }
+    out.extend(tokens[copied_to..].iter().cloned());
+    Ok(out)
+}
+
+/// Flink's temporal table syntax, `JOIN t FOR SYSTEM_TIME AS OF o.ts [AS] x`, is not SQL
+/// that sqlparser's generic dialect reads. It is rewritten token by token into a call of
+/// Weir's table function, `__weir_temporal('t', 'o.ts')`, which the planner turns into a
+/// lookup join (processing time) or a versioned join (event time).
+fn rewrite_temporal_tables(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    let meaningful: Vec<usize> =
+        (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
+    let at = |k: usize| meaningful.get(k).map(|&i| &tokens[i]);
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let mut copied_to = 0;
+    let mut k = 1;
+    while k + 4 < meaningful.len() {
+        let starts = ["FOR", "SYSTEM_TIME", "AS", "OF"]
+            .iter()
+            .enumerate()
+            .all(|(d, w)| at(k + d).is_some_and(|t| is_word(&t.token, w)));
+        let Some(Token::Word(table)) = at(k - 1).map(|t| &t.token).filter(|_| starts) else {
+            k += 1;
+            continue;
+        };
+        let table = table.value.clone();
+        // The time attribute: a column, maybe qualified (`o.ts`).
+        let mut parts = Vec::new();
+        let mut j = k + 4;
+        loop {
+            match at(j).map(|t| &t.token) {
+                Some(Token::Word(w)) => parts.push(w.value.clone()),
+                _ => {
+                    let place = at(j).map(|t| location(t.span.start));
+                    return Err(WeirError::user(format!(
+                        "FOR SYSTEM_TIME AS OF on '{table}' takes a time attribute column (like o.order_time)"
+                    ))
+                    .at(place));
+                }
+            }
+            if at(j + 1).is_some_and(|t| t.token == Token::Period) {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        let span = at(k - 1).map(|t| t.span).unwrap_or(tokens[meaningful[0]].span);
+        out.extend(tokens[copied_to..meaningful[k - 1]].iter().cloned());
+        let with_span = |token: Token| TokenWithSpan { token, span };
+        out.push(with_span(Token::make_word("__weir_temporal", None)));
+        out.push(with_span(Token::LParen));
+        out.push(with_span(Token::SingleQuotedString(table)));
+        out.push(with_span(Token::Comma));
+        out.push(with_span(Token::SingleQuotedString(parts.join("."))));
+        out.push(with_span(Token::RParen));
+        copied_to = meaningful[j] + 1;
+        k = j + 2;
     }
     out.extend(tokens[copied_to..].iter().cloned());
     Ok(out)

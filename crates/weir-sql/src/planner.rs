@@ -97,9 +97,23 @@ pub struct Planner {
     /// Set while planning the input of a session window aggregate: the only place a
     /// `SESSION` window table function may appear.
     session_input: std::sync::atomic::AtomicBool,
+    /// The time attribute each `FOR SYSTEM_TIME AS OF` (table, time) reads, found before the
+    /// optimizer prunes an unused `PROCTIME()` column.
+    temporal_times: std::sync::Mutex<std::collections::HashMap<(String, String), joins::TimeAttribute>>,
     /// Set while planning the input of a window aggregate whose table has a late-data
     /// table: the window function then passes every column of the table along.
     whole_rows: std::sync::atomic::AtomicBool,
+}
+
+/// Flink's legacy connector options (`'connector.type' = 'filesystem'`, `'connector.path'`,
+/// `'format.type'`, as Nexmark q13's side input is declared) under their current names.
+fn legacy_option(key: &str, value: &str) -> (String, String) {
+    match key {
+        "connector.type" => ("connector".into(), value.into()),
+        "connector.path" => ("path".into(), value.strip_prefix("file://").unwrap_or(value).into()),
+        "format.type" => ("format".into(), value.into()),
+        _ => (key.into(), value.into()),
+    }
 }
 
 impl Planner {
@@ -111,6 +125,8 @@ impl Planner {
         let ctx = SessionContext::new_with_config(config);
         let schemas = TableSchemas::default();
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::DateFormat::default()));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::ProcTime::default()));
+        ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
         }
@@ -122,6 +138,7 @@ impl Planner {
             schemas,
             session_input: Default::default(),
             whole_rows: Default::default(),
+            temporal_times: Default::default(),
         }
     }
 
@@ -188,7 +205,8 @@ impl Planner {
             ct.partitioned_by.iter().map(|i| column_of(i, "in PARTITIONED BY")).collect::<Result<Vec<_>>>()?;
         let mut options = Options::default();
         for (key, value, at) in &ct.options {
-            if options.insert(key.clone(), value.clone(), Some(*at)).is_some() {
+            let (key, value) = legacy_option(key, value);
+            if options.insert(key.clone(), value, Some(*at)).is_some() {
                 return Err(WeirError::user(format!("table '{name}': option '{key}' is given twice")).at(Some(*at)));
             }
         }
@@ -338,6 +356,7 @@ impl Planner {
             }
             other => (other.clone(), SinkTarget::Caller),
         };
+        self.find_temporal_times(&input)?;
         let optimized = self.ctx.state().optimize(&input)?;
         let root = self.to_node(&optimized).map_err(|e| place(e, tokens, start))?;
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
@@ -493,10 +512,15 @@ impl Planner {
             return Err(WeirError::internal("a filter was pushed into a table scan"));
         }
         let provider = datafusion::datasource::source_as_provider(&scan.source)?;
-        let mut node = match (provider.as_ref() as &dyn std::any::Any).downcast_ref::<WindowTable>() {
+        let any = provider.as_ref() as &dyn std::any::Any;
+        let mut node = match any.downcast_ref::<WindowTable>() {
             Some(window) => self.window_node(window, scan)?,
             None => {
-                let name = scan.table_name.table();
+                // A temporal table is read as the table is; the join above knows it by its scan.
+                let name = match any.downcast_ref::<crate::temporal::TemporalTable>() {
+                    Some(temporal) => temporal.table.as_str(),
+                    None => scan.table_name.table(),
+                };
                 let table = self
                     .catalog
                     .tables

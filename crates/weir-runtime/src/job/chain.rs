@@ -91,8 +91,28 @@ impl Chain {
         self.push_from(msg, 0).await
     }
 
+    /// Every task of input `side` of the first operator (a join) has ended: what it emits
+    /// then goes through the operators after it.
+    pub(super) async fn input_ended(&mut self, side: usize) -> Result<bool> {
+        let mut out = Vec::new();
+        if let Some((op, _)) = self.ops.first_mut() {
+            op.input_ended(side, &mut out)?;
+        }
+        for msg in out {
+            if !self.push_through(msg, 0, 1).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// [`Chain::push`] for a chunk from input `input` of the first operator (a join).
     pub(super) async fn push_from(&mut self, msg: Message, input: usize) -> Result<bool> {
+        self.push_through(msg, input, 0).await
+    }
+
+    /// Push `msg` through the operators from `first` on.
+    async fn push_through(&mut self, msg: Message, input: usize, first: usize) -> Result<bool> {
         if self.acking.as_ref().is_some_and(|a| a.is_finished()) {
             self.acked().await?;
         }
@@ -100,7 +120,7 @@ impl Chain {
         let mut done = false;
         let mut snapshot: Option<(u64, TaskState)> = None;
         let mut uploads: Vec<weir_core::SnapshotUpload> = Vec::new();
-        for (i, (op, metrics)) in self.ops.iter_mut().enumerate() {
+        for (i, (op, metrics)) in self.ops.iter_mut().enumerate().skip(first) {
             let mut next = Vec::with_capacity(messages.len());
             for msg in messages {
                 // Barriers and the end also go to the late-data table's sink.

@@ -158,6 +158,9 @@ pub(super) async fn run_merge(
 ) -> Result<()> {
     let mut merger = InputMerger::new(inputs.len()).aligned(aligned);
     let mut next_first = 0;
+    // Of each side of a join, the inputs still open.
+    let left_inputs = left_inputs.min(inputs.len());
+    let mut open = [left_inputs, inputs.len() - left_inputs];
     loop {
         // Poll the readable inputs, starting after the last one served so none starves.
         let (i, msg) = std::future::poll_fn(|cx| {
@@ -178,9 +181,15 @@ pub(super) async fn run_merge(
         // A closed channel without `End` means that input's task stopped; the supervisor
         // reports its error, if it had one.
         let msg = msg.unwrap_or(Message::End);
+        let side = usize::from(i >= left_inputs);
+        if matches!(msg, Message::End) && left_inputs < inputs.len() {
+            open[side] -= 1;
+            if open[side] == 0 && open[1 - side] > 0 && !chain.input_ended(side).await? {
+                return Ok(());
+            }
+        }
         let mut out = Vec::new();
         merger.on_message(i, msg, &mut out);
-        let side = usize::from(i >= left_inputs);
         for msg in out {
             let is_end = matches!(msg, Message::End);
             if !chain.push_from(msg, side).await? {

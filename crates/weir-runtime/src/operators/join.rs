@@ -188,23 +188,13 @@ impl StreamJoin {
 
     /// For each candidate pair (chunk row `i`, partner row `j`), whether the condition holds.
     fn condition(&self, side: usize, batch: &RecordBatch, partners: &RecordBatch, pairs: &[(u32, u32)]) -> Result<Vec<bool>> {
-        let Some(filter) = &self.spec.filter else { return Ok(vec![true; pairs.len()]) };
-        if pairs.is_empty() {
-            return Ok(Vec::new());
-        }
         let mine = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
         let theirs = UInt32Array::from_iter_values(pairs.iter().map(|p| p.1));
-        let (left, li, right, ri) =
-            if side == 0 { (batch, &mine, partners, &theirs) } else { (partners, &theirs, batch, &mine) };
-        let joined = assemble(&self.spec.pair_schema, left, li, right, ri)?;
-        let keep = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
-        let keep = keep
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| WeirError::internal("join condition is not boolean"))?;
-        // NULL (unknown) is not true: no match.
-        let keep = if keep.nulls().is_some() { prep_null_mask_filter(keep) } else { keep.clone() };
-        Ok(keep.values().iter().collect())
+        if side == 0 {
+            pair_condition(&self.spec, batch, &mine, partners, &theirs)
+        } else {
+            pair_condition(&self.spec, partners, &theirs, batch, &mine)
+        }
     }
 
     fn join_chunk(&mut self, side: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
@@ -428,6 +418,29 @@ impl Emitted {
         };
         Ok(Some(if self.ops.iter().all(|o| *o == Op::Insert) { Chunk::inserts(out) } else { Chunk::changes(out, &self.ops) }))
     }
+}
+
+/// Whether the join's condition holds for each pair (left row `li[k]`, right row `ri[k]`);
+/// all true without one. NULL (unknown) is not true.
+pub(crate) fn pair_condition(
+    spec: &JoinSpec,
+    left: &RecordBatch,
+    li: &UInt32Array,
+    right: &RecordBatch,
+    ri: &UInt32Array,
+) -> Result<Vec<bool>> {
+    let Some(filter) = &spec.filter else { return Ok(vec![true; li.len()]) };
+    if li.is_empty() {
+        return Ok(Vec::new());
+    }
+    let joined = assemble(&spec.pair_schema, left, li, right, ri)?;
+    let keep = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+    let keep = keep
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| WeirError::internal("join condition is not boolean"))?;
+    let keep = if keep.nulls().is_some() { prep_null_mask_filter(keep) } else { keep.clone() };
+    Ok(keep.values().iter().collect())
 }
 
 /// Rows pairing left row `li[k]` with right row `ri[k]`; a NULL index pads that side with

@@ -10,6 +10,50 @@ use weir_runtime::operators::{JoinKind, JoinSpec};
 use super::windowed::window_columns;
 use super::*;
 
+enum Temporal {
+    /// As of processing time, against a bounded table.
+    Lookup,
+    /// As of event time, against a versioned table: both inputs' time columns.
+    Versioned([usize; 2]),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum TimeAttribute {
+    Event,
+    Processing,
+}
+
+/// The column `text` names as written (`B.p_time`), its case kept, as all names are.
+fn column_named(text: &str) -> datafusion::common::Column {
+    match text.rsplit_once('.') {
+        Some((relation, name)) => {
+            datafusion::common::Column::new(Some(datafusion::common::TableReference::bare(relation)), name)
+        }
+        None => datafusion::common::Column::new_unqualified(text),
+    }
+}
+
+/// A table read `FOR SYSTEM_TIME AS OF` a time.
+struct TemporalScan {
+    table: String,
+    time: String,
+}
+
+/// The temporal table `plan` reads directly (through projections, filters and aliases).
+fn temporal_scan(plan: &LogicalPlan) -> Option<TemporalScan> {
+    match plan {
+        LogicalPlan::Projection(p) => temporal_scan(&p.input),
+        LogicalPlan::Filter(f) => temporal_scan(&f.input),
+        LogicalPlan::SubqueryAlias(a) => temporal_scan(&a.input),
+        LogicalPlan::TableScan(scan) => {
+            let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
+            let t = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<crate::temporal::TemporalTable>()?;
+            Some(TemporalScan { table: t.table.clone(), time: t.time.clone() })
+        }
+        _ => None,
+    }
+}
+
 /// One input of a join as planned: its node (with computed keys appended), its key columns,
 /// and its schema with the computed keys.
 struct JoinInput {
@@ -65,6 +109,22 @@ impl Planner {
             JoinKind::LeftSemi | JoinKind::LeftAnti | JoinKind::RightSemi | JoinKind::RightAnti
         );
         let schema = if one_side || !computed { Arc::new(join.schema.as_arrow().clone()) } else { Arc::new(pairs.as_arrow().clone()) };
+        if let Some(temporal) = self.temporal_join(join, &left, &right, kind, &display)? {
+            let spec = JoinSpec {
+                kind,
+                keys: [left.keys.clone(), right.keys.clone()],
+                schemas: [left.node.schema(), right.node.schema()],
+                filter,
+                pair_schema: Arc::new(pairs.as_arrow().clone()),
+                schema: if computed { Arc::new(pairs.as_arrow().clone()) } else { Arc::new(join.schema.as_arrow().clone()) },
+                ttl: None,
+            };
+            let spec = match temporal {
+                Temporal::Lookup => OperatorSpec::LookupJoin { spec, display },
+                Temporal::Versioned(times) => OperatorSpec::VersionedJoin { spec, times, display },
+            };
+            return self.finish_join(join, left, right, spec, computed);
+        }
         let ends = self.window_ends(join, &left, &right);
         let spec = JoinSpec {
             kind,
@@ -93,19 +153,193 @@ impl Planner {
                 OperatorSpec::Join { spec: JoinSpec { ttl, ..spec }, display }
             }
         };
+        self.finish_join(join, left, right, spec, computed && !one_side)
+    }
+
+    /// Both inputs exchanged by their keys into `spec`; computed keys dropped after.
+    fn finish_join(
+        &self,
+        join: &datafusion::logical_expr::Join,
+        left: JoinInput,
+        right: JoinInput,
+        spec: OperatorSpec,
+        computed: bool,
+    ) -> Result<Node> {
+        let left_all = left.schema.fields().len();
         let node = Node::Join {
             left: Box::new(Node::Exchange { partitioning: Partitioning::Hash(left.keys), input: Box::new(left.node) }),
             right: Box::new(Node::Exchange { partitioning: Partitioning::Hash(right.keys), input: Box::new(right.node) }),
             spec,
         };
-        if !computed || one_side {
+        if !computed {
             return Ok(node);
         }
         // Drop the computed keys: the output is the join's declared columns.
         let (l, r) = (join.left.schema().fields().len(), join.right.schema().fields().len());
-        let left_all = left.schema.fields().len();
         let indices: Vec<usize> = (0..l).chain(left_all..left_all + r).collect();
         Ok(node.with_operator(OperatorSpec::Select { indices, schema: Arc::new(join.schema.as_arrow().clone()) }))
+    }
+
+    /// What kind of join a `FOR SYSTEM_TIME AS OF` on the right input asks for, if there is one.
+    fn temporal_join(
+        &self,
+        join: &datafusion::logical_expr::Join,
+        left: &JoinInput,
+        right: &JoinInput,
+        kind: JoinKind,
+        display: &str,
+    ) -> Result<Option<Temporal>> {
+        if temporal_scan(&join.left).is_some() {
+            return Err(WeirError::not_supported(
+                "FOR SYSTEM_TIME AS OF on the left input of a join: the table read as of a time is the right input",
+            ));
+        }
+        let Some(temporal) = temporal_scan(&join.right) else { return Ok(None) };
+        let table = &temporal.table;
+        let what = format!("FOR SYSTEM_TIME AS OF {} on '{table}'", temporal.time);
+        if !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+            return Err(WeirError::not_supported(format!("{what}: only inner and left joins ({display})")));
+        }
+        if left.keys.is_empty() {
+            return Err(WeirError::user(format!("{what}: the join needs equal keys (ON s.k = {table}.k)")));
+        }
+        let column = column_named(&temporal.time);
+        // Pruned if nothing reads it: fine for processing time, which is now.
+        let time = join.left.schema().index_of_column(&column).ok();
+        let def = self
+            .catalog
+            .tables
+            .get(table)
+            .ok_or_else(|| WeirError::internal(format!("temporal table '{table}' is not in the catalog")))?;
+        let attribute = self.temporal_times.lock().ok().and_then(|t| t.get(&(table.clone(), temporal.time.clone())).copied());
+        match attribute {
+            Some(TimeAttribute::Processing) => {
+                if !self.connectors.source_bounded(def) {
+                    return Err(WeirError::not_supported(format!(
+                        "{what}: a lookup join as of processing time reads a bounded table (a file), loaded once; \
+                         '{table}' does not end"
+                    )));
+                }
+                Ok(Some(Temporal::Lookup))
+            }
+            Some(TimeAttribute::Event) => {
+                let Some(wm) = &def.watermark else {
+                    return Err(WeirError::user(format!(
+                        "{what}: an event-time temporal join reads a versioned table: '{table}' needs a WATERMARK"
+                    )));
+                };
+                if def.primary_key.is_empty() {
+                    return Err(WeirError::user(format!(
+                        "{what}: an event-time temporal join reads a versioned table: '{table}' needs a PRIMARY KEY"
+                    )));
+                }
+                for k in &def.primary_key {
+                    let keyed = right.keys.iter().any(|r| right.schema.field(*r).name() == k);
+                    if !keyed {
+                        return Err(WeirError::user(format!(
+                            "{what}: the join must be on the versioned table's PRIMARY KEY, and '{k}' is not a join key"
+                        )));
+                    }
+                }
+                let right_time = right.schema.fields().iter().position(|f| f.name() == &wm.column).ok_or_else(|| {
+                    WeirError::not_supported(format!(
+                        "{what}: select the versioned table's time column '{}' too (Weir reads each version's time from it)",
+                        wm.column
+                    ))
+                })?;
+                let time = time.ok_or_else(|| {
+                    WeirError::not_supported(format!(
+                        "{what}: select '{}' too (Weir reads each row's time from it)",
+                        temporal.time
+                    ))
+                })?;
+                Ok(Some(Temporal::Versioned([time, right_time])))
+            }
+            None => Err(WeirError::user(format!(
+                "{what}: '{}' is not a time attribute: use the left input's event-time column (one with a \
+                 WATERMARK) or PROCTIME()",
+                temporal.time
+            ))),
+        }
+    }
+
+    /// Note the time attribute of each `FOR SYSTEM_TIME AS OF` in the unoptimized `plan`.
+    pub(super) fn find_temporal_times(&self, plan: &LogicalPlan) -> Result<()> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+
+        let mut found = Vec::new();
+        plan.apply(|node| {
+            if let LogicalPlan::Join(j) = node {
+                if let Some(t) = temporal_scan(&j.right) {
+                    let column = column_named(&t.time);
+                    let attribute = match j.left.schema().index_of_column(&column) {
+                        Ok(i) => self.time_attribute(&j.left, i),
+                        Err(_) => None,
+                    };
+                    found.push(((t.table, t.time), attribute));
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if let Ok(mut times) = self.temporal_times.lock() {
+            times.clear();
+            times.extend(found.into_iter().filter_map(|(k, a)| a.map(|a| (k, a))));
+        }
+        Ok(())
+    }
+
+    /// Whether column `column` of `plan` is a time attribute: a table's event-time column (its
+    /// `WATERMARK FOR` column, or a window's `window_time`), or `PROCTIME()`.
+    fn time_attribute(&self, plan: &LogicalPlan, column: usize) -> Option<TimeAttribute> {
+        match plan {
+            LogicalPlan::Projection(p) => {
+                let mut e = if p.expr.len() == p.schema.fields().len() {
+                    p.expr.get(column)?
+                } else {
+                    // Before the optimizer a `*` stands for many columns: an alias by name, or
+                    // the input's column of that name.
+                    let name = p.schema.field(column).name();
+                    match p.expr.iter().find(|e| matches!(e, Expr::Alias(a) if &a.name == name)) {
+                        Some(e) => e,
+                        None => {
+                            let (qualifier, field) = p.schema.qualified_field(column);
+                            let input = p.input.schema().index_of_column_by_name(qualifier, field.name())?;
+                            return self.time_attribute(&p.input, input);
+                        }
+                    }
+                };
+                while let Expr::Alias(a) = e {
+                    e = &a.expr;
+                }
+                match e {
+                    Expr::Column(c) => self.time_attribute(&p.input, p.input.schema().index_of_column(c).ok()?),
+                    Expr::ScalarFunction(f) if f.name() == crate::temporal::PROCTIME => Some(TimeAttribute::Processing),
+                    _ => None,
+                }
+            }
+            LogicalPlan::Filter(f) => self.time_attribute(&f.input, column),
+            LogicalPlan::SubqueryAlias(a) => self.time_attribute(&a.input, column),
+            LogicalPlan::Limit(l) => self.time_attribute(&l.input, column),
+            LogicalPlan::Join(j) => {
+                let left = j.left.schema().fields().len();
+                if column < left {
+                    self.time_attribute(&j.left, column)
+                } else {
+                    self.time_attribute(&j.right, column - left)
+                }
+            }
+            LogicalPlan::TableScan(scan) => {
+                let name = scan.projected_schema.field(column).name();
+                let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
+                let any = provider.as_ref() as &dyn std::any::Any;
+                if any.is::<WindowTable>() {
+                    return (name == "window_time").then_some(TimeAttribute::Event);
+                }
+                let table = self.catalog.tables.get(scan.table_name.table())?;
+                (table.watermark.as_ref()?.column == *name).then_some(TimeAttribute::Event)
+            }
+            _ => None,
+        }
     }
 
     /// Plan one input of a join and find its keys, appending a column for each key that is

@@ -1,0 +1,112 @@
+//! Temporal tables and processing time.
+//!
+//! The parser rewrites `t FOR SYSTEM_TIME AS OF s.ts` into `__weir_temporal('t', 's.ts')`;
+//! DataFusion calls [`TemporalFunction`] with those, and it returns a [`TemporalTable`]: the
+//! table's columns, marked so that the planner makes the join that reads it a lookup join or a
+//! versioned join. `PROCTIME()` is the wall clock when a row is processed ([`ProcTime`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::TimestampMillisecondArray;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::windows::TableSchemas;
+
+/// A table read `FOR SYSTEM_TIME AS OF time` (the other input's column, as written).
+#[derive(Debug)]
+pub struct TemporalTable {
+    pub table: String,
+    pub time: String,
+    pub schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for TemporalTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::Internal("temporal tables are not scanned by DataFusion".into()))
+    }
+}
+
+#[derive(Debug)]
+pub struct TemporalFunction {
+    pub tables: TableSchemas,
+}
+
+impl TableFunctionImpl for TemporalFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
+        let text = |e: &Expr| match e {
+            Expr::Literal(ScalarValue::Utf8(Some(s)), _) => Ok(s.clone()),
+            other => Err(DataFusionError::Internal(format!("FOR SYSTEM_TIME AS OF: unexpected {other}"))),
+        };
+        let [table, time] = args.exprs() else {
+            return Err(DataFusionError::Internal("FOR SYSTEM_TIME AS OF: two arguments expected".into()));
+        };
+        let (table, time) = (text(table)?, text(time)?);
+        let schema = self
+            .tables
+            .read()
+            .map_err(|_| DataFusionError::Internal("table schemas lock poisoned".into()))?
+            .get(&table)
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan(format!("table '{table}' not found (FOR SYSTEM_TIME AS OF reads a table)")))?;
+        Ok(Arc::new(TemporalTable { table, time, schema }))
+    }
+}
+
+/// `PROCTIME()`: the time a row is processed, in milliseconds. Not deterministic: a replay
+/// gives other values (a lookup join reads it only to know that it joins as of now).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct ProcTime {
+    signature: Signature,
+}
+
+impl Default for ProcTime {
+    fn default() -> Self {
+        Self { signature: Signature::nullary(Volatility::Volatile) }
+    }
+}
+
+pub const PROCTIME: &str = "proctime";
+
+impl ScalarUDFImpl for ProcTime {
+    fn name(&self) -> &str {
+        PROCTIME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Timestamp(TimeUnit::Millisecond, None))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        Ok(ColumnarValue::Array(Arc::new(TimestampMillisecondArray::from(vec![now; args.number_rows]))))
+    }
+}
