@@ -3,6 +3,8 @@
 //! regular join, both inputs kept in state. A key that is an expression (`mod(b.auction,
 //! 10000) = s.key`) is computed by a projection on its input, and dropped after the join.
 
+use std::borrow::Cow;
+
 use datafusion::common::JoinType;
 use datafusion::logical_expr::ExprSchemable;
 use weir_runtime::operators::{JoinKind, JoinSpec};
@@ -31,6 +33,52 @@ fn column_named(text: &str) -> datafusion::common::Column {
         }
         None => datafusion::common::Column::new_unqualified(text),
     }
+}
+
+/// `plan` (projections, filters and aliases over a scan) with `column` of the scanned table
+/// kept to its output (appended where a projection dropped it).
+fn keep_column(plan: &LogicalPlan, column: &str) -> Result<LogicalPlan> {
+    use datafusion::logical_expr::{Filter, Projection, SubqueryAlias, TableScan};
+    Ok(match plan {
+        LogicalPlan::TableScan(scan) => {
+            let full = scan.source.schema();
+            let index = full.index_of(column)?;
+            let mut projection = scan.projection.clone().unwrap_or_else(|| (0..full.fields().len()).collect());
+            if !projection.contains(&index) {
+                projection.push(index);
+            }
+            LogicalPlan::TableScan(TableScan::try_new(
+                scan.table_name.clone(),
+                scan.source.clone(),
+                Some(projection),
+                scan.filters.clone(),
+                scan.fetch,
+            )?)
+        }
+        LogicalPlan::Filter(f) => {
+            LogicalPlan::Filter(Filter::try_new(f.predicate.clone(), Arc::new(keep_column(&f.input, column)?))?)
+        }
+        LogicalPlan::SubqueryAlias(a) => {
+            LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(Arc::new(keep_column(&a.input, column)?), a.alias.clone())?)
+        }
+        LogicalPlan::Projection(p) => {
+            let input = keep_column(&p.input, column)?;
+            let mut exprs = p.expr.clone();
+            if !p.schema.fields().iter().any(|f| f.name() == column) {
+                let at = input.schema().fields().iter().rposition(|f| f.name() == column);
+                let at = at.ok_or_else(|| WeirError::internal(format!("column '{column}' was not kept")))?;
+                let (qualifier, field) = input.schema().qualified_field(at);
+                exprs.push(Expr::Column(datafusion::common::Column::new(qualifier.cloned(), field.name())));
+            }
+            LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(input))?)
+        }
+        other => {
+            return Err(WeirError::not_supported(format!(
+                "a versioned table read through {} (read it through projections and filters)",
+                other.display()
+            )))
+        }
+    })
 }
 
 /// A table read `FOR SYSTEM_TIME AS OF` a time.
@@ -75,8 +123,15 @@ impl Planner {
             JoinType::RightAnti => JoinKind::RightAnti,
             other => return Err(WeirError::not_supported(format!("{other} joins"))),
         };
-        let left = self.join_input(&join.left, join.on.iter().map(|(l, _)| l), "left")?;
-        let right = self.join_input(&join.right, join.on.iter().map(|(_, r)| r), "right")?;
+        // In a versioned join both inputs' rows keep their time, which the join reads,
+        // selected or not.
+        let versioned = self.versioned_time_columns(join);
+        let (left_plan, right_plan) = match &versioned {
+            Some((l, r)) => (Cow::Owned(keep_column(&join.left, l)?), Cow::Owned(keep_column(&join.right, r)?)),
+            None => (Cow::Borrowed(join.left.as_ref()), Cow::Borrowed(join.right.as_ref())),
+        };
+        let left = self.join_input(&left_plan, join.on.iter().map(|(l, _)| l), "left")?;
+        let right = self.join_input(&right_plan, join.on.iter().map(|(_, r)| r), "right")?;
         for (l, r) in left.keys.iter().zip(&right.keys) {
             let (lf, rf) = (left.schema.field(*l), right.schema.field(*r));
             if lf.data_type() != rf.data_type() {
@@ -205,7 +260,7 @@ impl Planner {
         }
         let column = column_named(&temporal.time);
         // Pruned if nothing reads it: fine for processing time, which is now.
-        let time = join.left.schema().index_of_column(&column).ok();
+        let time = left.schema.index_of_column(&column).ok();
         let def = self
             .catalog
             .tables
@@ -241,7 +296,7 @@ impl Planner {
                         )));
                     }
                 }
-                let right_time = right.schema.fields().iter().position(|f| f.name() == &wm.column).ok_or_else(|| {
+                let right_time = right.schema.fields().iter().rposition(|f| f.name() == &wm.column).ok_or_else(|| {
                     WeirError::not_supported(format!(
                         "{what}: select the versioned table's time column '{}' too (Weir reads each version's time from it)",
                         wm.column
@@ -260,6 +315,19 @@ impl Planner {
                  WATERMARK) or PROCTIME()",
                 temporal.time
             ))),
+        }
+    }
+
+    /// The time columns of both inputs of an event-time temporal join, if it is one.
+    fn versioned_time_columns(&self, join: &datafusion::logical_expr::Join) -> Option<(String, String)> {
+        let t = temporal_scan(&join.right)?;
+        let attribute = self.temporal_times.lock().ok()?.get(&(t.table.clone(), t.time.clone())).copied()?;
+        match attribute {
+            TimeAttribute::Event => {
+                let left = t.time.rsplit('.').next().unwrap_or(&t.time).to_string();
+                Some((left, self.catalog.tables.get(&t.table)?.watermark.as_ref()?.column.clone()))
+            }
+            TimeAttribute::Processing => None,
         }
     }
 
