@@ -39,6 +39,7 @@ fn join(kind: JoinKind) -> StreamJoin {
         pair_schema: both.clone(),
         schema: both,
         ttl: None,
+        interval: None,
     };
     StreamJoin::new(spec, &StateContext::memory()).expect("join")
 }
@@ -140,4 +141,43 @@ fn a_top_n_over_retractions_brings_back_a_row_that_had_left() {
     assert_eq!(got[0], "+I a 7 1\n");
     assert_eq!(got[1], "-U a 7 1\n+U a 5 1\n");
     assert_eq!(got[2], "-D a 5 1\n");
+}
+
+#[test]
+fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_late_rows() {
+    use crate::operators::Interval;
+    use weir_core::Watermark;
+    let left = schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None))]);
+    let right = schema(&[("k2", DataType::Utf8), ("u", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None))]);
+    let both = Arc::new(Schema::new([left.fields().to_vec(), right.fields().to_vec()].concat()));
+    // left.t - right.u within [0, 2000] ms.
+    let spec = JoinSpec {
+        kind: JoinKind::Left,
+        keys: [vec![0], vec![0]],
+        schemas: [left, right],
+        filter: None,
+        pair_schema: both.clone(),
+        schema: both,
+        ttl: None,
+        interval: Some(Interval { times: [1, 1], lower: Some(0), upper: Some(2000) }),
+    };
+    let mut j = StreamJoin::new(spec, &StateContext::memory()).expect("join");
+    let mut out = Vec::new();
+    j.process_input(0, chunk("k:T t:TS\n+I a 3000\n+I b 4000"), &mut out).expect("left");
+    // Nothing padded yet: a partner may still come.
+    assert_eq!(pretty(&out), "");
+    j.process_input(1, chunk("k2:T u:TS\n+I a 1500"), &mut out).expect("right");
+    assert_eq!(pretty(&out), "+I a 1970-01-01 00:00:03 a 1970-01-01 00:00:01.500\n");
+    out.clear();
+    // Past 4000 no right row can meet b (its partners are at most 4000 - 0): padded, once.
+    j.process_watermark(Watermark(4000), &mut out).expect("watermark");
+    assert_eq!(pretty(&out), "+I b 1970-01-01 00:00:04 . .\n");
+    out.clear();
+    // Behind the watermark: late, dropped.
+    j.process_input(0, chunk("k:T t:TS\n+I a 3500"), &mut out).expect("late");
+    j.process_input(1, chunk("k2:T u:TS\n+I a 3900"), &mut out).expect("late");
+    assert_eq!(pretty(&out), "");
+    assert_eq!(j.late_rows(), 2);
+    j.finish(&mut out).expect("finish");
+    assert_eq!(pretty(&out), "");
 }

@@ -281,7 +281,7 @@ impl Node {
             Node::Source { changelog, .. } => changelog.clone(),
             Node::Join { left, right, spec: OperatorSpec::Join { spec, .. } } => {
                 let appending = left.changelog().is_append_only() && right.changelog().is_append_only();
-                if appending && spec.kind == JoinKind::Inner {
+                if appending && (spec.kind == JoinKind::Inner || spec.interval.is_some()) {
                     Changelog::AppendOnly
                 } else {
                     Changelog::Retract
@@ -423,6 +423,9 @@ impl Node {
 
 /// What bounds a regular join's state, for `EXPLAIN`.
 fn join_state(spec: &JoinSpec) -> String {
+    if spec.interval.is_some() {
+        return "both inputs' rows, each dropped once the watermark passes the last time it can be joined".into();
+    }
     match spec.ttl {
         Some(ttl) => format!("both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"),
         None => "warning: both inputs' rows are kept forever, so the state grows without bound; set \
@@ -599,10 +602,11 @@ impl OperatorSpec {
                 columns(&spec.schemas[1])
             ),
             OperatorSpec::Join { spec, .. } => format!(
-                "join {:?} keys {:?} ttl {} [{}] [{}]",
+                "join {:?} keys {:?} ttl {} interval {:?} [{}] [{}]",
                 spec.kind,
                 spec.keys,
                 spec.ttl.is_some(),
+                spec.interval,
                 columns(&spec.schemas[0]),
                 columns(&spec.schemas[1])
             ),

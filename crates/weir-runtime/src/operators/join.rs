@@ -37,10 +37,11 @@ use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::state::{interner, ordered, StateContext};
 
-const TABLES: [TableDecl; 3] = [
+const TABLES: [TableDecl; 4] = [
     TableDecl { name: "left", kind: TableKind::Sorted },
     TableDecl { name: "right", kind: TableKind::Sorted },
     TableDecl { name: "expiry", kind: TableKind::Timed },
+    TableDecl { name: "interval", kind: TableKind::Timed },
 ];
 
 /// Which rows without a partner are kept (padded with NULLs).
@@ -84,6 +85,30 @@ pub struct JoinSpec {
     pub schema: SchemaRef,
     /// Event-time state TTL in milliseconds (regular joins only).
     pub ttl: Option<i64>,
+    /// An interval join's time bounds (regular joins only).
+    pub interval: Option<Interval>,
+}
+
+/// An interval join: `left.time - right.time` is within `[lower, upper]` milliseconds (a
+/// bound may be open). Each row is dropped once the watermark passes the last time a row of
+/// the other input could match it; a row of an outer side without a partner is emitted
+/// padded then, so the output stays append-only. Rows behind the watermark when they come
+/// are late (their partners may be gone): dropped and counted, as Flink's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    pub times: [usize; 2],
+    pub lower: Option<i64>,
+    pub upper: Option<i64>,
+}
+
+impl Interval {
+    /// The watermark after which a row of `side` at `time` can meet no row to come.
+    fn dead_after(&self, side: usize, time: i64) -> Option<i64> {
+        match side {
+            0 => self.lower.map(|l| time.saturating_sub(l)),
+            _ => self.upper.map(|u| time.saturating_add(u)),
+        }
+    }
 }
 
 /// One stored row: how many copies, how many partners each copy has (outer sides only), and
@@ -138,7 +163,10 @@ pub struct StreamJoin {
     tables: StateTables,
     sides: [Table; 2],
     expiry: Table,
+    /// Interval joins: entries by the watermark after which they are dropped.
+    dying: Table,
     watermark: Watermark,
+    late: u64,
 }
 
 impl StreamJoin {
@@ -157,9 +185,11 @@ impl StreamJoin {
             rows: [whole(0)?, whole(1)?],
             sides: [tables.table("left")?, tables.table("right")?],
             expiry: tables.table("expiry")?,
+            dying: tables.table("interval")?,
             tables,
             spec,
             watermark: Watermark::MIN,
+            late: 0,
         })
     }
 
@@ -207,6 +237,23 @@ impl StreamJoin {
         let batch = chunk.batch;
         let key_columns: Vec<ArrayRef> = self.spec.keys[side].iter().map(|k| batch.column(*k).clone()).collect();
         let mut valid = vec![true; n];
+        // An interval join drops rows that can meet nothing to come (`live` false).
+        let mut live = vec![true; n];
+        let mut dies: Vec<Option<i64>> = vec![None; n];
+        if let Some(interval) = self.spec.interval {
+            let times = super::window::millis(batch.column(interval.times[side]))?;
+            for i in 0..n {
+                if !times.is_valid(i) {
+                    continue;
+                }
+                // Behind the watermark: its partners may be gone already.
+                if times.value(i) <= self.watermark.0 {
+                    live[i] = false;
+                    self.late += 1;
+                }
+                dies[i] = interval.dead_after(side, times.value(i));
+            }
+        }
         for c in &key_columns {
             if let Some(nulls) = c.logical_nulls() {
                 valid.iter_mut().zip(nulls.iter()).for_each(|(v, ok)| *v &= ok);
@@ -258,9 +305,14 @@ impl StreamJoin {
         }
 
         let (outer_mine, outer_theirs) = (self.spec.kind.outer(side), self.spec.kind.outer(other));
+        // An interval join pads a row without a partner when it is dropped, not before.
+        let deferred = self.spec.interval.is_some();
         let stamp = self.watermark.0;
         let mut emit = Emitted::default();
         for i in 0..n {
+            if !live[i] {
+                continue;
+            }
             let insert = ops[i].sign() > 0;
             let Some(entry_key) = entry_keys[i].as_deref() else {
                 if outer_mine {
@@ -282,7 +334,7 @@ impl StreamJoin {
                 entry.count = entry.count.saturating_sub(1);
             }
             if total == 0 {
-                if outer_mine {
+                if outer_mine && !deferred {
                     emit.push(Some(i), None, if insert { Op::Insert } else { Op::Delete }, 1);
                 }
                 continue;
@@ -295,7 +347,7 @@ impl StreamJoin {
                     continue;
                 }
                 if insert {
-                    if outer_theirs && theirs.partners == 0 {
+                    if outer_theirs && theirs.partners == 0 && !deferred {
                         emit.push(None, Some(j), Op::Delete, copies);
                     }
                     emit.push(Some(i), Some(j), Op::Insert, copies);
@@ -322,6 +374,16 @@ impl StreamJoin {
         let changes: Vec<Change<'_>> = mine.iter().map(|(g, k, v)| (*g, *k, v.as_ref().map(|v| &v[..]))).collect();
         self.tables.write(self.sides[side], &changes)?;
         self.file_for_expiry(side, mine.iter().filter(|m| m.2.is_some()).map(|(g, k, _)| (*g, *k)))?;
+        if self.spec.interval.is_some() {
+            let mut dying = Vec::new();
+            for i in (0..n).filter(|i| live[*i]) {
+                if let (Some(d), Some(k)) = (dies[i], entry_keys[i].as_deref()) {
+                    dying.push((groups[i], [&ordered(d)[..], &[side as u8], k].concat()));
+                }
+            }
+            let changes: Vec<Change<'_>> = dying.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+            self.tables.write(self.dying, &changes)?;
+        }
         let mut theirs = Vec::new();
         for (k, range) in partners.ranges.iter().enumerate() {
             for j in range.clone().filter(|j| partners.changed[*j]) {
@@ -348,6 +410,51 @@ impl StreamJoin {
         let keys: Vec<(u16, Vec<u8>)> = touched.map(|(g, k)| (g, [&stamp[..], &[side as u8], k].concat())).collect();
         let changes: Vec<Change<'_>> = keys.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
         self.tables.write(self.expiry, &changes)
+    }
+
+    /// Interval joins: drop the rows no row to come can meet once the watermark is at
+    /// `watermark`; rows of an outer side that never met a partner are emitted padded.
+    fn drop_dead(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<()> {
+        let (from, to) = (ordered(i64::MIN), ordered(watermark.saturating_add(1)));
+        let dead = self.tables.scan_times(self.dying, &from, &to)?;
+        if dead.is_empty() {
+            return Ok(());
+        }
+        self.tables.delete_times(self.dying, &from, &to)?;
+        for side in 0..2 {
+            let keys: Vec<(u16, &[u8])> =
+                dead.iter().filter(|(_, k, _)| k.get(8) == Some(&(side as u8))).map(|(g, k, _)| (*g, &k[9..])).collect();
+            let values = self.tables.get_many(self.sides[side], &keys)?;
+            let mut unmatched = Vec::new();
+            let mut gone = Vec::new();
+            for ((g, k), v) in keys.iter().zip(values) {
+                let Some(v) = v else { continue };
+                let entry = Entry::decode(&v)?;
+                if self.spec.kind.outer(side) && entry.partners == 0 {
+                    // The row's bytes follow its key's length and key.
+                    let key_len = k.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0) as usize;
+                    for _ in 0..entry.count {
+                        unmatched.push(k[4 + key_len..].to_vec());
+                    }
+                }
+                gone.push((*g, *k, None));
+            }
+            self.tables.write(self.sides[side], &gone)?;
+            if !unmatched.is_empty() {
+                let rows = self.decode(side, &unmatched)?;
+                let n = rows.num_rows() as u32;
+                let mine = UInt32Array::from_iter_values(0..n);
+                let none = UInt32Array::from(vec![None; n as usize]);
+                let other = RecordBatch::new_empty(self.spec.schemas[1 - side].clone());
+                let batch = if side == 0 {
+                    assemble(&self.spec.schema, &rows, &mine, &other, &none)?
+                } else {
+                    assemble(&self.spec.schema, &other, &none, &rows, &mine)?
+                };
+                out.push(Message::Chunk(Chunk::inserts(batch)));
+            }
+        }
+        Ok(())
     }
 
     /// Forget entries last touched at or before `horizon`: each filed entry whose stored
@@ -486,6 +593,9 @@ impl Operator for StreamJoin {
             return Ok(());
         }
         self.watermark = watermark;
+        if self.spec.interval.is_some() {
+            self.drop_dead(watermark.0, out)?;
+        }
         if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
             self.expire(watermark.0.saturating_sub(ttl))?;
         }
@@ -493,8 +603,20 @@ impl Operator for StreamJoin {
         Ok(())
     }
 
+    /// The input ended: an interval join's outer rows still without a partner never get one.
+    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        if self.spec.interval.is_some() {
+            self.drop_dead(i64::MAX, out)?;
+        }
+        Ok(())
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.late
+    }
+
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.tables.snapshot(serde_json::json!({ "watermark": self.watermark.0 }))?))
+        Ok(Some(self.tables.snapshot(serde_json::json!({ "watermark": self.watermark.0, "late": self.late }))?))
     }
 
     /// From one snapshot or, at another parallelism, several: every task of a stage saw the
@@ -503,6 +625,9 @@ impl Operator for StreamJoin {
         for m in self.tables.restore_from(states)? {
             let w = m.meta["watermark"].as_i64().ok_or_else(|| WeirError::internal("join state is damaged"))?;
             self.watermark = self.watermark.max(Watermark(w));
+            if m.primary {
+                self.late += m.meta["late"].as_u64().unwrap_or(0);
+            }
         }
         Ok(())
     }

@@ -30,5 +30,5 @@ pub use upsert::{UpsertNormalize, UpsertSpec};
 pub use watermark::WatermarkGenerator;
 pub use window::{millis, LateOutput, WindowAssign, WindowKind, WindowSpec};
 pub use window_aggregate::WindowAggregate;
-pub use join::{JoinKind, JoinSpec, StreamJoin};
+pub use join::{Interval, JoinKind, JoinSpec, StreamJoin};
 pub use window_join::WindowJoin;

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use datafusion::common::JoinType;
 use datafusion::logical_expr::ExprSchemable;
-use weir_runtime::operators::{JoinKind, JoinSpec};
+use weir_runtime::operators::{Interval, JoinKind, JoinSpec};
 
 use super::windowed::window_columns;
 use super::*;
@@ -25,6 +25,19 @@ pub(super) enum TimeAttribute {
     Processing,
 }
 
+/// A constant interval of days or less, in milliseconds.
+fn interval_millis(e: &Expr) -> Option<i64> {
+    use datafusion::common::ScalarValue;
+    match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => Some(v.days as i64 * 86_400_000 + v.milliseconds as i64),
+        Expr::Cast(c) => interval_millis(&c.expr),
+        _ => None,
+    }
+}
+
 /// The column `text` names as written (`B.p_time`), its case kept, as all names are.
 fn column_named(text: &str) -> datafusion::common::Column {
     match text.rsplit_once('.') {
@@ -38,7 +51,7 @@ fn column_named(text: &str) -> datafusion::common::Column {
 /// `plan` (projections, filters and aliases over a scan) with `column` of the scanned table
 /// kept to its output (appended where a projection dropped it).
 fn keep_column(plan: &LogicalPlan, column: &str) -> Result<LogicalPlan> {
-    use datafusion::logical_expr::{Filter, Projection, SubqueryAlias, TableScan};
+    use datafusion::logical_expr::{Filter, Projection, SubqueryAlias, TableScanBuilder};
     Ok(match plan {
         LogicalPlan::TableScan(scan) => {
             let full = scan.source.schema();
@@ -47,13 +60,13 @@ fn keep_column(plan: &LogicalPlan, column: &str) -> Result<LogicalPlan> {
             if !projection.contains(&index) {
                 projection.push(index);
             }
-            LogicalPlan::TableScan(TableScan::try_new(
-                scan.table_name.clone(),
-                scan.source.clone(),
-                Some(projection),
-                scan.filters.clone(),
-                scan.fetch,
-            )?)
+            LogicalPlan::TableScan(
+                TableScanBuilder::new(scan.table_name.clone(), scan.source.clone())
+                    .with_projection(Some(projection))
+                    .with_filters(scan.filters.clone())
+                    .with_fetch(scan.fetch)
+                    .build()?,
+            )
         }
         LogicalPlan::Filter(f) => {
             LogicalPlan::Filter(Filter::try_new(f.predicate.clone(), Arc::new(keep_column(&f.input, column)?))?)
@@ -173,6 +186,7 @@ impl Planner {
                 pair_schema: Arc::new(pairs.as_arrow().clone()),
                 schema: if computed { Arc::new(pairs.as_arrow().clone()) } else { Arc::new(join.schema.as_arrow().clone()) },
                 ttl: None,
+                interval: None,
             };
             let spec = match temporal {
                 Temporal::Lookup => OperatorSpec::LookupJoin { spec, display },
@@ -189,6 +203,7 @@ impl Planner {
             pair_schema: Arc::new(pairs.as_arrow().clone()),
             schema,
             ttl: None,
+            interval: None,
         };
         let spec = match ends {
             Some(ends) => OperatorSpec::WindowJoin { spec, ends, display },
@@ -199,13 +214,23 @@ impl Planner {
                     ));
                 }
                 let ttl = self.state_ttl.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+                let appending = left.node.changelog().is_append_only() && right.node.changelog().is_append_only();
+                let interval = if appending { self.interval_bounds(join) } else { None };
                 if left.keys.is_empty() {
                     log::warn!(
                         "a join without equal keys ({display}) keeps every row of both inputs in one task and \
                          compares each with all of the other side's: set 'table.exec.state.ttl' to bound it"
                     );
                 }
-                OperatorSpec::Join { spec: JoinSpec { ttl, ..spec }, display }
+                let display = match interval {
+                    Some(i) => format!(
+                        "{display} (an interval join: left time - right time within [{}, {}] ms)",
+                        i.lower.map_or("-inf".to_string(), |l| l.to_string()),
+                        i.upper.map_or("+inf".to_string(), |u| u.to_string())
+                    ),
+                    None => display,
+                };
+                OperatorSpec::Join { spec: JoinSpec { ttl, interval, ..spec }, display }
             }
         };
         self.finish_join(join, left, right, spec, computed && !one_side)
@@ -455,6 +480,72 @@ impl Planner {
             display,
         });
         Ok(JoinInput { node, keys: columns, schema: with_keys })
+    }
+
+    /// The time bounds of an interval join: conjuncts of the condition that bound one input's
+    /// event-time column by the other's plus or minus a constant (`l.ts BETWEEN r.ts -
+    /// INTERVAL '1' MINUTE AND r.ts`, or with `>=`, `<=`, `>`, `<`).
+    fn interval_bounds(&self, join: &datafusion::logical_expr::Join) -> Option<Interval> {
+        use datafusion::logical_expr::{BinaryExpr, Operator as Op};
+        let filter = join.filter.as_ref()?;
+        // A time column of either input and an offset in ms: (side, column, offset).
+        let time_of = |e: &Expr| -> Option<(usize, usize, i64)> {
+            let (column, offset) = match e {
+                Expr::BinaryExpr(BinaryExpr { left, op: op @ (Op::Plus | Op::Minus), right }) => {
+                    let ms = interval_millis(right)?;
+                    (left.as_ref(), if *op == Op::Plus { ms } else { -ms })
+                }
+                other => (other, 0),
+            };
+            let Expr::Column(c) = column else { return None };
+            if let Ok(i) = join.left.schema().index_of_column(c) {
+                return matches!(self.time_attribute(&join.left, i), Some(TimeAttribute::Event)).then_some((0, i, offset));
+            }
+            let i = join.right.schema().index_of_column(c).ok()?;
+            matches!(self.time_attribute(&join.right, i), Some(TimeAttribute::Event)).then_some((1, i, offset))
+        };
+        let mut times: Option<[usize; 2]> = None;
+        let (mut lower, mut upper): (Option<i64>, Option<i64>) = (None, None);
+        let mut bound = |a: &Expr, op: Op, b: &Expr| {
+            let (Some(x), Some(y)) = (time_of(a), time_of(b)) else { return };
+            if x.0 == y.0 {
+                return;
+            }
+            // x.time + x.off OP y.time + y.off, as left - right OP c.
+            let (pair, op, c) = if x.0 == 0 {
+                ([x.1, y.1], op, y.2 - x.2)
+            } else {
+                let flipped = match op {
+                    Op::Gt => Op::Lt,
+                    Op::GtEq => Op::LtEq,
+                    Op::Lt => Op::Gt,
+                    Op::LtEq => Op::GtEq,
+                    other => other,
+                };
+                ([y.1, x.1], flipped, x.2 - y.2)
+            };
+            if times.is_some_and(|t| t != pair) {
+                return;
+            }
+            times = Some(pair);
+            match op {
+                Op::Gt | Op::GtEq => lower = Some(lower.map_or(c, |l| l.max(c))),
+                Op::Lt | Op::LtEq => upper = Some(upper.map_or(c, |u| u.min(c))),
+                _ => {}
+            }
+        };
+        for conjunct in datafusion::logical_expr::utils::split_conjunction(filter) {
+            match conjunct {
+                Expr::Between(b) if !b.negated => {
+                    bound(&b.expr, Op::GtEq, &b.low);
+                    bound(&b.expr, Op::LtEq, &b.high);
+                }
+                Expr::BinaryExpr(BinaryExpr { left, op, right }) => bound(left, *op, right),
+                _ => {}
+            }
+        }
+        let times = times?;
+        (lower.is_some() && upper.is_some()).then_some(Interval { times, lower, upper })
     }
 
     /// `Some(window_end of each input)` if this is a window join: both inputs carry a window
