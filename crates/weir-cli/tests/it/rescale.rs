@@ -202,9 +202,20 @@ const GROUPED: &str = "INSERT INTO out SELECT n, COUNT(*), MIN(k), MAX(k), SUM(k
     SELECT auction % 500 AS k, COUNT(*) AS n, COUNT(DISTINCT bidder) AS d, MAX(price) AS m
     FROM bid GROUP BY auction % 500) GROUP BY n";
 
-/// Run GROUPED at parallelism `p` with its checkpoints in `dir`; `stop`: stop it with a
-/// checkpoint after a while. Returns its changelog.
+/// A left join of appended rows with an updating input (rows padded, then joined, then
+/// joined with a new maximum), and a Top-N whose order leaves no ties.
+const JOINED: &str = "INSERT INTO out SELECT a.id, a.seller, b.m, b.n, 0 FROM auction a LEFT JOIN
+    (SELECT auction, MAX(price) AS m, COUNT(*) AS n FROM bid GROUP BY auction) b ON a.id = b.auction";
+const TOP_N: &str = "INSERT INTO out SELECT * FROM (SELECT auction % 100, bidder, price, auction,
+    ROW_NUMBER() OVER (PARTITION BY auction % 100 ORDER BY price DESC, bidder, auction) AS rn FROM bid) WHERE rn <= 3";
+
 async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
+    run_query(GROUPED, dir, p, backend, stop).await
+}
+
+/// Run `query` at parallelism `p` with its checkpoints in `dir`; `stop`: stop it with a
+/// checkpoint after a while. Returns its changelog.
+async fn run_query(query: &str, dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
     let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let engine = Engine::with_connectors(std::sync::Arc::new(Collect {
         builtin: weir::connector::Connectors,
@@ -218,12 +229,14 @@ async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<wei
          SET 'state.dir' = '{state}';
          CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT)
            WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '400000', 'rate' = '300000');
+         CREATE TABLE auction (id BIGINT, seller BIGINT)
+           WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '400000', 'rate' = '300000');
          CREATE TABLE out (n BIGINT, groups BIGINT, lo BIGINT, hi BIGINT, total BIGINT) WITH ('connector' = 'collect')",
         ck = dir.join("checkpoints").display(),
         state = dir.join("state").display(),
     );
     engine.execute_all(&setup).await.expect("setup");
-    let job = engine.submit(GROUPED).await.expect("submit");
+    let job = engine.submit(query).await.expect("submit");
     if stop {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         job.stop_with_checkpoint();
@@ -264,6 +277,26 @@ async fn group_aggregates_resume_at_another_parallelism() {
             copy_dir(&dir.join("stopped"), &resumed);
             let rest = grouped_run(&resumed, p, backend, false).await;
             assert_eq!(applied(&[&stopped, &rest]), want, "{backend}: resumed at p={p}");
+        }
+    }
+}
+
+/// A regular join and a Top-N stopped with a checkpoint at p=2 resume at 3: what the two runs
+/// emitted, applied in turn, leaves the rows of a run that never stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_and_top_n_resume_at_another_parallelism() {
+    for (name, query) in [("join", JOINED), ("top-n", TOP_N)] {
+        for backend in ["memory", "rocksdb"] {
+            let dir = crate::slt::tempdir();
+            let want = applied(&[&run_query(query, &dir.join("reference"), 2, backend, false).await]);
+            assert!(want.len() > 100, "{name}, {backend}: reference has {} rows", want.len());
+            let stopped = run_query(query, &dir.join("stopped"), 2, backend, true).await;
+            assert!(!stopped.is_empty(), "{name}, {backend}: nothing before the stop");
+            assert_ne!(applied(&[&stopped]), want, "{name}, {backend}: the stop came after the end");
+            let resumed = dir.join("p3");
+            copy_dir(&dir.join("stopped"), &resumed);
+            let rest = run_query(query, &resumed, 3, backend, false).await;
+            assert_eq!(applied(&[&stopped, &rest]), want, "{name}, {backend}: resumed at p=3");
         }
     }
 }

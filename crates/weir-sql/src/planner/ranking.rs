@@ -39,6 +39,18 @@ fn column_of(e: &Expr, schema: &DFSchema) -> Option<usize> {
     }
 }
 
+/// The input column `e` reads, or the place of the column computed for it after the input's.
+fn placed<'a>(e: &'a Expr, schema: &DFSchema, computed: &mut Vec<&'a Expr>) -> usize {
+    if let Some(c) = column_of(e, schema) {
+        return c;
+    }
+    let at = computed.iter().position(|c| *c == e).unwrap_or_else(|| {
+        computed.push(e);
+        computed.len() - 1
+    });
+    schema.fields().len() + at
+}
+
 fn whole_number(e: &Expr) -> Option<i64> {
     match e {
         Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
@@ -143,37 +155,39 @@ impl Planner {
         };
         let input_schema = window.input.schema();
         let params = &function.params;
-        let partition = params
-            .partition_by
-            .iter()
-            .map(|e| {
-                column_of(e, input_schema).ok_or_else(|| {
-                    WeirError::not_supported(format!(
-                        "PARTITION BY {} (partition by columns; compute expressions in a subquery)",
-                        e.human_display()
-                    ))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         if params.order_by.is_empty() {
             return Err(WeirError::user(
                 "Top-N without ORDER BY: which rows are first is not defined (add ORDER BY to the OVER clause)",
             ));
         }
-        let order = params
+        // A key or order that is an expression is computed by a projection before the exchange.
+        let mut computed: Vec<&Expr> = Vec::new();
+        let partition: Vec<usize> =
+            params.partition_by.iter().map(|e| placed(e, input_schema, &mut computed)).collect();
+        let order: Vec<(usize, datafusion::arrow::compute::SortOptions)> = params
             .order_by
             .iter()
             .map(|s| {
-                let column = column_of(&s.expr, input_schema).ok_or_else(|| {
-                    WeirError::not_supported(format!(
-                        "ORDER BY {} in OVER (order by columns; compute expressions in a subquery)",
-                        s.expr.human_display()
-                    ))
-                })?;
-                Ok((column, datafusion::arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first }))
+                let options = datafusion::arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first };
+                (placed(&s.expr, input_schema, &mut computed), options)
             })
-            .collect::<Result<Vec<_>>>()?;
-        let input = self.to_node(&window.input)?;
+            .collect();
+        let mut input = self.to_node(&window.input)?;
+        let width = input_schema.fields().len();
+        if !computed.is_empty() {
+            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+            let mut fields: Vec<Field> = input_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            for (i, f) in input_schema.fields().iter().enumerate() {
+                exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)));
+            }
+            for (i, e) in computed.iter().enumerate() {
+                let (_, field) = datafusion::logical_expr::ExprSchemable::to_field(*e, input_schema)?;
+                fields.push(Field::new(format!("__weir_rank_key_{i}"), field.data_type().clone(), field.is_nullable()));
+                exprs.push(self.physical(e, input_schema)?);
+            }
+            let display = fields.iter().map(|f| f.name().clone()).collect();
+            input = input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display });
+        }
         let retracting_input = !input.changelog().is_append_only();
         let (lo, hi) = (lo.max(1) as u64, hi.max(0) as u64);
         let later_wins_ties = kind == RankKind::RowNumber && hi == 1 && order.len() == 1 && order[0].1.descending;
@@ -197,10 +211,21 @@ impl Planner {
             later_wins_ties,
             retracting_input,
             input_schema: input.schema(),
-            schema: Arc::new(window.schema.as_arrow().clone()),
+            schema: {
+                let mut fields: Vec<Field> = input.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(window.schema.field(width).as_ref().clone());
+                Arc::new(Schema::new(fields))
+            },
         };
+        let extended = spec.schema.fields().len() > width + 1;
         let mut node = Node::Exchange { partitioning: Partitioning::Hash(partition), input: Box::new(input) }
             .with_operator(OperatorSpec::TopN { spec, display });
+        if extended {
+            // Drop the computed keys: the window's columns, then the rank.
+            let rank = node.schema().fields().len() - 1;
+            let indices: Vec<usize> = (0..width).chain([rank]).collect();
+            node = node.with_operator(OperatorSpec::Select { indices, schema: Arc::new(window.schema.as_arrow().clone()) });
+        }
         for p in chain.iter().rev() {
             node = self.project(node, p)?;
         }
