@@ -216,8 +216,7 @@ impl NexmarkSource {
             .fields()
             .iter()
             .map(|f| {
-                kind.column(f.name())
-                    .ok_or_else(|| WeirError::user(format!("nexmark has no column '{}'", f.name())))
+                kind.column(f.name()).ok_or_else(|| WeirError::user(format!("nexmark has no column '{}'", f.name())))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {

@@ -37,7 +37,9 @@ fn column(data_type: &DataType, cells: &[Option<&str>]) -> Result<ArrayRef> {
     let bad = |c: &str| WeirError::internal(format!("fixture: '{c}' is not a {data_type}"));
     let int = |c: &&str| c.parse::<i64>().map_err(|_| bad(c));
     Ok(match data_type {
-        DataType::Int64 => Arc::new(cells.iter().map(|c| c.as_ref().map(int).transpose()).collect::<Result<Int64Array>>()?),
+        DataType::Int64 => {
+            Arc::new(cells.iter().map(|c| c.as_ref().map(int).transpose()).collect::<Result<Int64Array>>()?)
+        }
         DataType::Int32 => Arc::new(
             cells
                 .iter()
@@ -96,8 +98,7 @@ impl Chunk {
                 c.push((v != ".").then_some(v));
             }
         }
-        let columns =
-            fields.iter().zip(&cells).map(|(f, c)| column(f.data_type(), c)).collect::<Result<Vec<_>>>()?;
+        let columns = fields.iter().zip(&cells).map(|(f, c)| column(f.data_type(), c)).collect::<Result<Vec<_>>>()?;
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         Ok(Chunk::changes(batch, &ops))
     }

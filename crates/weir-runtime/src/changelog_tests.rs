@@ -111,10 +111,7 @@ fn push(op: &mut GroupAggregate, text: &str) -> String {
 #[test]
 fn a_group_aggregate_emits_one_change_per_group_and_takes_rows_back() {
     let mut op = group_aggregate(&StateContext::memory());
-    assert_eq!(
-        push(&mut op, "k:T v:I\n+I a 1\n+I a 5\n+I b 7\n+I a 3"),
-        "+I a 3 9 1 5\n+I b 1 7 7 7\n"
-    );
+    assert_eq!(push(&mut op, "k:T v:I\n+I a 1\n+I a 5\n+I b 7\n+I a 3"), "+I a 3 9 1 5\n+I b 1 7 7 7\n");
     // The minimum and the maximum of a leave: the next ones are found among its values.
     assert_eq!(push(&mut op, "k:T v:I\n-U a 1\n+U a 4\n-D a 5"), "-U a 3 9 1 5\n+U a 2 7 3 4\n");
     // b empties: deleted. An unchanged result emits nothing.

@@ -81,14 +81,7 @@ fn a_left_join_retracts_a_padded_row_at_its_first_match_and_restores_it_after_it
 #[test]
 fn a_full_join_pads_both_sides_and_joins_every_copy_of_duplicate_rows() {
     let mut j = join(JoinKind::Full);
-    let got = steps(
-        &mut j,
-        &[
-            (1, "k2:T w:I\n+I a 10\n+I a 10"),
-            (0, "k:T v:I\n+I a 1"),
-            (0, "k:T v:I\n-D a 1"),
-        ],
-    );
+    let got = steps(&mut j, &[(1, "k2:T w:I\n+I a 10\n+I a 10"), (0, "k:T v:I\n+I a 1"), (0, "k:T v:I\n-D a 1")]);
     assert_eq!(got[0], "+I . . a 10\n+I . . a 10\n");
     assert_eq!(got[1], "-D . . a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n");
     assert_eq!(got[2], "-D a 1 a 10\n-D a 1 a 10\n+I . . a 10\n+I . . a 10\n");
@@ -132,11 +125,7 @@ fn a_top_n_over_retractions_brings_back_a_row_that_had_left() {
     let mut t = top_n(1, true);
     let got = steps(
         &mut t,
-        &[
-            (0, "k:T v:I\n+I a 5\n+I a 7"),
-            (0, "k:T v:I\n-U a 7\n+U a 2"),
-            (0, "k:T v:I\n-D a 5\n-D a 2"),
-        ],
+        &[(0, "k:T v:I\n+I a 5\n+I a 7"), (0, "k:T v:I\n-U a 7\n+U a 2"), (0, "k:T v:I\n-D a 5\n-D a 2")],
     );
     assert_eq!(got[0], "+I a 7 1\n");
     assert_eq!(got[1], "-U a 7 1\n+U a 5 1\n");
@@ -147,8 +136,14 @@ fn a_top_n_over_retractions_brings_back_a_row_that_had_left() {
 fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_late_rows() {
     use crate::operators::Interval;
     use weir_core::Watermark;
-    let left = schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None))]);
-    let right = schema(&[("k2", DataType::Utf8), ("u", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None))]);
+    let left = schema(&[
+        ("k", DataType::Utf8),
+        ("t", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None)),
+    ]);
+    let right = schema(&[
+        ("k2", DataType::Utf8),
+        ("u", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None)),
+    ]);
     let both = Arc::new(Schema::new([left.fields().to_vec(), right.fields().to_vec()].concat()));
     // left.t - right.u within [0, 2000] ms.
     let spec = JoinSpec {

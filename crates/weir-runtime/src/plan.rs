@@ -10,9 +10,9 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, Project, Select, SessionAggregate, SessionSpec,
-    LookupJoin, RankKind, StateContext, StreamJoin, VersionedJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowJoin, WindowKind, WindowSpec,
+    Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
+    SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
+    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -427,7 +427,9 @@ fn join_state(spec: &JoinSpec) -> String {
         return "both inputs' rows, each dropped once the watermark passes the last time it can be joined".into();
     }
     match spec.ttl {
-        Some(ttl) => format!("both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"),
+        Some(ttl) => format!(
+            "both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"
+        ),
         None => "warning: both inputs' rows are kept forever, so the state grows without bound; set \
                  'table.exec.state.ttl' to bound it"
             .into(),
@@ -558,7 +560,16 @@ impl OperatorSpec {
                 let aggs: Vec<String> = spec
                     .aggregates
                     .iter()
-                    .map(|a| format!("{}({}{:?} {}) filter {:?}", a.kind.name(), if a.distinct { "distinct " } else { "" }, a.arg, a.arg_type, a.filter))
+                    .map(|a| {
+                        format!(
+                            "{}({}{:?} {}) filter {:?}",
+                            a.kind.name(),
+                            if a.distinct { "distinct " } else { "" },
+                            a.arg,
+                            a.arg_type,
+                            a.filter
+                        )
+                    })
                     .collect();
                 format!(
                     "group aggregate keys {} retracting {} ttl {} [{}]",

@@ -83,7 +83,10 @@ fn group_window(select: &mut Select) -> Result<()> {
     let Some((kind, args)) = window_call(&groups[at]) else { return Ok(()) };
     let upper = kind.to_uppercase();
     let refuse = |what: &str| WeirError::user(format!("{upper}(…) in GROUP BY (a legacy group window): {what}"));
-    let time = args.first().and_then(|e| column_name(e)).ok_or_else(|| refuse("its first argument must be the time column"))?;
+    let time = args
+        .first()
+        .and_then(|e| column_name(e))
+        .ok_or_else(|| refuse("its first argument must be the time column"))?;
     let rest: Vec<String> = args[1..].iter().map(|e| e.to_string()).collect();
     let wanted = if kind == "hop" { 2 } else { 1 };
     if rest.len() != wanted {

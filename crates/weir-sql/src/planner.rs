@@ -199,8 +199,7 @@ impl Planner {
             ))
             .at(ct.options.iter().find(|(k, _, _)| k == LATE_DATA_TABLE).map(|(_, _, at)| *at)));
         }
-        let primary_key =
-            ct.primary_key.iter().map(|i| column_of(i, "in PRIMARY KEY")).collect::<Result<Vec<_>>>()?;
+        let primary_key = ct.primary_key.iter().map(|i| column_of(i, "in PRIMARY KEY")).collect::<Result<Vec<_>>>()?;
         let partition_keys =
             ct.partitioned_by.iter().map(|i| column_of(i, "in PARTITIONED BY")).collect::<Result<Vec<_>>>()?;
         let mut options = Options::default();
@@ -437,12 +436,10 @@ impl Planner {
             // DISTINCT ON.
             LogicalPlan::Distinct(_) => return Err(WeirError::not_supported("DISTINCT ON")),
             LogicalPlan::Join(join) => self.join_node(join)?,
-            LogicalPlan::Window(_) => {
-                return Err(WeirError::not_supported(
-                    "this OVER window: Weir runs ROW_NUMBER(), RANK() or DENSE_RANK() OVER (PARTITION BY … ORDER BY …) \
+            LogicalPlan::Window(_) => return Err(WeirError::not_supported(
+                "this OVER window: Weir runs ROW_NUMBER(), RANK() or DENSE_RANK() OVER (PARTITION BY … ORDER BY …) \
                      whose result a WHERE bounds (rn <= N, rn = 1: Top-N and deduplication)",
-                ))
-            }
+            )),
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
             other => {
                 let name = other.display().to_string();
@@ -490,7 +487,10 @@ impl Planner {
         let Some(wm) = &table.watermark else {
             let schema = Arc::new(table.schema.project(&read)?);
             let changelog = self.connectors.source_changelog(table);
-            return Ok((Node::Source { table: table.clone(), projection: Some(read.clone()), schema, changelog }, read));
+            return Ok((
+                Node::Source { table: table.clone(), projection: Some(read.clone()), schema, changelog },
+                read,
+            ));
         };
         let (_, needed) = self.watermark_expr(table, &table.schema)?;
         for column in needed {
@@ -502,7 +502,8 @@ impl Planner {
         let read_schema = Arc::new(table.schema.project(&read)?);
         let (expr, _) = self.watermark_expr(table, &read_schema)?;
         let changelog = self.connectors.source_changelog(table);
-        let source = Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema, changelog };
+        let source =
+            Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema, changelog };
         let display = format!("{} AS {}", wm.column, wm.sql);
         Ok((source.with_operator(OperatorSpec::Watermark { expr, display }), read))
     }

@@ -69,7 +69,9 @@ impl TableFunctionImpl for TemporalFunction {
             .map_err(|_| DataFusionError::Internal("table schemas lock poisoned".into()))?
             .get(&table)
             .cloned()
-            .ok_or_else(|| DataFusionError::Plan(format!("table '{table}' not found (FOR SYSTEM_TIME AS OF reads a table)")))?;
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!("table '{table}' not found (FOR SYSTEM_TIME AS OF reads a table)"))
+            })?;
         Ok(Arc::new(TemporalTable { table, time, schema }))
     }
 }

@@ -35,7 +35,8 @@ impl QueryStream {
     /// The result once the query ends (only for bounded inputs): every row of an
     /// append-only query in arrival order, or the rows an updating query's changelog leaves.
     pub async fn collect(mut self) -> Result<Vec<RecordBatch>> {
-        let mut table = (!self.changelog.is_append_only()).then(|| Materialized::new(self.schema.clone())).transpose()?;
+        let mut table =
+            (!self.changelog.is_append_only()).then(|| Materialized::new(self.schema.clone())).transpose()?;
         let mut batches = Vec::new();
         while let Some(chunk) = self.next().await {
             let chunk = chunk?;

@@ -86,7 +86,11 @@ impl Settings {
         }
         if matches!(
             key,
-            "source.idle-timeout" | "checkpoint.interval" | "checkpoint.timeout" | "restart.backoff" | "table.exec.state.ttl"
+            "source.idle-timeout"
+                | "checkpoint.interval"
+                | "checkpoint.timeout"
+                | "restart.backoff"
+                | "table.exec.state.ttl"
         ) {
             parse_duration(value).map_err(|e| e.at(at))?;
         }

@@ -2,7 +2,8 @@
 //! exactly once, as a `weir run` process killed with SIGKILL in every phase of the two-phase
 //! commit; the topic, read `read_committed` and reduced to each key's last record (a
 //! tombstone deletes the key), holds exactly the rows of a run that was never killed.
-//! `debezium-json`: change events read as a changelog and written as one.
+//! `debezium-json`: change events read as a changelog and written as one. A regular join of
+//! two Kafka topics, written as change events exactly once under SIGKILL in every phase.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -198,4 +199,124 @@ async fn upsert_kafka_is_read_as_each_keys_latest_row() {
     assert_eq!(rows("SELECT id, name, price FROM prices").await, vec!["1|b|20", "3|a|1"]);
     assert_eq!(rows("SELECT name, sum(price), count(*) FROM prices GROUP BY name").await, vec!["a|1|1", "b|20|1"]);
     assert_eq!(rows("SELECT price FROM prices WHERE name = 'b'").await, vec!["20"]);
+}
+
+/// Topic `auctions`: the auctions of the first `events` Nexmark events.
+async fn load_auctions(broker: &Broker, events: u64) {
+    broker.create_topic("auctions", 2).await;
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '1';
+             CREATE TABLE gen (id BIGINT, seller BIGINT, category BIGINT)
+               WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '{events}');
+             {};
+             INSERT INTO auctions SELECT * FROM gen;",
+            auctions_table(&broker.bootstrap, "")
+        ),
+    )
+    .await;
+}
+
+fn auctions_table(bootstrap: &str, extra: &str) -> String {
+    format!(
+        "CREATE TABLE auctions (id BIGINT, seller BIGINT, category BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = 'auctions', 'properties.bootstrap.servers' = '{bootstrap}',
+               'format' = 'json', 'key.fields' = 'id', 'scan.startup.mode' = 'earliest-offset',
+               'scan.bounded.mode' = 'latest-offset'{extra})"
+    )
+}
+
+/// Kafka `bids` LEFT JOIN Kafka `auctions` on the auction, as change events into `out`: a
+/// bid whose auction is not there yet is written padded, then retracted when it comes.
+/// Auctions come slower than bids (`auction_rate` records a second), so that many bids
+/// come before their auction.
+fn join_job(
+    bootstrap: &str,
+    out: &str,
+    delivery: &str,
+    checkpoints: &Path,
+    rate: Option<u32>,
+    auction_rate: u32,
+) -> String {
+    let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
+    let auction_rate = format!(", 'scan.records-per-second' = '{auction_rate}'");
+    format!(
+        "SET 'parallelism' = '2';
+SET 'checkpoint.interval' = '100ms';
+SET 'checkpoint.dir' = '{ck}';
+SET 'restart.attempts' = '0';
+{bids};
+{auctions};
+CREATE TABLE {out} (auction BIGINT, price BIGINT, seller BIGINT, category BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = '{out}', 'properties.bootstrap.servers' = '{bootstrap}',
+        'format' = 'debezium-json', 'sink.delivery-guarantee' = '{delivery}', 'sink.transactional-id-prefix' = 'weir-{out}');
+INSERT INTO {out} SELECT b.auction, b.price, a.seller, a.category FROM bids b LEFT JOIN auctions a ON b.auction = a.id;
+",
+        ck = checkpoints.display(),
+        bids = bids_table(bootstrap, "bids", &rate),
+        auctions = auctions_table(bootstrap, &auction_rate),
+    )
+}
+
+/// The rows change events leave: each create adds its row, each delete takes one back.
+fn applied_events(records: Vec<(Option<String>, Option<String>)>) -> (BTreeMap<String, i64>, usize) {
+    let mut rows: BTreeMap<String, i64> = BTreeMap::new();
+    let mut deletes = 0;
+    for (_, value) in records {
+        let Some(v) = value else { continue };
+        let part = |name: &str| -> String {
+            let from = v.find(&format!("\"{name}\":")).map(|i| i + name.len() + 3).expect("a debezium field");
+            let rest = &v[from..];
+            rest[..rest.find('}').map(|i| i + 1).unwrap_or(rest.len())].to_string()
+        };
+        if v.contains(r#""op":"d""#) {
+            deletes += 1;
+            *rows.entry(part("before")).or_default() -= 1;
+        } else {
+            *rows.entry(part("after")).or_default() += 1;
+        }
+    }
+    assert!(rows.values().all(|n| *n >= 0), "a row deleted more often than created");
+    rows.retain(|_, n| *n > 0);
+    (rows, deletes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regular_join_of_two_topics_is_exactly_once_under_sigkill_in_every_phase() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    load_auctions(&broker, 20_000).await;
+    broker.create_topic("joined_reference", 2).await;
+    broker.create_topic("joined", 2).await;
+    run_to_end(&write_sql(
+        &dir,
+        "reference.sql",
+        join_job(&broker.bootstrap, "joined_reference", "none", &dir.join("ref-ck"), None, 400),
+    ));
+    let (want, deletes) = applied_events(broker.read_committed_records("joined_reference"));
+    assert_eq!(want.values().sum::<i64>(), 18_400, "one joined row per bid");
+    // Every bid's auction comes in the end; bids that came first were written padded, and
+    // retracted then.
+    assert!(!want.keys().any(|r| r.contains(r#""seller":null"#)), "a bid never met its auction");
+    assert!(deletes > 0, "no padded row was ever retracted");
+
+    let checkpoints = dir.join("checkpoints");
+    let sql =
+        write_sql(&dir, "job.sql", join_job(&broker.bootstrap, "joined", "exactly-once", &checkpoints, Some(700), 40));
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&sql, phase, &faults, "kafka"),
+        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+    );
+    run_to_end(&sql);
+    let (got, _) = applied_events(broker.read_committed_records("joined"));
+    assert_eq!(got.values().sum::<i64>(), 18_400, "rows lost or duplicated");
+    assert!(got == want, "rows differ from the uninterrupted run");
 }

@@ -28,7 +28,8 @@ fn prelude(bids: &Path) -> String {
 
 /// The sink's declared column types of a Nexmark file's `CREATE TABLE nexmark_qN (…)`.
 pub(crate) fn sink_types(text: &str) -> Vec<DataType> {
-    let body = text.split_once("CREATE TABLE nexmark_").and_then(|(_, t)| t.split_once('(')).map(|(_, t)| t).expect("sink");
+    let body =
+        text.split_once("CREATE TABLE nexmark_").and_then(|(_, t)| t.split_once('(')).map(|(_, t)| t).expect("sink");
     let body = body.split_once(") WITH").map(|(b, _)| b).expect("sink columns");
     body.split(",\n")
         .filter(|column| !column.trim().is_empty())

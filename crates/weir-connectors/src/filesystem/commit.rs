@@ -82,13 +82,11 @@ impl PartitionCommit {
         let trigger = match table.options.get("sink.partition-commit.trigger").unwrap_or("partition-time") {
             "partition-time" => Trigger::PartitionTime,
             "process-time" => Trigger::ProcessTime,
-            other => {
-                return Err(WeirError::user(format!(
-                    "table '{}': 'sink.partition-commit.trigger' must be 'partition-time' or 'process-time', not '{other}'",
-                    table.name
-                ))
-                .at(at("sink.partition-commit.trigger")))
-            }
+            other => return Err(WeirError::user(format!(
+                "table '{}': 'sink.partition-commit.trigger' must be 'partition-time' or 'process-time', not '{other}'",
+                table.name
+            ))
+            .at(at("sink.partition-commit.trigger"))),
         };
         let delay = match table.options.get("sink.partition-commit.delay") {
             None => Duration::ZERO,
@@ -153,9 +151,9 @@ impl PartitionCommit {
         }
         let parsed = cast(&StringArray::from(vec![text.as_str()]), &DataType::Timestamp(TimeUnit::Millisecond, None))
             .and_then(|t| cast(&t, &DataType::Int64));
-        let ms = parsed.ok().and_then(|a| {
-            a.as_any().downcast_ref::<Int64Array>().filter(|a| a.is_valid(0)).map(|a| a.value(0))
-        });
+        let ms = parsed
+            .ok()
+            .and_then(|a| a.as_any().downcast_ref::<Int64Array>().filter(|a| a.is_valid(0)).map(|a| a.value(0)));
         ms.ok_or_else(|| {
             WeirError::user(format!(
                 "partition '{dir}': its time '{text}' (from 'partition.time-extractor.timestamp-pattern' '{}') \

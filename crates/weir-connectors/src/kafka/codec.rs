@@ -24,7 +24,9 @@ pub enum Codec {
     Json,
     /// Rows as JSON objects inside Debezium change events.
     DebeziumJson,
-    Csv { delimiter: u8 },
+    Csv {
+        delimiter: u8,
+    },
     Raw,
 }
 
@@ -250,9 +252,8 @@ pub fn debezium_rows(value: &[u8]) -> std::result::Result<Vec<(Op, Vec<u8>)>, St
     match event.get("op").and_then(|o| o.as_str()) {
         Some("c" | "r") => Ok(vec![(Op::Insert, row("after")?)]),
         Some("u") => {
-            let before = row("before").map_err(|e| {
-                format!("{e}: an update needs its old row (for PostgreSQL, REPLICA IDENTITY FULL)")
-            })?;
+            let before = row("before")
+                .map_err(|e| format!("{e}: an update needs its old row (for PostgreSQL, REPLICA IDENTITY FULL)"))?;
             Ok(vec![(Op::UpdateBefore, before), (Op::UpdateAfter, row("after")?)])
         }
         Some("d") => Ok(vec![(Op::Delete, row("before")?)]),

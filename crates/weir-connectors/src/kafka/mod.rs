@@ -132,7 +132,8 @@ const UPSERT_OPTIONS: &[&str] = &[
 
 fn check_known(table: &TableDef, known: &[&str]) -> Result<()> {
     for (key, _) in table.options.iter() {
-        if !key.starts_with("properties.") && !known.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key) {
+        if !key.starts_with("properties.") && !known.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key)
+        {
             return Err(WeirError::user(format!(
                 "table '{}': unknown option '{key}'; options here are: {}, properties.* (librdkafka settings)",
                 table.name,
@@ -201,7 +202,10 @@ pub fn check_upsert_input(
         return Ok(());
     }
     let names = |cols: &[usize]| -> String {
-        cols.iter().map(|c| table.schema.fields().get(*c).map_or("?", |f| f.name().as_str())).collect::<Vec<_>>().join(", ")
+        cols.iter()
+            .map(|c| table.schema.fields().get(*c).map_or("?", |f| f.name().as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     Err(WeirError::not_supported(format!(
         "writing into the upsert-kafka table '{}' by its PRIMARY KEY ({}): the query's result is updated by {}; \

@@ -36,7 +36,8 @@ pub enum Startup {
 
 pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
     // An upsert-kafka table is the whole topic, as in Flink: from the earliest offset.
-    let default = if table.options.get("connector") == Some("upsert-kafka") { "earliest-offset" } else { "group-offsets" };
+    let default =
+        if table.options.get("connector") == Some("upsert-kafka") { "earliest-offset" } else { "group-offsets" };
     let mode = table.options.get("scan.startup.mode").unwrap_or(default);
     Ok(match mode {
         "earliest-offset" => Startup::Earliest,
@@ -427,7 +428,8 @@ impl Source for KafkaSource {
                 }
                 // upsert-kafka: each record the key's new row, a tombstone its deletion.
                 _ if self.upsert => {
-                    let ops = at.iter().map(|r| if r.deleted { weir_core::Op::Delete } else { weir_core::Op::UpdateAfter });
+                    let ops =
+                        at.iter().map(|r| if r.deleted { weir_core::Op::Delete } else { weir_core::Op::UpdateAfter });
                     (values, Some(ops.collect()), at)
                 }
                 _ => (values, None, at),
@@ -435,7 +437,9 @@ impl Source for KafkaSource {
             let refs: Vec<&[u8]> = rows.iter().map(|v| v.as_slice()).collect();
             let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
             let (records, ops): (Vec<RecordAt>, _) = match kept {
-                Some(kept) => (kept.iter().map(|i| at[*i]).collect(), ops.map(|o| kept.iter().map(|i| o[*i]).collect())),
+                Some(kept) => {
+                    (kept.iter().map(|i| at[*i]).collect(), ops.map(|o| kept.iter().map(|i| o[*i]).collect()))
+                }
                 None => (at, ops),
             };
             self.last_ops = ops;

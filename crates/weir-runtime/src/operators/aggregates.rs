@@ -155,7 +155,11 @@ impl Values {
 }
 
 fn downcast<T: Clone + 'static>(array: &ArrayRef) -> Result<T> {
-    array.as_any().downcast_ref::<T>().cloned().ok_or_else(|| WeirError::internal("aggregate argument of the wrong type"))
+    array
+        .as_any()
+        .downcast_ref::<T>()
+        .cloned()
+        .ok_or_else(|| WeirError::internal("aggregate argument of the wrong type"))
 }
 
 /// What the group aggregate knows of one aggregate besides its definition.
@@ -235,7 +239,8 @@ impl Prepared {
             }
             _ => {
                 let converter = self.rows.as_ref().ok_or_else(|| WeirError::internal("MIN/MAX without row format"))?;
-                let null = converter.convert_columns(&[datafusion::arrow::array::new_null_array(&self.def.arg_type, 1)])?;
+                let null =
+                    converter.convert_columns(&[datafusion::arrow::array::new_null_array(&self.def.arg_type, 1)])?;
                 let null = null.row(0);
                 let parser = converter.parser();
                 let rows = accs.iter().map(|a| match a {

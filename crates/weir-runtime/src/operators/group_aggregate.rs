@@ -21,7 +21,6 @@
 //! and kept. Flink's TTL is processing time, so what it forgets depends on when a replay
 //! runs; this depends on the input and its watermarks only.
 
-
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
@@ -178,10 +177,8 @@ impl GroupAggregate {
         a: usize,
         deltas: &[((usize, &[u8]), i64)],
     ) -> Result<Vec<(i64, i64)>> {
-        let keys: Vec<Vec<u8>> = deltas
-            .iter()
-            .map(|((g, v), _)| StateTables::entry_key(&value_key(&grouped.keys[*g], a), v))
-            .collect();
+        let keys: Vec<Vec<u8>> =
+            deltas.iter().map(|((g, v), _)| StateTables::entry_key(&value_key(&grouped.keys[*g], a), v)).collect();
         let lookups: Vec<(u16, &[u8])> =
             deltas.iter().zip(&keys).map(|(((g, _), _), k)| (grouped.key_groups[*g], k.as_slice())).collect();
         let stored = self.tables.get_many(table, &lookups)?;
@@ -351,7 +348,8 @@ impl GroupAggregate {
     fn counted_values(&self) -> Vec<(Table, usize)> {
         let mut tables: Vec<(Table, usize)> = self.distinct_sets.iter().map(|set| (self.distinct, set[0])).collect();
         if self.spec.retracting_input {
-            let extremes = self.aggs.iter().enumerate().filter(|(_, a)| matches!(a.def.kind, AggKind::Min | AggKind::Max));
+            let extremes =
+                self.aggs.iter().enumerate().filter(|(_, a)| matches!(a.def.kind, AggKind::Min | AggKind::Max));
             tables.extend(extremes.map(|(a, _)| (self.extremes, a)));
         }
         tables

@@ -217,7 +217,13 @@ impl StreamJoin {
     }
 
     /// For each candidate pair (chunk row `i`, partner row `j`), whether the condition holds.
-    fn condition(&self, side: usize, batch: &RecordBatch, partners: &RecordBatch, pairs: &[(u32, u32)]) -> Result<Vec<bool>> {
+    fn condition(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        partners: &RecordBatch,
+        pairs: &[(u32, u32)],
+    ) -> Result<Vec<bool>> {
         let mine = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
         let theirs = UInt32Array::from_iter_values(pairs.iter().map(|p| p.1));
         if side == 0 {
@@ -387,7 +393,11 @@ impl StreamJoin {
         let mut theirs = Vec::new();
         for (k, range) in partners.ranges.iter().enumerate() {
             for j in range.clone().filter(|j| partners.changed[*j]) {
-                theirs.push((distinct[k].0, StateTables::entry_key(&distinct[k].1, &partners.rows[j]), partners.entries[j].encode()));
+                theirs.push((
+                    distinct[k].0,
+                    StateTables::entry_key(&distinct[k].1, &partners.rows[j]),
+                    partners.entries[j].encode(),
+                ));
             }
         }
         let changes: Vec<Change<'_>> = theirs.iter().map(|(g, k, v)| (*g, k.as_slice(), Some(&v[..]))).collect();
@@ -422,8 +432,11 @@ impl StreamJoin {
         }
         self.tables.delete_times(self.dying, &from, &to)?;
         for side in 0..2 {
-            let keys: Vec<(u16, &[u8])> =
-                dead.iter().filter(|(_, k, _)| k.get(8) == Some(&(side as u8))).map(|(g, k, _)| (*g, &k[9..])).collect();
+            let keys: Vec<(u16, &[u8])> = dead
+                .iter()
+                .filter(|(_, k, _)| k.get(8) == Some(&(side as u8)))
+                .map(|(g, k, _)| (*g, &k[9..]))
+                .collect();
             let values = self.tables.get_many(self.sides[side], &keys)?;
             let mut unmatched = Vec::new();
             let mut gone = Vec::new();
@@ -432,7 +445,8 @@ impl StreamJoin {
                 let entry = Entry::decode(&v)?;
                 if self.spec.kind.outer(side) && entry.partners == 0 {
                     // The row's bytes follow its key's length and key.
-                    let key_len = k.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0) as usize;
+                    let key_len =
+                        k.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0) as usize;
                     for _ in 0..entry.count {
                         unmatched.push(k[4 + key_len..].to_vec());
                     }
@@ -512,7 +526,13 @@ impl Emitted {
         }
     }
 
-    fn build(self, schema: &SchemaRef, side: usize, batch: &RecordBatch, partners: &RecordBatch) -> Result<Option<Chunk>> {
+    fn build(
+        self,
+        schema: &SchemaRef,
+        side: usize,
+        batch: &RecordBatch,
+        partners: &RecordBatch,
+    ) -> Result<Option<Chunk>> {
         if self.ops.is_empty() {
             return Ok(None);
         }
@@ -523,7 +543,11 @@ impl Emitted {
         } else {
             assemble(schema, partners, &theirs, batch, &mine)?
         };
-        Ok(Some(if self.ops.iter().all(|o| *o == Op::Insert) { Chunk::inserts(out) } else { Chunk::changes(out, &self.ops) }))
+        Ok(Some(if self.ops.iter().all(|o| *o == Op::Insert) {
+            Chunk::inserts(out)
+        } else {
+            Chunk::changes(out, &self.ops)
+        }))
     }
 }
 

@@ -49,7 +49,12 @@ impl Joiner {
     }
 
     /// Each row's key bytes (`None`: a NULL key, which matches nothing) and key group.
-    fn keys_of(&self, batch: &RecordBatch, side: usize, groups: weir_state::KeyGroups) -> Result<(Vec<Option<Vec<u8>>>, Vec<u16>)> {
+    fn keys_of(
+        &self,
+        batch: &RecordBatch,
+        side: usize,
+        groups: weir_state::KeyGroups,
+    ) -> Result<(Vec<Option<Vec<u8>>>, Vec<u16>)> {
         let columns: Vec<ArrayRef> = self.spec.keys[side].iter().map(|k| batch.column(*k).clone()).collect();
         let rows = self.keys.convert_columns(&columns)?;
         let mut valid = vec![true; batch.num_rows()];
@@ -82,7 +87,8 @@ impl Joiner {
                 copies.push(*n);
             }
         }
-        let holds = pair_condition(&self.spec, stream, &UInt32Array::from(li.clone()), table, &UInt32Array::from(ri.clone()))?;
+        let holds =
+            pair_condition(&self.spec, stream, &UInt32Array::from(li.clone()), table, &UInt32Array::from(ri.clone()))?;
         let mut matched = vec![false; stream.num_rows()];
         let (mut out_l, mut out_r): (Vec<Option<u32>>, Vec<Option<u32>>) = (Vec::new(), Vec::new());
         for k in 0..li.len() {
@@ -139,8 +145,11 @@ impl LookupJoin {
     fn load(&mut self, batch: &RecordBatch, ops: &[weir_core::Op]) -> Result<()> {
         let (keys, groups) = self.joiner.keys_of(batch, 1, self.tables.key_groups())?;
         let rows = self.joiner.rows[1].convert_columns(batch.columns())?;
-        let entry_keys: Vec<Option<Vec<u8>>> =
-            keys.iter().enumerate().map(|(i, k)| k.as_ref().map(|k| StateTables::entry_key(k, rows.row(i).data()))).collect();
+        let entry_keys: Vec<Option<Vec<u8>>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k.as_ref().map(|k| StateTables::entry_key(k, rows.row(i).data())))
+            .collect();
         let lookups: Vec<(u16, &[u8])> =
             entry_keys.iter().enumerate().filter_map(|(i, k)| k.as_deref().map(|k| (groups[i], k))).collect();
         let found = self.tables.get_many(self.table, &lookups)?;
@@ -183,14 +192,18 @@ impl LookupJoin {
         for (g, k) in &distinct {
             let mut of_key = Vec::new();
             for (row, count) in self.tables.entries(self.table, *g, k)? {
-                let n = count.try_into().map(u64::from_le_bytes).map_err(|_| WeirError::internal("lookup state is damaged"))?;
+                let n = count
+                    .try_into()
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| WeirError::internal("lookup state is damaged"))?;
                 of_key.push((rows.len() as u32, n));
                 rows.push(row);
             }
             found.push(of_key);
         }
         let table = self.joiner.decode(1, &rows)?;
-        let candidates: Vec<Vec<(u32, u64)>> = key_of.iter().map(|k| k.map(|k| found[k].clone()).unwrap_or_default()).collect();
+        let candidates: Vec<Vec<(u32, u64)>> =
+            key_of.iter().map(|k| k.map(|k| found[k].clone()).unwrap_or_default()).collect();
         self.joiner.join(batch, &table, &candidates)
     }
 
@@ -383,7 +396,8 @@ impl VersionedJoin {
             }
             let mut of_key = Vec::new();
             for (time, value) in self.tables.entries(self.versions, groups[i], key)? {
-                let time = time.try_into().map(from_ordered).map_err(|_| WeirError::internal("version state is damaged"))?;
+                let time =
+                    time.try_into().map(from_ordered).map_err(|_| WeirError::internal("version state is damaged"))?;
                 of_key.push((time, (value.first() == Some(&1)).then(|| value[1..].to_vec())));
             }
             index.insert(key.clone(), versions.len());

@@ -162,11 +162,8 @@ impl Operator for TopN {
             let stored = self.tables.entries(self.ranked, *group, key)?;
             let lens: Vec<usize> = stored.iter().map(|(k, _)| order_bytes(k)).collect();
             let before_ranks = self.ranks(&stored, &lens);
-            let before: Vec<(u64, Vec<u8>, Vec<u8>)> = before_ranks
-                .iter()
-                .zip(&stored)
-                .map(|(r, (k, v))| (*r, k.clone(), v.clone()))
-                .collect();
+            let before: Vec<(u64, Vec<u8>, Vec<u8>)> =
+                before_ranks.iter().zip(&stored).map(|(r, (k, v))| (*r, k.clone(), v.clone())).collect();
             let mut current = stored;
             let mut added: HashMap<Vec<u8>, bool> = HashMap::new();
             let mut removed: Vec<Vec<u8>> = Vec::new();
@@ -215,8 +212,10 @@ impl Operator for TopN {
                 after_ranks.iter().zip(&current).map(|(r, (k, v))| (*r, k, v)).filter(|x| in_range(x.0)).collect();
             let before: Vec<&(u64, Vec<u8>, Vec<u8>)> = before.iter().filter(|x| in_range(x.0)).collect();
             let same = |a: &(u64, Vec<u8>, Vec<u8>), b: &(u64, &Vec<u8>, &Vec<u8>)| a.0 == b.0 && &a.1 == b.1;
-            let gone: Vec<&&(u64, Vec<u8>, Vec<u8>)> = before.iter().filter(|b| !after.iter().any(|a| same(b, a))).collect();
-            let mut new: Vec<&(u64, &Vec<u8>, &Vec<u8>)> = after.iter().filter(|a| !before.iter().any(|b| same(b, a))).collect();
+            let gone: Vec<&&(u64, Vec<u8>, Vec<u8>)> =
+                before.iter().filter(|b| !after.iter().any(|a| same(b, a))).collect();
+            let mut new: Vec<&(u64, &Vec<u8>, &Vec<u8>)> =
+                after.iter().filter(|a| !before.iter().any(|b| same(b, a))).collect();
             let mut deleted = Vec::new();
             for g in gone {
                 match new.iter().position(|a| a.0 == g.0) {
@@ -231,8 +230,7 @@ impl Operator for TopN {
             changes.extend(deleted);
             changes.extend(new.into_iter().map(|a| (a.2.clone(), a.0, Op::Insert)));
         }
-        let changes_ref: Vec<Change<'_>> =
-            writes.iter().map(|(g, k, v)| (*g, k.as_slice(), v.as_deref())).collect();
+        let changes_ref: Vec<Change<'_>> = writes.iter().map(|(g, k, v)| (*g, k.as_slice(), v.as_deref())).collect();
         self.tables.write(self.ranked, &changes_ref)?;
         if changes.is_empty() {
             return Ok(());

@@ -35,7 +35,8 @@ impl UpsertNormalize {
     pub fn new(spec: UpsertSpec, state: &StateContext) -> Result<Self> {
         let field = |i: &usize| SortField::new(spec.schema.field(*i).data_type().clone());
         let keys = RowConverter::new(spec.key.iter().map(field).collect())?;
-        let rows = RowConverter::new(spec.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let rows =
+            RowConverter::new(spec.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
         let tables = state.open(&TABLES)?;
         Ok(Self { rows_table: tables.table("rows")?, tables, keys, rows, spec })
     }

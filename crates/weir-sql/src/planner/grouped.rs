@@ -84,7 +84,14 @@ impl Planner {
             if matches!(kind, AggKind::Sum | AggKind::Avg) && weir_runtime::operators::Lane::of(&arg_type).is_none() {
                 return Err(WeirError::user(format!("{name}() of a {arg_type} value: it takes numbers")));
             }
-            aggregates.push(AggregateDef { kind, arg, arg_type, filter, distinct, output: output.field(keys + i).data_type().clone() });
+            aggregates.push(AggregateDef {
+                kind,
+                arg,
+                arg_type,
+                filter,
+                distinct,
+                output: output.field(keys + i).data_type().clone(),
+            });
         }
         let schema = Arc::new(Schema::new(fields));
         let project = input.with_operator(OperatorSpec::Project { exprs, schema, display });

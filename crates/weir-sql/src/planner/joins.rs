@@ -32,7 +32,9 @@ fn interval_millis(e: &Expr) -> Option<i64> {
         Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
             Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
         }
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => Some(v.days as i64 * 86_400_000 + v.milliseconds as i64),
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+            Some(v.days as i64 * 86_400_000 + v.milliseconds as i64)
+        }
         Expr::Cast(c) => interval_millis(&c.expr),
         _ => None,
     }
@@ -71,9 +73,10 @@ fn keep_column(plan: &LogicalPlan, column: &str) -> Result<LogicalPlan> {
         LogicalPlan::Filter(f) => {
             LogicalPlan::Filter(Filter::try_new(f.predicate.clone(), Arc::new(keep_column(&f.input, column)?))?)
         }
-        LogicalPlan::SubqueryAlias(a) => {
-            LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(Arc::new(keep_column(&a.input, column)?), a.alias.clone())?)
-        }
+        LogicalPlan::SubqueryAlias(a) => LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+            Arc::new(keep_column(&a.input, column)?),
+            a.alias.clone(),
+        )?),
         LogicalPlan::Projection(p) => {
             let input = keep_column(&p.input, column)?;
             let mut exprs = p.expr.clone();
@@ -165,18 +168,24 @@ impl Planner {
         let display = format!(
             "{} on {}{}",
             join.join_type,
-            if join.on.is_empty() { "no equal keys (every row meets every row of the other side, in one task)".to_string() } else { join.on
-                .iter()
-                .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
-                .collect::<Vec<_>>()
-                .join(" AND ") },
+            if join.on.is_empty() {
+                "no equal keys (every row meets every row of the other side, in one task)".to_string()
+            } else {
+                join.on
+                    .iter()
+                    .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            },
             join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
         );
-        let one_side = matches!(
-            kind,
-            JoinKind::LeftSemi | JoinKind::LeftAnti | JoinKind::RightSemi | JoinKind::RightAnti
-        );
-        let schema = if one_side || !computed { Arc::new(join.schema.as_arrow().clone()) } else { Arc::new(pairs.as_arrow().clone()) };
+        let one_side =
+            matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti | JoinKind::RightSemi | JoinKind::RightAnti);
+        let schema = if one_side || !computed {
+            Arc::new(join.schema.as_arrow().clone())
+        } else {
+            Arc::new(pairs.as_arrow().clone())
+        };
         if let Some(temporal) = self.temporal_join(join, &left, &right, kind, &display)? {
             let spec = JoinSpec {
                 kind,
@@ -184,7 +193,11 @@ impl Planner {
                 schemas: [left.node.schema(), right.node.schema()],
                 filter,
                 pair_schema: Arc::new(pairs.as_arrow().clone()),
-                schema: if computed { Arc::new(pairs.as_arrow().clone()) } else { Arc::new(join.schema.as_arrow().clone()) },
+                schema: if computed {
+                    Arc::new(pairs.as_arrow().clone())
+                } else {
+                    Arc::new(join.schema.as_arrow().clone())
+                },
                 ttl: None,
                 interval: None,
             };
@@ -248,7 +261,10 @@ impl Planner {
         let left_all = left.schema.fields().len();
         let node = Node::Join {
             left: Box::new(Node::Exchange { partitioning: Partitioning::Hash(left.keys), input: Box::new(left.node) }),
-            right: Box::new(Node::Exchange { partitioning: Partitioning::Hash(right.keys), input: Box::new(right.node) }),
+            right: Box::new(Node::Exchange {
+                partitioning: Partitioning::Hash(right.keys),
+                input: Box::new(right.node),
+            }),
             spec,
         };
         if !computed {
@@ -291,7 +307,8 @@ impl Planner {
             .tables
             .get(table)
             .ok_or_else(|| WeirError::internal(format!("temporal table '{table}' is not in the catalog")))?;
-        let attribute = self.temporal_times.lock().ok().and_then(|t| t.get(&(table.clone(), temporal.time.clone())).copied());
+        let attribute =
+            self.temporal_times.lock().ok().and_then(|t| t.get(&(table.clone(), temporal.time.clone())).copied());
         match attribute {
             Some(TimeAttribute::Processing) => {
                 if !self.connectors.source_bounded(def) {
@@ -499,7 +516,8 @@ impl Planner {
             };
             let Expr::Column(c) = column else { return None };
             if let Ok(i) = join.left.schema().index_of_column(c) {
-                return matches!(self.time_attribute(&join.left, i), Some(TimeAttribute::Event)).then_some((0, i, offset));
+                return matches!(self.time_attribute(&join.left, i), Some(TimeAttribute::Event))
+                    .then_some((0, i, offset));
             }
             let i = join.right.schema().index_of_column(c).ok()?;
             matches!(self.time_attribute(&join.right, i), Some(TimeAttribute::Event)).then_some((1, i, offset))
@@ -550,7 +568,12 @@ impl Planner {
 
     /// `Some(window_end of each input)` if this is a window join: both inputs carry a window
     /// and are joined on its `window_start` and `window_end`.
-    fn window_ends(&self, join: &datafusion::logical_expr::Join, left: &JoinInput, right: &JoinInput) -> Option<[usize; 2]> {
+    fn window_ends(
+        &self,
+        join: &datafusion::logical_expr::Join,
+        left: &JoinInput,
+        right: &JoinInput,
+    ) -> Option<[usize; 2]> {
         let (left_start, left_end) = window_columns(&join.left)?;
         let (right_start, right_end) = window_columns(&join.right)?;
         let joined_on = |l: usize, r: usize| left.keys.iter().zip(&right.keys).any(|(a, b)| *a == l && *b == r);

@@ -168,7 +168,8 @@ impl Planner {
             .order_by
             .iter()
             .map(|s| {
-                let options = datafusion::arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first };
+                let options =
+                    datafusion::arrow::compute::SortOptions { descending: !s.asc, nulls_first: s.nulls_first };
                 (placed(&s.expr, input_schema, &mut computed), options)
             })
             .collect();
@@ -186,7 +187,8 @@ impl Planner {
                 exprs.push(self.physical(e, input_schema)?);
             }
             let display = fields.iter().map(|f| f.name().clone()).collect();
-            input = input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display });
+            input =
+                input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display });
         }
         let retracting_input = !input.changelog().is_append_only();
         let (lo, hi) = (lo.max(1) as u64, hi.max(0) as u64);
@@ -224,7 +226,8 @@ impl Planner {
             // Drop the computed keys: the window's columns, then the rank.
             let rank = node.schema().fields().len() - 1;
             let indices: Vec<usize> = (0..width).chain([rank]).collect();
-            node = node.with_operator(OperatorSpec::Select { indices, schema: Arc::new(window.schema.as_arrow().clone()) });
+            node = node
+                .with_operator(OperatorSpec::Select { indices, schema: Arc::new(window.schema.as_arrow().clone()) });
         }
         for p in chain.iter().rev() {
             node = self.project(node, p)?;
