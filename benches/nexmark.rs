@@ -101,12 +101,63 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
                min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price \
              FROM bid GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
         ),
+        // Nexmark q18 (deduplication: each bidder's last bid per auction), q19 (Top-N: ten
+        // bids per auction by price) and q20 (a regular join with the auctions).
+        "q18" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP(3), extra VARCHAR",
+            "SELECT auction, bidder, price, channel, url, date_time, extra \
+             FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rank_number \
+                   FROM bid) \
+             WHERE rank_number <= 1",
+        ),
+        "q19" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP(3), \
+             extra VARCHAR, rank_number BIGINT",
+            "SELECT * FROM \
+             (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number FROM bid) \
+             WHERE rank_number <= 10",
+        ),
+        "q20" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, bid_dateTime TIMESTAMP(3), \
+             bid_extra VARCHAR, itemName VARCHAR, description VARCHAR, initialBid BIGINT, reserve BIGINT, \
+             auction_dateTime TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, auction_extra VARCHAR",
+            "SELECT auction, bidder, price, channel, url, B.date_time, B.extra, \
+               item_name, description, initial_bid, reserve, A.date_time, expires, seller, category, A.extra \
+             FROM bid AS B INNER JOIN auction AS A on B.auction = A.id \
+             WHERE A.category = 10",
+        ),
         // A group per bid (each has its own event time): state as large as the input.
         "keys" => (
             "date_time TIMESTAMP(3), n BIGINT, total BIGINT",
             "SELECT date_time, COUNT(*) AS n, SUM(price) AS total FROM bid GROUP BY date_time",
         ),
         _ => return None,
+    })
+}
+
+const AUCTION_COLUMNS: &str = "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, reserve BIGINT, \
+    date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, extra STRING, \
+    WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND";
+
+/// The auctions of the same events as a bid source: a file `auctions_N` beside `bids_N`, or
+/// the generator's.
+fn auction_table(source: &str) -> Result<String, String> {
+    let (kind, arg) = source.split_once(':').ok_or(format!("source '{source}' is not KIND:ARG"))?;
+    Ok(match kind {
+        "csv" | "json" | "parquet" => {
+            let path = std::path::Path::new(arg);
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().replacen("bids_", "auctions_", 1);
+            format!(
+                "CREATE TABLE auction ({AUCTION_COLUMNS}) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = '{kind}')",
+                path.with_file_name(name).display()
+            )
+        }
+        "generator" => {
+            let bids: u64 = arg.parse().map_err(|_| format!("'{arg}' is not a number of bids"))?;
+            let events = (bids * 50).div_ceil(46);
+            format!("CREATE TABLE auction ({AUCTION_COLUMNS}) WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '{events}')")
+        }
+        other => return Err(format!("unknown source kind '{other}'")),
     })
 }
 
@@ -162,6 +213,9 @@ async fn child(
             "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
             bid_table(source)?
         );
+        if select.contains(" auction AS A") {
+            setup.push_str(&format!("; {}", auction_table(source)?));
+        }
         setup.push_str(&format!("; SET 'state.backend' = '{backend}'"));
         if let Some(interval) = checkpoint {
             let dir = std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id()));
