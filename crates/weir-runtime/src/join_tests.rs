@@ -28,6 +28,10 @@ fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
 }
 
 fn join(kind: JoinKind) -> StreamJoin {
+    join_of(kind, [false, false])
+}
+
+fn join_of(kind: JoinKind, appending: [bool; 2]) -> StreamJoin {
     let left = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
     let right = schema(&[("k2", DataType::Utf8), ("w", DataType::Int64)]);
     let both = schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("k2", DataType::Utf8), ("w", DataType::Int64)]);
@@ -40,6 +44,7 @@ fn join(kind: JoinKind) -> StreamJoin {
         schema: both,
         ttl: None,
         interval: None,
+        appending,
     };
     StreamJoin::new(spec, &StateContext::memory()).expect("join")
 }
@@ -85,6 +90,26 @@ fn a_full_join_pads_both_sides_and_joins_every_copy_of_duplicate_rows() {
     assert_eq!(got[0], "+I . . a 10\n+I . . a 10\n");
     assert_eq!(got[1], "-D . . a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n");
     assert_eq!(got[2], "-D a 1 a 10\n-D a 1 a 10\n+I . . a 10\n+I . . a 10\n");
+}
+
+#[test]
+fn appending_inputs_store_rows_under_arrival_numbers_and_join_every_copy() {
+    // Both sides only append: no read before a row is written, duplicates are two entries.
+    let mut j = join_of(JoinKind::Full, [true, true]);
+    let got = steps(
+        &mut j,
+        &[
+            (1, "k2:T w:I\n+I a 10\n+I a 10"),
+            (0, "k:T v:I\n+I a 1\n+I a 1\n+I b 2"),
+            (1, "k2:T w:I\n+I b 20"),
+        ],
+    );
+    assert_eq!(got[0], "+I . . a 10\n+I . . a 10\n");
+    assert_eq!(
+        got[1],
+        "-D . . a 10\n+I a 1 a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n+I a 1 a 10\n+I b 2 . .\n"
+    );
+    assert_eq!(got[2], "-D b 2 . .\n+I b 2 b 20\n");
 }
 
 fn top_n(hi: u64, retracting_input: bool) -> TopN {
@@ -155,6 +180,7 @@ fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_lat
         schema: both,
         ttl: None,
         interval: Some(Interval { times: [1, 1], lower: Some(0), upper: Some(2000) }),
+        appending: [true, true],
     };
     let mut j = StreamJoin::new(spec, &StateContext::memory()).expect("join");
     let mut out = Vec::new();

@@ -428,7 +428,7 @@ fn join_state(spec: &JoinSpec) -> String {
     }
     match spec.ttl {
         Some(ttl) => format!(
-            "both inputs' rows, each forgotten {ttl} ms of event time after its last use ('table.exec.state.ttl')"
+            "both inputs' rows, each forgotten {ttl} ms of event time after it was written ('table.exec.state.ttl')"
         ),
         None => "warning: both inputs' rows are kept forever, so the state grows without bound; set \
                  'table.exec.state.ttl' to bound it"

@@ -22,7 +22,6 @@
 //! With `ttl` (event-time state TTL, `'table.exec.state.ttl'`), an entry not touched while
 //! the watermark advanced by the TTL is forgotten, as the group aggregate's keys are.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
@@ -87,6 +86,9 @@ pub struct JoinSpec {
     pub ttl: Option<i64>,
     /// An interval join's time bounds (regular joins only).
     pub interval: Option<Interval>,
+    /// Which inputs only append (regular joins: their rows are stored under an arrival
+    /// number, with no read before the write).
+    pub appending: [bool; 2],
 }
 
 /// An interval join: `left.time - right.time` is within `[lower, upper]` milliseconds (a
@@ -149,10 +151,23 @@ struct Partners {
     batch: RecordBatch,
     /// Per distinct key of the chunk, its rows' range in `batch`.
     ranges: Vec<std::ops::Range<usize>>,
-    /// Per row of `batch`: its stored row bytes and entry (updated as the chunk is joined).
+    /// Per row of `batch`: its entry's sort key (the row bytes, or an arrival number on an
+    /// appending side), its row bytes and its entry (updated as the chunk is joined).
+    sorts: Vec<Vec<u8>>,
     rows: Vec<Vec<u8>>,
     entries: Vec<Entry>,
     changed: Vec<bool>,
+}
+
+/// How one side stores a row: an updating side under the row's bytes (a retraction finds
+/// it), the value the entry alone; an appending side under an arrival number, the value the
+/// entry and then the row's bytes (nothing to read before writing a new row).
+fn stored_value(appending: bool, entry: &Entry, row: &[u8]) -> Vec<u8> {
+    if appending {
+        [&entry.encode()[..], row].concat()
+    } else {
+        entry.encode().to_vec()
+    }
 }
 
 pub struct StreamJoin {
@@ -167,6 +182,8 @@ pub struct StreamJoin {
     dying: Table,
     watermark: Watermark,
     late: u64,
+    /// Numbers the rows of appending sides.
+    next_seq: u64,
 }
 
 impl StreamJoin {
@@ -190,6 +207,7 @@ impl StreamJoin {
             spec,
             watermark: Watermark::MIN,
             late: 0,
+            next_seq: 0,
         })
     }
 
@@ -203,17 +221,19 @@ impl StreamJoin {
 
     /// The other side's stored rows under each of `keys` (group, key bytes).
     fn partners(&self, other: usize, keys: &[(u16, Vec<u8>)]) -> Result<Partners> {
-        let (mut rows, mut entries, mut ranges) = (Vec::new(), Vec::new(), Vec::with_capacity(keys.len()));
+        let (mut sorts, mut rows, mut entries, mut ranges) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::with_capacity(keys.len()));
         for (group, key) in keys {
             let start = rows.len();
-            for (row, value) in self.tables.entries(self.sides[other], *group, key)? {
+            for (sort, mut value) in self.tables.entries(self.sides[other], *group, key)? {
                 entries.push(Entry::decode(&value)?);
-                rows.push(row);
+                rows.push(if self.spec.appending[other] { value.split_off(24) } else { sort.clone() });
+                sorts.push(sort);
             }
             ranges.push(start..rows.len());
         }
         let batch = self.decode(other, &rows)?;
-        Ok(Partners { batch, ranges, changed: vec![false; rows.len()], rows, entries })
+        Ok(Partners { batch, ranges, changed: vec![false; rows.len()], sorts, rows, entries })
     }
 
     /// For each candidate pair (chunk row `i`, partner row `j`), whether the condition holds.
@@ -297,17 +317,36 @@ impl StreamJoin {
             }
         }
 
-        // This side's entries of the chunk's rows, with one multi-get.
+        // This side's entries of the chunk's rows: an appending side's are new (under arrival
+        // numbers); an updating side's are read with one multi-get.
+        let appending = self.spec.appending[side];
+        if appending && ops.iter().any(|o| o.sign() < 0) {
+            return Err(WeirError::internal("a retraction on a join input planned as append-only"));
+        }
         let entry_keys: Vec<Option<Vec<u8>>> = (0..n)
-            .map(|i| key_of[i].map(|k| StateTables::entry_key(&distinct[k].1, row_bytes.row(i).data())))
+            .map(|i| {
+                key_of[i].map(|k| {
+                    if appending {
+                        self.next_seq += 1;
+                        StateTables::entry_key(&distinct[k].1, &self.next_seq.to_be_bytes())
+                    } else {
+                        StateTables::entry_key(&distinct[k].1, row_bytes.row(i).data())
+                    }
+                })
+            })
             .collect();
-        let lookups: Vec<(u16, &[u8])> =
-            (0..n).filter_map(|i| entry_keys[i].as_deref().map(|k| (groups[i], k))).collect();
-        let found = self.tables.get_many(self.sides[side], &lookups)?;
-        let mut own: HashMap<&[u8], (u16, Entry, bool)> = HashMap::with_capacity(lookups.len());
-        for ((group, key), value) in lookups.iter().zip(found) {
+        let lookups: Vec<(u16, &[u8], usize)> =
+            (0..n).filter_map(|i| entry_keys[i].as_deref().map(|k| (groups[i], k, i))).collect();
+        let found = if appending {
+            vec![None; lookups.len()]
+        } else {
+            let keys: Vec<(u16, &[u8])> = lookups.iter().map(|(g, k, _)| (*g, *k)).collect();
+            self.tables.get_many(self.sides[side], &keys)?
+        };
+        let mut own = interner::<&[u8], (u16, Entry, bool, usize)>();
+        for ((group, key, row), value) in lookups.iter().zip(found) {
             let entry = value.map(|v| Entry::decode(&v)).transpose()?.unwrap_or_default();
-            own.entry(*key).or_insert((*group, entry, false));
+            own.entry(*key).or_insert((*group, entry, false, *row));
         }
 
         let (outer_mine, outer_theirs) = (self.spec.kind.outer(side), self.spec.kind.outer(other));
@@ -327,7 +366,7 @@ impl StreamJoin {
                 continue;
             };
             let total: u64 = matched[i].iter().map(|j| partners.entries[*j as usize].count).sum();
-            let (_, entry, changed) =
+            let (_, entry, changed, _) =
                 own.get_mut(entry_key).ok_or_else(|| WeirError::internal("a join row's entry is missing"))?;
             *changed = true;
             entry.touched = stamp;
@@ -372,10 +411,12 @@ impl StreamJoin {
         }
 
         // State: this side's entries, and the other side's partner counts.
-        let mine: Vec<(u16, &[u8], Option<[u8; 24]>)> = own
+        let mine: Vec<(u16, &[u8], Option<Vec<u8>>)> = own
             .iter()
-            .filter(|(_, (_, _, changed))| *changed)
-            .map(|(k, (g, e, _))| (*g, *k, (e.count > 0).then(|| e.encode())))
+            .filter(|(_, (_, _, changed, _))| *changed)
+            .map(|(k, (g, e, _, i))| {
+                (*g, *k, (e.count > 0).then(|| stored_value(appending, e, row_bytes.row(*i).data())))
+            })
             .collect();
         let changes: Vec<Change<'_>> = mine.iter().map(|(g, k, v)| (*g, *k, v.as_ref().map(|v| &v[..]))).collect();
         self.tables.write(self.sides[side], &changes)?;
@@ -395,8 +436,8 @@ impl StreamJoin {
             for j in range.clone().filter(|j| partners.changed[*j]) {
                 theirs.push((
                     distinct[k].0,
-                    StateTables::entry_key(&distinct[k].1, &partners.rows[j]),
-                    partners.entries[j].encode(),
+                    StateTables::entry_key(&distinct[k].1, &partners.sorts[j]),
+                    stored_value(self.spec.appending[other], &partners.entries[j], &partners.rows[j]),
                 ));
             }
         }
@@ -444,11 +485,9 @@ impl StreamJoin {
                 let Some(v) = v else { continue };
                 let entry = Entry::decode(&v)?;
                 if self.spec.kind.outer(side) && entry.partners == 0 {
-                    // The row's bytes follow its key's length and key.
-                    let key_len =
-                        k.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0) as usize;
+                    // An interval join's inputs append: the row's bytes follow the entry.
                     for _ in 0..entry.count {
-                        unmatched.push(k[4 + key_len..].to_vec());
+                        unmatched.push(v[24..].to_vec());
                     }
                 }
                 gone.push((*g, *k, None));
@@ -494,7 +533,7 @@ impl StreamJoin {
                 if entry.touched == i64::MIN {
                     // Touched before the first watermark: counts as touched at it.
                     entry.touched = self.watermark.0;
-                    restamped.push((*g, *k, entry.encode()));
+                    restamped.push((*g, *k, [&entry.encode()[..], &v[24..]].concat()));
                 } else if entry.touched <= horizon {
                     gone.push((*g, *k, None));
                 }
@@ -640,7 +679,8 @@ impl Operator for StreamJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.tables.snapshot(serde_json::json!({ "watermark": self.watermark.0, "late": self.late }))?))
+        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late, "next_seq": self.next_seq });
+        Ok(Some(self.tables.snapshot(meta)?))
     }
 
     /// From one snapshot or, at another parallelism, several: every task of a stage saw the
@@ -652,6 +692,8 @@ impl Operator for StreamJoin {
             if m.primary {
                 self.late += m.meta["late"].as_u64().unwrap_or(0);
             }
+            // Arrival numbers go on above every restored one, so no two entries of a key meet.
+            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().unwrap_or(0));
         }
         Ok(())
     }

@@ -200,6 +200,7 @@ impl Planner {
                 },
                 ttl: None,
                 interval: None,
+                appending: [true, true],
             };
             let spec = match temporal {
                 Temporal::Lookup => OperatorSpec::LookupJoin { spec, display },
@@ -217,6 +218,7 @@ impl Planner {
             schema,
             ttl: None,
             interval: None,
+            appending: [left.node.changelog().is_append_only(), right.node.changelog().is_append_only()],
         };
         let spec = match ends {
             Some(ends) => OperatorSpec::WindowJoin { spec, ends, display },
