@@ -9,9 +9,10 @@
 //! applied in order, and what changed in its ranks `lo..=hi` emitted once: a `-U`/`+U` pair
 //! per rank whose row changed, `-D` for a rank no longer filled, `+I` for a new one. Over an
 //! append-only input only the rows that rank within `hi` are kept (a row pushed out never
-//! comes back); over an updating input every row is (a retraction can bring one back).
+//! comes back), all of a partition's in one value (`tops`), so that a chunk reads its
+//! partitions with one multi-get; over an updating input every row is (a retraction can
+//! bring one back), each an entry of the sorted table `ranked`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -25,7 +26,8 @@ use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::state::{interner, StateContext};
 
-const TABLES: [TableDecl; 1] = [TableDecl { name: "ranked", kind: TableKind::Sorted }];
+const TABLES: [TableDecl; 2] =
+    [TableDecl { name: "ranked", kind: TableKind::Sorted }, TableDecl { name: "tops", kind: TableKind::Value }];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RankKind {
@@ -64,6 +66,7 @@ pub struct TopN {
     rows: RowConverter,
     tables: StateTables,
     ranked: Table,
+    tops: Table,
     /// Numbers rows in arrival order (the tie-break).
     next_seq: u64,
     /// Retractions of rows that were not there (or had left an append-only Top-N).
@@ -86,7 +89,17 @@ impl TopN {
         let order = RowConverter::new(spec.order.iter().map(|(i, o)| field(*i, Some(*o))).collect())?;
         let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(|i| field(i, None)).collect())?;
         let tables = state.open(&TABLES)?;
-        Ok(Self { ranked: tables.table("ranked")?, tables, partitions, order, rows, spec, next_seq: 0, unmatched: 0 })
+        Ok(Self {
+            ranked: tables.table("ranked")?,
+            tops: tables.table("tops")?,
+            tables,
+            partitions,
+            order,
+            rows,
+            spec,
+            next_seq: 0,
+            unmatched: 0,
+        })
     }
 
     /// The ranks of a partition's sorted rows (`order_len`: bytes of each sort key that are
@@ -119,6 +132,36 @@ impl TopN {
         self.next_seq += 1;
         [order, &seq.to_be_bytes()].concat()
     }
+}
+
+/// A partition's top rows as one value: each row's sort key and bytes, length-prefixed.
+fn encode_top(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.iter().map(|(k, v)| 8 + k.len() + v.len()).sum());
+    for (k, v) in rows {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
+    let damaged = || WeirError::internal("Top-N state is damaged");
+    let take = |bytes: &mut &[u8]| -> Result<Vec<u8>> {
+        let (len, rest) = bytes.split_at_checked(4).ok_or_else(damaged)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| damaged())?) as usize;
+        let (item, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
+        *bytes = rest;
+        Ok(item.to_vec())
+    };
+    let mut rows = Vec::new();
+    while !bytes.is_empty() {
+        let k = take(&mut bytes)?;
+        let v = take(&mut bytes)?;
+        rows.push((k, v));
+    }
+    Ok(rows)
 }
 
 /// What a chunk changes in the output, as rows to decode: (row bytes, rank, op).
@@ -157,15 +200,26 @@ impl Operator for TopN {
 
         let mut changes: Changes = Vec::new();
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
         let order_bytes = |key: &[u8]| key.len() - 8;
-        for (group, key, members) in &partitions {
-            let stored = self.tables.entries(self.ranked, *group, key)?;
+        // Over an append-only input, every partition's top rows with one multi-get.
+        let mut tops = if self.spec.retracting_input {
+            Vec::new()
+        } else {
+            let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();
+            self.tables.get_many(self.tops, &keys)?
+        };
+        for (p, (group, key, members)) in partitions.iter().enumerate() {
+            let stored = match tops.get_mut(p) {
+                Some(top) => top.take().map(|t| decode_top(&t)).transpose()?.unwrap_or_default(),
+                None => self.tables.entries(self.ranked, *group, key)?,
+            };
             let lens: Vec<usize> = stored.iter().map(|(k, _)| order_bytes(k)).collect();
             let before_ranks = self.ranks(&stored, &lens);
             let before: Vec<(u64, Vec<u8>, Vec<u8>)> =
                 before_ranks.iter().zip(&stored).map(|(r, (k, v))| (*r, k.clone(), v.clone())).collect();
             let mut current = stored;
-            let mut added: HashMap<Vec<u8>, bool> = HashMap::new();
+            let mut added = interner::<Vec<u8>, bool>();
             let mut removed: Vec<Vec<u8>> = Vec::new();
             for &i in members {
                 let row = rows.row(i).data();
@@ -190,16 +244,24 @@ impl Operator for TopN {
             }
             let lens: Vec<usize> = current.iter().map(|(k, _)| order_bytes(k)).collect();
             let after_ranks = self.ranks(&current, &lens);
-            // Over an append-only input a row past `hi` never ranks again: forget it.
-            let kept = if self.spec.retracting_input { current.len() } else { after_ranks.len() };
+            if !self.spec.retracting_input {
+                // A row past `hi` never ranks again: forget it.
+                if current[..after_ranks.len()].iter().any(|(k, _)| added.contains_key(k)) {
+                    top_writes.push((*group, *key, encode_top(&current[..after_ranks.len()])));
+                }
+                removed.clear();
+            }
+            let kept = if self.spec.retracting_input { current.len() } else { 0 };
             for (k, v) in &current[..kept] {
                 if added.contains_key(k) {
                     writes.push((*group, StateTables::entry_key(key, k), Some(v.clone())));
                 }
             }
-            for (k, _) in &current[kept..] {
-                if !added.contains_key(k) {
-                    removed.push(k.clone());
+            if self.spec.retracting_input {
+                for (k, _) in &current[kept..] {
+                    if !added.contains_key(k) {
+                        removed.push(k.clone());
+                    }
                 }
             }
             for k in removed {
@@ -232,6 +294,8 @@ impl Operator for TopN {
         }
         let changes_ref: Vec<Change<'_>> = writes.iter().map(|(g, k, v)| (*g, k.as_slice(), v.as_deref())).collect();
         self.tables.write(self.ranked, &changes_ref)?;
+        let top_changes: Vec<Change<'_>> = top_writes.iter().map(|(g, k, v)| (*g, *k, Some(v.as_slice()))).collect();
+        self.tables.write(self.tops, &top_changes)?;
         if changes.is_empty() {
             return Ok(());
         }
