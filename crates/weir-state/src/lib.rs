@@ -310,6 +310,28 @@ impl StateTable<'_> {
         Ok(out)
     }
 
+    /// The keys of each range `[from, to)`, with one iterator that seeks from range to range
+    /// (cheaper than an iterator per range: a join looks up every key of a batch).
+    pub fn scan_many(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+        let mut iter = self.db.raw_iterator();
+        let mut out = Vec::with_capacity(ranges.len());
+        for (from, to) in ranges {
+            let end = self.key(to);
+            let mut found = Vec::new();
+            iter.seek(self.key(from));
+            while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
+                if k >= end.as_slice() {
+                    break;
+                }
+                found.push((k[4..].to_vec(), v.to_vec()));
+                iter.next();
+            }
+            iter.status().map_err(|e| db_error("scan", e))?;
+            out.push(found);
+        }
+        Ok(out)
+    }
+
     /// Delete every key in `[from, to)` (a fired window: keys start with its end).
     pub fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();

@@ -343,6 +343,34 @@ impl StateTables {
         Ok(rows.into_iter().filter(|(k, _)| k.starts_with(&from)).map(|(k, v)| (k[skip..].to_vec(), v)).collect())
     }
 
+    /// [`StateTables::entries`] of many keys (`(group, key)`) in one call.
+    pub fn entries_many(&self, table: Table, keys: &[(u16, &[u8])]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+        self.not_timed(table)?;
+        let mut ranges = Vec::with_capacity(keys.len());
+        for (group, key) in keys {
+            self.check_group(*group)?;
+            let from = Self::entry_key(key, &[]);
+            let mut to = from.clone();
+            let end = if increment(&mut to) { full_key(table, *group, &to) } else { group_end(table, *group) };
+            ranges.push((full_key(table, *group, &from), end));
+        }
+        let found = match &self.inner {
+            Inner::Memory(map) => ranges
+                .iter()
+                .map(|(start, end)| map.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect())
+                .collect(),
+            Inner::Rocks { store, .. } => store.table(0).scan_many(&ranges)?,
+        };
+        // Stored keys are `table | group | entry key`: what follows the key is the sort key.
+        Ok(found
+            .into_iter()
+            .zip(&ranges)
+            .map(|(rows, (start, _))| {
+                rows.into_iter().filter(|(k, _)| k.starts_with(start)).map(|(k, v)| (k[start.len()..].to_vec(), v)).collect()
+            })
+            .collect())
+    }
+
     /// Delete the keys of `group` in `[from, to)` (`to: None`: to the group's end).
     pub fn delete_range(&mut self, table: Table, group: u16, from: &[u8], to: Option<&[u8]>) -> Result<()> {
         self.not_timed(table)?;

@@ -107,6 +107,12 @@ fn put_get_scan_and_delete_behave_the_same_in_both_backends() {
         assert_eq!(t.entries(rows, 1, &ab).expect("entries"), vec![(b"0".to_vec(), b"ab0".to_vec())], "{name}");
         assert_eq!(t.entries(rows, 1, &[0xFF]).expect("entries"), vec![(b"x".to_vec(), b"ffx".to_vec())], "{name}");
         assert!(t.entries(rows, 2, &a).expect("entries").is_empty(), "{name}: groups are apart");
+        // Many keys in one call: the same entries, key by key, in the order asked.
+        let asked: Vec<(u16, &[u8])> = vec![(1, &ab), (2, &a), (1, &[0xFF]), (1, &a), (1, b"none")];
+        let many = t.entries_many(rows, &asked).expect("entries_many");
+        let one_by_one: Vec<_> = asked.iter().map(|(g, k)| t.entries(rows, *g, k).expect("entries")).collect();
+        assert_eq!(many, one_by_one, "{name}: entries_many");
+        assert_eq!(many[3].len(), 2, "{name}");
 
         // Range scan and range delete within a group.
         let ks: Vec<Vec<u8>> = (0..10).map(key).collect();

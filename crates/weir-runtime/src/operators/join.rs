@@ -223,9 +223,10 @@ impl StreamJoin {
     fn partners(&self, other: usize, keys: &[(u16, Vec<u8>)]) -> Result<Partners> {
         let (mut sorts, mut rows, mut entries, mut ranges) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::with_capacity(keys.len()));
-        for (group, key) in keys {
+        let asked: Vec<(u16, &[u8])> = keys.iter().map(|(g, k)| (*g, k.as_slice())).collect();
+        for found in self.tables.entries_many(self.sides[other], &asked)? {
             let start = rows.len();
-            for (sort, mut value) in self.tables.entries(self.sides[other], *group, key)? {
+            for (sort, mut value) in found {
                 entries.push(Entry::decode(&value)?);
                 rows.push(if self.spec.appending[other] { value.split_off(24) } else { sort.clone() });
                 sorts.push(sort);

@@ -189,9 +189,9 @@ impl LookupJoin {
             })
             .collect();
         let (mut rows, mut found) = (Vec::new(), Vec::with_capacity(distinct.len()));
-        for (g, k) in &distinct {
+        for entries in self.tables.entries_many(self.table, &distinct)? {
             let mut of_key = Vec::new();
-            for (row, count) in self.tables.entries(self.table, *g, k)? {
+            for (row, count) in entries {
                 let n = count
                     .try_into()
                     .map(u64::from_le_bytes)

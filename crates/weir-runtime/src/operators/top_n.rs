@@ -202,18 +202,17 @@ impl Operator for TopN {
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
         let order_bytes = |key: &[u8]| key.len() - 8;
-        // Over an append-only input, every partition's top rows with one multi-get.
-        let mut tops = if self.spec.retracting_input {
-            Vec::new()
+        // Over an append-only input, every partition's top rows with one multi-get; over an
+        // updating input, every partition's rows with one iterator.
+        let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();
+        let mut stored_all: Vec<Ranked> = if self.spec.retracting_input {
+            self.tables.entries_many(self.ranked, &keys)?
         } else {
-            let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();
-            self.tables.get_many(self.tops, &keys)?
+            let tops = self.tables.get_many(self.tops, &keys)?;
+            tops.into_iter().map(|t| t.map(|t| decode_top(&t)).transpose().map(Option::unwrap_or_default)).collect::<Result<_>>()?
         };
         for (p, (group, key, members)) in partitions.iter().enumerate() {
-            let stored = match tops.get_mut(p) {
-                Some(top) => top.take().map(|t| decode_top(&t)).transpose()?.unwrap_or_default(),
-                None => self.tables.entries(self.ranked, *group, key)?,
-            };
+            let stored = std::mem::take(&mut stored_all[p]);
             let lens: Vec<usize> = stored.iter().map(|(k, _)| order_bytes(k)).collect();
             let before_ranks = self.ranks(&stored, &lens);
             let before: Vec<(u64, Vec<u8>, Vec<u8>)> =
