@@ -12,7 +12,7 @@ use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
     SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
-    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
+    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -54,6 +54,9 @@ pub enum OperatorSpec {
     UpsertNormalize { spec: UpsertSpec },
     /// The first rows of each partition by an order (Top-N, deduplication), kept up to date.
     TopN { spec: TopNSpec, display: String },
+    /// The first rows of each partition of each window (`window_end` is its column), once
+    /// the watermark passes the window's end.
+    WindowTopN { spec: TopNSpec, window_end: usize, display: String },
 }
 
 /// Where a running operator keeps state.
@@ -102,6 +105,9 @@ impl OperatorSpec {
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::TopN { spec, .. } => Ok(Box::new(TopN::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::WindowTopN { spec, window_end, .. } => {
+                Ok(Box::new(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?))
+            }
             _ => self.instantiate(),
         }
     }
@@ -134,6 +140,9 @@ impl OperatorSpec {
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
             OperatorSpec::TopN { spec, .. } => Box::new(TopN::new(spec, &StateContext::memory())?),
+            OperatorSpec::WindowTopN { spec, window_end, .. } => {
+                Box::new(WindowTopN::new(spec, window_end, &StateContext::memory())?)
+            }
         })
     }
 
@@ -145,6 +154,7 @@ impl OperatorSpec {
                 | OperatorSpec::WindowAggregate { .. }
                 | OperatorSpec::SessionAggregate { .. }
                 | OperatorSpec::WindowJoin { .. }
+                | OperatorSpec::WindowTopN { .. }
                 | OperatorSpec::Limit { .. }
         )
     }
@@ -194,6 +204,7 @@ impl OperatorSpec {
             OperatorSpec::WindowJoin { display, .. } => format!("WindowJoin: {display}"),
             OperatorSpec::Join { display, .. } => format!("Join: {display}"),
             OperatorSpec::TopN { display, .. } => format!("TopN: {display}"),
+            OperatorSpec::WindowTopN { display, .. } => format!("WindowTopN: {display}"),
             OperatorSpec::LookupJoin { display, .. } => format!("LookupJoin: {display}"),
             OperatorSpec::VersionedJoin { display, .. } => format!("VersionedJoin: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
@@ -265,7 +276,7 @@ impl Node {
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
                 OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. } => spec.schema.clone(),
                 OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
-                OperatorSpec::TopN { spec, .. } => spec.schema.clone(),
+                OperatorSpec::TopN { spec, .. } | OperatorSpec::WindowTopN { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -580,6 +591,15 @@ impl OperatorSpec {
                 )
             }
             OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
+            OperatorSpec::WindowTopN { spec, window_end, .. } => format!(
+                "window top-n {:?} end {window_end} partition {:?} order {:?} ranks {}..={} [{}]",
+                spec.kind,
+                spec.partition,
+                spec.order.iter().map(|(i, o)| (i, o.descending, o.nulls_first)).collect::<Vec<_>>(),
+                spec.lo,
+                spec.hi,
+                columns(&spec.input_schema)
+            ),
             OperatorSpec::TopN { spec, .. } => format!(
                 "top-n {:?} partition {:?} order {:?} ranks {}..={} later-wins {} retracting {} [{}]",
                 spec.kind,

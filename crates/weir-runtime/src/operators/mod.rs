@@ -16,6 +16,7 @@ mod watermark;
 mod window;
 mod window_aggregate;
 mod window_join;
+mod window_rank;
 
 pub use aggregates::{AggKind, AggregateDef, Lane};
 pub use filter::Filter;
@@ -32,3 +33,4 @@ pub use watermark::WatermarkGenerator;
 pub use window::{millis, LateOutput, WindowAssign, WindowKind, WindowSpec};
 pub use window_aggregate::WindowAggregate;
 pub use window_join::WindowJoin;
+pub use window_rank::WindowTopN;

@@ -102,29 +102,8 @@ impl TopN {
         })
     }
 
-    /// The ranks of a partition's sorted rows (`order_len`: bytes of each sort key that are
-    /// the `ORDER BY` values), up to the first past `hi`.
     fn ranks(&self, rows: &Ranked, order_len: &[usize]) -> Vec<u64> {
-        let mut ranks = Vec::with_capacity(rows.len().min(self.spec.hi as usize + 1));
-        let (mut rank, mut dense) = (0u64, 0u64);
-        for (i, (key, _)) in rows.iter().enumerate() {
-            let tied = i > 0 && key[..order_len[i]] == rows[i - 1].0[..order_len[i - 1]];
-            rank = match self.spec.kind {
-                RankKind::RowNumber => i as u64 + 1,
-                RankKind::Rank if tied => rank,
-                RankKind::Rank => i as u64 + 1,
-                RankKind::DenseRank if tied => dense,
-                RankKind::DenseRank => {
-                    dense += 1;
-                    dense
-                }
-            };
-            if rank > self.spec.hi {
-                break;
-            }
-            ranks.push(rank);
-        }
-        ranks
+        ranks(&self.spec, rows.iter().map(|(k, _)| k.as_slice()), order_len)
     }
 
     fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
@@ -132,6 +111,34 @@ impl TopN {
         self.next_seq += 1;
         [order, &seq.to_be_bytes()].concat()
     }
+}
+
+/// The ranks of a partition's sorted rows (their sort keys; `order_len`: bytes of each that
+/// are the `ORDER BY` values), up to the first past `hi`.
+pub(super) fn ranks<'a>(spec: &TopNSpec, keys: impl Iterator<Item = &'a [u8]>, order_len: &[usize]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let (mut rank, mut dense) = (0u64, 0u64);
+    let mut previous: Option<&[u8]> = None;
+    for (i, key) in keys.enumerate() {
+        let order = &key[..order_len[i]];
+        let tied = previous == Some(order);
+        previous = Some(order);
+        rank = match spec.kind {
+            RankKind::RowNumber => i as u64 + 1,
+            RankKind::Rank if tied => rank,
+            RankKind::Rank => i as u64 + 1,
+            RankKind::DenseRank if tied => dense,
+            RankKind::DenseRank => {
+                dense += 1;
+                dense
+            }
+        };
+        if rank > spec.hi {
+            break;
+        }
+        out.push(rank);
+    }
+    out
 }
 
 /// A partition's top rows as one value: each row's sort key and bytes, length-prefixed.

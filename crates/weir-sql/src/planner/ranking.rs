@@ -9,6 +9,7 @@ use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Operator as BinOp, WindowFunctionDefinition};
 use weir_runtime::operators::{RankKind, TopNSpec};
 
+use super::windowed::window_columns;
 use super::*;
 
 /// The rank function of an `OVER` expression, if it is one.
@@ -194,8 +195,8 @@ impl Planner {
         let (lo, hi) = (lo.max(1) as u64, hi.max(0) as u64);
         let later_wins_ties = kind == RankKind::RowNumber && hi == 1 && order.len() == 1 && order[0].1.descending;
         let display = format!(
-            "{} ranks {lo}..={hi} partition by [{}] order by [{}]",
-            expr.human_display(),
+            "{}() ranks {lo}..={hi} partition by [{}] order by [{}]",
+            function.fun.name(),
             params.partition_by.iter().map(|e| e.human_display().to_string()).collect::<Vec<_>>().join(", "),
             params
                 .order_by
@@ -220,8 +221,17 @@ impl Planner {
             },
         };
         let extended = spec.schema.fields().len() > width + 1;
+        // Partitioned by a window of an append-only input: ranked once per window, when it
+        // fires (Flink's window Top-N and window deduplication).
+        let window_end = window_columns(&window.input)
+            .filter(|(start, end)| !retracting_input && partition.contains(start) && partition.contains(end))
+            .map(|(_, end)| end);
+        let operator = match window_end {
+            Some(window_end) => OperatorSpec::WindowTopN { spec, window_end, display },
+            None => OperatorSpec::TopN { spec, display },
+        };
         let mut node = Node::Exchange { partitioning: Partitioning::Hash(partition), input: Box::new(input) }
-            .with_operator(OperatorSpec::TopN { spec, display });
+            .with_operator(operator);
         if extended {
             // Drop the computed keys: the window's columns, then the rank.
             let rank = node.schema().fields().len() - 1;

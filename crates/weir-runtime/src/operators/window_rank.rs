@@ -1,0 +1,190 @@
+//! Top-N and deduplication per window (`PARTITION BY window_start, window_end, …` over a
+//! window table function or a window aggregate), as Flink's window Top-N: rows wait in a
+//! timed state table under their window's end, partition and order; when the watermark
+//! passes a window's end its partitions are ranked once and their kept ranks emitted as
+//! inserts. Append-only, and its rows are final. Rows of a window that has fired are late:
+//! dropped and counted.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::row::{RowConverter, SortField};
+use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_state::tables::Change;
+use weir_state::{StateTables, Table, TableDecl, TableKind};
+
+use super::state::{from_ordered, ordered, Progress, StateContext};
+use super::top_n::{ranks, TopNSpec};
+use super::window::{advance, millis, Fires};
+
+const TABLES: [TableDecl; 1] = [TableDecl { name: "waiting", kind: TableKind::Timed }];
+
+pub struct WindowTopN {
+    spec: TopNSpec,
+    /// Which input column is `window_end`.
+    window_end: usize,
+    partitions: RowConverter,
+    order: RowConverter,
+    rows: RowConverter,
+    tables: StateTables,
+    waiting: Table,
+    progress: Progress,
+    next_seq: u64,
+}
+
+impl WindowTopN {
+    pub fn new(spec: TopNSpec, window_end: usize, state: &StateContext) -> Result<Self> {
+        let field = |i: usize| SortField::new(spec.input_schema.field(i).data_type().clone());
+        let partitions = RowConverter::new(spec.partition.iter().map(|i| field(*i)).collect())?;
+        let order = RowConverter::new(
+            spec.order
+                .iter()
+                .map(|(i, o)| SortField::new_with_options(spec.input_schema.field(*i).data_type().clone(), *o))
+                .collect(),
+        )?;
+        let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(field).collect())?;
+        let tables = state.open(&TABLES)?;
+        Ok(Self {
+            waiting: tables.table("waiting")?,
+            tables,
+            partitions,
+            order,
+            rows,
+            spec,
+            window_end,
+            progress: Progress::default(),
+            next_seq: 0,
+        })
+    }
+}
+
+impl Operator for WindowTopN {
+    fn name(&self) -> String {
+        "WindowTopN".into()
+    }
+
+    /// File each row under `end | partition (length first) | order | arrival`.
+    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+        if !chunk.is_append_only() {
+            return Err(WeirError::not_supported("a Top-N per window over an updating input"));
+        }
+        let batch = &chunk.batch;
+        let n = batch.num_rows();
+        let part_columns: Vec<ArrayRef> = self.spec.partition.iter().map(|i| batch.column(*i).clone()).collect();
+        let order_columns: Vec<ArrayRef> = self.spec.order.iter().map(|(i, _)| batch.column(*i).clone()).collect();
+        let parts = self.partitions.convert_columns(&part_columns)?;
+        let orders = self.order.convert_columns(&order_columns)?;
+        let rows = self.rows.convert_columns(batch.columns())?;
+        let groups = crate::exchange::key_groups_of_columns(&part_columns, n, self.tables.key_groups())?;
+        let ends = millis(batch.column(self.window_end))?;
+        let bound = self.progress.watermark.0.saturating_add(1);
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n {
+            if !ends.is_valid(i) {
+                continue;
+            }
+            let end = ends.value(i);
+            if end <= bound {
+                self.progress.late += 1;
+                continue;
+            }
+            let part = parts.row(i).data();
+            let seq = if self.spec.later_wins_ties { u64::MAX - self.next_seq } else { self.next_seq };
+            self.next_seq += 1;
+            let key = [&ordered(end)[..], &(part.len() as u32).to_be_bytes(), part, orders.row(i).data(), &seq.to_be_bytes()]
+                .concat();
+            self.progress.opened(end);
+            keys.push((groups[i], key, i));
+        }
+        let changes: Vec<Change<'_>> = keys.iter().map(|(g, k, i)| (*g, k.as_slice(), Some(rows.row(*i).data()))).collect();
+        self.tables.write(self.waiting, &changes)
+    }
+
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        advance(self, watermark, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.fire(Watermark::END_OF_TIME, out)
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.progress.late
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let mut meta = self.progress.meta();
+        meta["next_seq"] = self.next_seq.into();
+        Ok(Some(self.tables.snapshot(meta)?))
+    }
+
+    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
+        let metas = self.tables.restore_from(states)?;
+        self.progress = Progress::restore(&metas)?;
+        for m in &metas {
+            let next = m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("window Top-N state is damaged"))?;
+            self.next_seq = self.next_seq.max(next);
+        }
+        Ok(())
+    }
+}
+
+impl Fires for WindowTopN {
+    fn watermark_mut(&mut self) -> &mut Watermark {
+        &mut self.progress.watermark
+    }
+
+    /// Rank every window that ends at or before `watermark` + 1 ms.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        let bound = watermark.0.saturating_add(1);
+        let Some(&first) = self.progress.open.first() else { return Ok(()) };
+        if first > bound {
+            return Ok(());
+        }
+        let (from, to) = (ordered(first), ordered(bound.saturating_add(1)));
+        let due = self.tables.scan_times(self.waiting, &from, &to)?;
+        self.tables.delete_times(self.waiting, &from, &to)?;
+        self.progress.fired(bound);
+        let damaged = || WeirError::internal("window Top-N state is damaged");
+        // Entries come by (end, group, partition, order, arrival): each (end, partition) is
+        // a run of them, already ranked in order.
+        let mut kept: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut run: Vec<&[u8]> = Vec::new();
+        let mut run_values: Vec<&[u8]> = Vec::new();
+        let mut run_key: Option<(i64, u16, &[u8])> = None;
+        let flush = |run: &mut Vec<&[u8]>, values: &mut Vec<&[u8]>, kept: &mut Vec<(Vec<u8>, u64)>| {
+            let lens: Vec<usize> = run.iter().map(|k| k.len() - 8).collect();
+            for (rank, value) in ranks(&self.spec, run.iter().copied(), &lens).into_iter().zip(values.iter()) {
+                if rank >= self.spec.lo {
+                    kept.push((value.to_vec(), rank));
+                }
+            }
+            run.clear();
+            values.clear();
+        };
+        for (group, key, value) in &due {
+            let end = key.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered).ok_or_else(damaged)?;
+            let len = key.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).ok_or_else(damaged)? as usize;
+            let part = key.get(12..12 + len).ok_or_else(damaged)?;
+            let order = &key[12 + len..];
+            if run_key != Some((end, *group, part)) {
+                flush(&mut run, &mut run_values, &mut kept);
+                run_key = Some((end, *group, part));
+            }
+            run.push(order);
+            run_values.push(value);
+        }
+        flush(&mut run, &mut run_values, &mut kept);
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let parser = self.rows.parser();
+        let mut columns = self.rows.convert_rows(kept.iter().map(|(r, _)| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(kept.iter().map(|(_, rank)| *rank))));
+        let options = RecordBatchOptions::new().with_row_count(Some(kept.len()));
+        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        out.push(Message::Chunk(Chunk::inserts(batch)));
+        Ok(())
+    }
+}
