@@ -100,8 +100,9 @@ impl Chunk {
         self.batch.schema()
     }
 
+    /// Whether every row is an insert (no ops, or only `+I`).
     pub fn is_append_only(&self) -> bool {
-        self.ops.is_none()
+        self.ops.as_ref().is_none_or(|ops| ops.values().iter().all(|o| *o == Op::Insert as i8))
     }
 
     /// The op of row `i` (inserts when there is no ops array).

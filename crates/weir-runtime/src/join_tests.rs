@@ -202,3 +202,35 @@ fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_lat
     j.finish(&mut out).expect("finish");
     assert_eq!(pretty(&out), "");
 }
+
+#[test]
+fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
+    use crate::operators::FirstRow;
+    use weir_core::Watermark;
+    let ms = datafusion::arrow::datatypes::TimeUnit::Millisecond;
+    let input = schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None))]);
+    let spec = TopNSpec {
+        kind: RankKind::RowNumber,
+        partition: vec![0],
+        order: vec![(1, SortOptions { descending: false, nulls_first: false })],
+        lo: 1,
+        hi: 1,
+        later_wins_ties: false,
+        retracting_input: false,
+        input_schema: input,
+        schema: schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None)), ("rn", DataType::UInt64)]),
+    };
+    let mut f = FirstRow::new(spec, 1, &StateContext::memory()).expect("first row");
+    let mut out = Vec::new();
+    // An earlier row that comes later replaces the candidate: nothing is emitted yet.
+    f.process_chunk(chunk("k:T t:TS\n+I a 5\n+I a 3\n+I b 9"), &mut out).expect("rows");
+    assert_eq!(pretty(&out), "");
+    f.process_watermark(Watermark(4), &mut out).expect("watermark");
+    assert_eq!(pretty(&out), "+I a 1970-01-01 00:00:00.003 1\n");
+    out.clear();
+    // `a` is done; `c` at 2 is behind the watermark: late.
+    f.process_chunk(chunk("k:T t:TS\n+I a 6\n+I c 2"), &mut out).expect("rows");
+    assert_eq!(f.late_rows(), 1);
+    f.finish(&mut out).expect("finish");
+    assert_eq!(pretty(&out), "+I b 1970-01-01 00:00:00.009 1\n");
+}

@@ -10,7 +10,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
+    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
     SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
     VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
@@ -57,6 +57,9 @@ pub enum OperatorSpec {
     /// The first rows of each partition of each window (`window_end` is its column), once
     /// the watermark passes the window's end.
     WindowTopN { spec: TopNSpec, window_end: usize, display: String },
+    /// Each partition's first row by event time (`time` is its column), once the watermark
+    /// passes it.
+    FirstRow { spec: TopNSpec, time: usize, display: String },
 }
 
 /// Where a running operator keeps state.
@@ -108,6 +111,7 @@ impl OperatorSpec {
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Ok(Box::new(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?))
             }
+            OperatorSpec::FirstRow { spec, time, .. } => Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?)),
             _ => self.instantiate(),
         }
     }
@@ -143,6 +147,7 @@ impl OperatorSpec {
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Box::new(WindowTopN::new(spec, window_end, &StateContext::memory())?)
             }
+            OperatorSpec::FirstRow { spec, time, .. } => Box::new(FirstRow::new(spec, time, &StateContext::memory())?),
         })
     }
 
@@ -155,6 +160,7 @@ impl OperatorSpec {
                 | OperatorSpec::SessionAggregate { .. }
                 | OperatorSpec::WindowJoin { .. }
                 | OperatorSpec::WindowTopN { .. }
+                | OperatorSpec::FirstRow { .. }
                 | OperatorSpec::Limit { .. }
         )
     }
@@ -205,6 +211,7 @@ impl OperatorSpec {
             OperatorSpec::Join { display, .. } => format!("Join: {display}"),
             OperatorSpec::TopN { display, .. } => format!("TopN: {display}"),
             OperatorSpec::WindowTopN { display, .. } => format!("WindowTopN: {display}"),
+            OperatorSpec::FirstRow { display, .. } => format!("FirstRow: {display}"),
             OperatorSpec::LookupJoin { display, .. } => format!("LookupJoin: {display}"),
             OperatorSpec::VersionedJoin { display, .. } => format!("VersionedJoin: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
@@ -276,7 +283,9 @@ impl Node {
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
                 OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. } => spec.schema.clone(),
                 OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
-                OperatorSpec::TopN { spec, .. } | OperatorSpec::WindowTopN { spec, .. } => spec.schema.clone(),
+                OperatorSpec::TopN { spec, .. }
+                | OperatorSpec::WindowTopN { spec, .. }
+                | OperatorSpec::FirstRow { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -315,6 +324,7 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::GroupAggregate { spec, .. } => Some((0..spec.keys).collect()),
                 OperatorSpec::UpsertNormalize { spec } => Some(spec.key.clone()),
+                OperatorSpec::FirstRow { spec, .. } => Some(spec.partition.clone()),
                 // Each partition's rows by their row number; one row per partition in a Top-1.
                 OperatorSpec::TopN { spec, .. } if spec.kind == RankKind::RowNumber => {
                     let mut key = spec.partition.clone();
@@ -591,6 +601,9 @@ impl OperatorSpec {
                 )
             }
             OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
+            OperatorSpec::FirstRow { spec, time, .. } => {
+                format!("first row partition {:?} time {time} [{}]", spec.partition, columns(&spec.input_schema))
+            }
             OperatorSpec::WindowTopN { spec, window_end, .. } => format!(
                 "window top-n {:?} end {window_end} partition {:?} order {:?} ranks {}..={} [{}]",
                 spec.kind,

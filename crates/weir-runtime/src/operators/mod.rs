@@ -3,6 +3,7 @@
 
 mod aggregates;
 mod filter;
+mod first_row;
 mod group_aggregate;
 mod join;
 mod limit;
@@ -20,6 +21,7 @@ mod window_rank;
 
 pub use aggregates::{AggKind, AggregateDef, Lane};
 pub use filter::Filter;
+pub use first_row::FirstRow;
 pub use group_aggregate::{GroupAggregate, GroupSpec};
 pub use join::{Interval, JoinKind, JoinSpec, StreamJoin};
 pub use limit::Limit;

@@ -402,7 +402,7 @@ impl Planner {
 
     /// Whether column `column` of `plan` is a time attribute: a table's event-time column (its
     /// `WATERMARK FOR` column, or a window's `window_time`), or `PROCTIME()`.
-    fn time_attribute(&self, plan: &LogicalPlan, column: usize) -> Option<TimeAttribute> {
+    pub(super) fn time_attribute(&self, plan: &LogicalPlan, column: usize) -> Option<TimeAttribute> {
         match plan {
             LogicalPlan::Projection(p) => {
                 let mut e = if p.expr.len() == p.schema.fields().len() {
@@ -410,7 +410,7 @@ impl Planner {
                 } else {
                     // Before the optimizer a `*` stands for many columns: an alias by name, or
                     // the input's column of that name.
-                    let name = p.schema.field(column).name();
+                    let name = p.schema.fields().get(column)?.name();
                     match p.expr.iter().find(|e| matches!(e, Expr::Alias(a) if &a.name == name)) {
                         Some(e) => e,
                         None => {
@@ -441,7 +441,7 @@ impl Planner {
                 }
             }
             LogicalPlan::TableScan(scan) => {
-                let name = scan.projected_schema.field(column).name();
+                let name = scan.projected_schema.fields().get(column)?.name();
                 let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
                 let any = provider.as_ref() as &dyn std::any::Any;
                 if any.is::<WindowTable>() {

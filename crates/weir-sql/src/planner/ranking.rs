@@ -226,9 +226,21 @@ impl Planner {
         let window_end = window_columns(&window.input)
             .filter(|(start, end)| !retracting_input && partition.contains(start) && partition.contains(end))
             .map(|(_, end)| end);
-        let operator = match window_end {
-            Some(window_end) => OperatorSpec::WindowTopN { spec, window_end, display },
-            None => OperatorSpec::TopN { spec, display },
+        // The first row by event time of an append-only input: emitted once the watermark
+        // passes it (append-only, as Flink's deduplication keeping the first row).
+        let first_by_time = match spec.order.as_slice() {
+            [(column, o)]
+                if *column < width && !o.descending && kind == RankKind::RowNumber && lo == 1 && hi == 1 && !retracting_input =>
+            {
+                matches!(self.time_attribute(&window.input, *column), Some(super::joins::TimeAttribute::Event))
+                    .then_some(*column)
+            }
+            _ => None,
+        };
+        let operator = match (window_end, first_by_time) {
+            (Some(window_end), _) => OperatorSpec::WindowTopN { spec, window_end, display },
+            (None, Some(time)) => OperatorSpec::FirstRow { spec, time, display },
+            (None, None) => OperatorSpec::TopN { spec, display },
         };
         let mut node = Node::Exchange { partitioning: Partitioning::Hash(partition), input: Box::new(input) }
             .with_operator(operator);
