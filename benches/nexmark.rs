@@ -236,7 +236,8 @@ async fn child(
         checkpoint_ms = status.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.max(1) as u64;
         rows_out = status.rows_written();
         // Only the bids count (q20 reads the auctions too, as Flink's figures count bids).
-        let bids: u64 = status.operators.iter().filter(|o| o.name.starts_with("Source: bid ")).map(|o| o.rows_out).sum();
+        let bids: u64 =
+            status.operators.iter().filter(|o| o.name.starts_with("Source: bid ")).map(|o| o.rows_out).sum();
         bids / scans
     };
     let wall = started.elapsed().as_secs_f64();

@@ -98,17 +98,10 @@ fn appending_inputs_store_rows_under_arrival_numbers_and_join_every_copy() {
     let mut j = join_of(JoinKind::Full, [true, true]);
     let got = steps(
         &mut j,
-        &[
-            (1, "k2:T w:I\n+I a 10\n+I a 10"),
-            (0, "k:T v:I\n+I a 1\n+I a 1\n+I b 2"),
-            (1, "k2:T w:I\n+I b 20"),
-        ],
+        &[(1, "k2:T w:I\n+I a 10\n+I a 10"), (0, "k:T v:I\n+I a 1\n+I a 1\n+I b 2"), (1, "k2:T w:I\n+I b 20")],
     );
     assert_eq!(got[0], "+I . . a 10\n+I . . a 10\n");
-    assert_eq!(
-        got[1],
-        "-D . . a 10\n+I a 1 a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n+I a 1 a 10\n+I b 2 . .\n"
-    );
+    assert_eq!(got[1], "-D . . a 10\n+I a 1 a 10\n-D . . a 10\n+I a 1 a 10\n+I a 1 a 10\n+I a 1 a 10\n+I b 2 . .\n");
     assert_eq!(got[2], "-D b 2 . .\n+I b 2 b 20\n");
 }
 

@@ -111,7 +111,9 @@ impl OperatorSpec {
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Ok(Box::new(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?))
             }
-            OperatorSpec::FirstRow { spec, time, .. } => Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?)),
+            OperatorSpec::FirstRow { spec, time, .. } => {
+                Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?))
+            }
             _ => self.instantiate(),
         }
     }

@@ -211,6 +211,9 @@ impl StateStore {
 /// A checkpoint's small per-checkpoint files (MANIFEST, CURRENT, OPTIONS): name and bytes.
 pub type OwnFiles = Vec<(String, Vec<u8>)>;
 
+/// Keys with their values, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The second half of a checkpoint: new SST files copied (and synced) into the shared
 /// directory. A checkpoint that uses them counts only once this has succeeded.
 #[derive(Debug)]
@@ -312,7 +315,7 @@ impl StateTable<'_> {
 
     /// The keys of each range `[from, to)`, with one iterator that seeks from range to range
     /// (cheaper than an iterator per range: a join looks up every key of a batch).
-    pub fn scan_many(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+    pub fn scan_many(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Entries>> {
         let mut iter = self.db.raw_iterator();
         let mut out = Vec::with_capacity(ranges.len());
         for (from, to) in ranges {

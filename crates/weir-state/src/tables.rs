@@ -344,7 +344,7 @@ impl StateTables {
     }
 
     /// [`StateTables::entries`] of many keys (`(group, key)`) in one call.
-    pub fn entries_many(&self, table: Table, keys: &[(u16, &[u8])]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+    pub fn entries_many(&self, table: Table, keys: &[(u16, &[u8])]) -> Result<Vec<crate::Entries>> {
         self.not_timed(table)?;
         let mut ranges = Vec::with_capacity(keys.len());
         for (group, key) in keys {
@@ -357,7 +357,9 @@ impl StateTables {
         let found = match &self.inner {
             Inner::Memory(map) => ranges
                 .iter()
-                .map(|(start, end)| map.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect())
+                .map(|(start, end)| {
+                    map.range(start.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect()
+                })
                 .collect(),
             Inner::Rocks { store, .. } => store.table(0).scan_many(&ranges)?,
         };
@@ -366,7 +368,10 @@ impl StateTables {
             .into_iter()
             .zip(&ranges)
             .map(|(rows, (start, _))| {
-                rows.into_iter().filter(|(k, _)| k.starts_with(start)).map(|(k, v)| (k[start.len()..].to_vec(), v)).collect()
+                rows.into_iter()
+                    .filter(|(k, _)| k.starts_with(start))
+                    .map(|(k, v)| (k[start.len()..].to_vec(), v))
+                    .collect()
             })
             .collect())
     }

@@ -82,11 +82,13 @@ impl PartitionCommit {
         let trigger = match table.options.get("sink.partition-commit.trigger").unwrap_or("partition-time") {
             "partition-time" => Trigger::PartitionTime,
             "process-time" => Trigger::ProcessTime,
-            other => return Err(WeirError::user(format!(
+            other => {
+                return Err(WeirError::user(format!(
                 "table '{}': 'sink.partition-commit.trigger' must be 'partition-time' or 'process-time', not '{other}'",
                 table.name
             ))
-            .at(at("sink.partition-commit.trigger"))),
+                .at(at("sink.partition-commit.trigger")))
+            }
         };
         let delay = match table.options.get("sink.partition-commit.delay") {
             None => Duration::ZERO,

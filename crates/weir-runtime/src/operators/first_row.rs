@@ -141,10 +141,10 @@ impl Operator for FirstRow {
         let mut index = interner::<&[u8], usize>();
         let mut distinct: Vec<(u16, &[u8])> = Vec::new();
         let mut of_row = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, group) in groups.iter().enumerate() {
             let key = parts.row(i).data();
             of_row.push(*index.entry(key).or_insert_with(|| {
-                distinct.push((groups[i], key));
+                distinct.push((*group, key));
                 distinct.len() - 1
             }));
         }
@@ -155,14 +155,13 @@ impl Operator for FirstRow {
             .map(|s| s.map(|s| First::decode(&s)).transpose())
             .collect::<Result<_>>()?;
         let mut changed = vec![false; distinct.len()];
-        for i in 0..n {
+        for (i, p) in of_row.iter().copied().enumerate() {
             // A row without a time is never first by time.
             if !times.is_valid(i) || times.value(i) <= self.watermark.0 {
                 self.late += u64::from(times.is_valid(i));
                 continue;
             }
             let t = times.value(i);
-            let p = of_row[i];
             let earlier = match &states[p] {
                 None => true,
                 Some(First::Waiting { time, .. }) => t < *time,

@@ -412,7 +412,7 @@ impl StreamJoin {
         }
 
         // State: this side's entries, and the other side's partner counts.
-        let mine: Vec<(u16, &[u8], Option<Vec<u8>>)> = own
+        let mine: Vec<Write<'_>> = own
             .iter()
             .filter(|(_, (_, _, changed, _))| *changed)
             .map(|(k, (g, e, _, i))| {
@@ -548,6 +548,9 @@ impl StreamJoin {
         Ok(())
     }
 }
+
+/// A write of an entry: key group, entry key, new value (`None` deletes).
+type Write<'a> = (u16, &'a [u8], Option<Vec<u8>>);
 
 /// Output rows as (row of the chunk, row of the partners, op), expanded by copies.
 #[derive(Default)]

@@ -25,6 +25,13 @@ use super::join::{assemble, pair_condition, JoinKind, JoinSpec};
 use super::state::{from_ordered, interner, ordered, StateContext};
 use super::window::millis;
 
+/// Each row's key bytes (`None`: a NULL key) and each row's key group.
+type KeysOf = (Vec<Option<Vec<u8>>>, Vec<u16>);
+/// A stored count (`None`: the entry goes).
+type Count = Option<[u8; 8]>;
+/// A key's versions: time, and the row (`None`: deleted then).
+type Versions = Vec<(i64, Option<Vec<u8>>)>;
+
 /// What both kinds share: the spec, row converters, and joining stream rows against rows
 /// of the table found per key.
 struct Joiner {
@@ -49,12 +56,7 @@ impl Joiner {
     }
 
     /// Each row's key bytes (`None`: a NULL key, which matches nothing) and key group.
-    fn keys_of(
-        &self,
-        batch: &RecordBatch,
-        side: usize,
-        groups: weir_state::KeyGroups,
-    ) -> Result<(Vec<Option<Vec<u8>>>, Vec<u16>)> {
+    fn keys_of(&self, batch: &RecordBatch, side: usize, groups: weir_state::KeyGroups) -> Result<KeysOf> {
         let columns: Vec<ArrayRef> = self.spec.keys[side].iter().map(|k| batch.column(*k).clone()).collect();
         let rows = self.keys.convert_columns(&columns)?;
         let mut valid = vec![true; batch.num_rows()];
@@ -165,7 +167,7 @@ impl LookupJoin {
                 }
             }
         }
-        let encoded: Vec<(u16, &[u8], Option<[u8; 8]>)> =
+        let encoded: Vec<(u16, &[u8], Count)> =
             counts.iter().map(|(k, (g, n))| (*g, *k, (*n > 0).then(|| n.to_le_bytes()))).collect();
         let changes: Vec<Change<'_>> = encoded.iter().map(|(g, k, v)| (*g, *k, v.as_ref().map(|v| &v[..]))).collect();
         self.tables.write(self.table, &changes)
@@ -388,7 +390,7 @@ impl VersionedJoin {
         let times: Vec<Option<i64>> = millis(stream.column(self.times[0]))?.iter().collect();
         // Each key's versions, read once.
         let mut index = interner::<Vec<u8>, usize>();
-        let mut versions: Vec<(u16, Vec<u8>, Vec<(i64, Option<Vec<u8>>)>)> = Vec::new();
+        let mut versions: Vec<(u16, Vec<u8>, Versions)> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key else { continue };
             if index.contains_key(key) {

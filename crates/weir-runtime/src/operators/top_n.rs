@@ -196,10 +196,10 @@ impl Operator for TopN {
         // The chunk's rows by partition, partitions in order of first appearance.
         let mut index = interner::<&[u8], usize>();
         let mut partitions: Vec<(u16, &[u8], Vec<usize>)> = Vec::new();
-        for i in 0..n {
+        for (i, group) in groups.iter().enumerate() {
             let key = part_keys.row(i).data();
             let p = *index.entry(key).or_insert_with(|| {
-                partitions.push((groups[i], key, Vec::new()));
+                partitions.push((*group, key, Vec::new()));
                 partitions.len() - 1
             });
             partitions[p].2.push(i);
@@ -216,7 +216,9 @@ impl Operator for TopN {
             self.tables.entries_many(self.ranked, &keys)?
         } else {
             let tops = self.tables.get_many(self.tops, &keys)?;
-            tops.into_iter().map(|t| t.map(|t| decode_top(&t)).transpose().map(Option::unwrap_or_default)).collect::<Result<_>>()?
+            tops.into_iter()
+                .map(|t| t.map(|t| decode_top(&t)).transpose().map(Option::unwrap_or_default))
+                .collect::<Result<_>>()?
         };
         for (p, (group, key, members)) in partitions.iter().enumerate() {
             let stored = std::mem::take(&mut stored_all[p]);

@@ -80,7 +80,7 @@ impl Operator for WindowTopN {
         let ends = millis(batch.column(self.window_end))?;
         let bound = self.progress.watermark.0.saturating_add(1);
         let mut keys = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, group) in groups.iter().enumerate() {
             if !ends.is_valid(i) {
                 continue;
             }
@@ -92,12 +92,14 @@ impl Operator for WindowTopN {
             let part = parts.row(i).data();
             let seq = if self.spec.later_wins_ties { u64::MAX - self.next_seq } else { self.next_seq };
             self.next_seq += 1;
-            let key = [&ordered(end)[..], &(part.len() as u32).to_be_bytes(), part, orders.row(i).data(), &seq.to_be_bytes()]
-                .concat();
+            let key =
+                [&ordered(end)[..], &(part.len() as u32).to_be_bytes(), part, orders.row(i).data(), &seq.to_be_bytes()]
+                    .concat();
             self.progress.opened(end);
-            keys.push((groups[i], key, i));
+            keys.push((*group, key, i));
         }
-        let changes: Vec<Change<'_>> = keys.iter().map(|(g, k, i)| (*g, k.as_slice(), Some(rows.row(*i).data()))).collect();
+        let changes: Vec<Change<'_>> =
+            keys.iter().map(|(g, k, i)| (*g, k.as_slice(), Some(rows.row(*i).data()))).collect();
         self.tables.write(self.waiting, &changes)
     }
 
@@ -123,7 +125,8 @@ impl Operator for WindowTopN {
         let metas = self.tables.restore_from(states)?;
         self.progress = Progress::restore(&metas)?;
         for m in &metas {
-            let next = m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("window Top-N state is damaged"))?;
+            let next =
+                m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("window Top-N state is damaged"))?;
             self.next_seq = self.next_seq.max(next);
         }
         Ok(())
@@ -165,7 +168,8 @@ impl Fires for WindowTopN {
         };
         for (group, key, value) in &due {
             let end = key.get(..8).and_then(|b| b.try_into().ok()).map(from_ordered).ok_or_else(damaged)?;
-            let len = key.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).ok_or_else(damaged)? as usize;
+            let len =
+                key.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes).ok_or_else(damaged)? as usize;
             let part = key.get(12..12 + len).ok_or_else(damaged)?;
             let order = &key[12 + len..];
             if run_key != Some((end, *group, part)) {

@@ -230,7 +230,12 @@ impl Planner {
         // passes it (append-only, as Flink's deduplication keeping the first row).
         let first_by_time = match spec.order.as_slice() {
             [(column, o)]
-                if *column < width && !o.descending && kind == RankKind::RowNumber && lo == 1 && hi == 1 && !retracting_input =>
+                if *column < width
+                    && !o.descending
+                    && kind == RankKind::RowNumber
+                    && lo == 1
+                    && hi == 1
+                    && !retracting_input =>
             {
                 matches!(self.time_attribute(&window.input, *column), Some(super::joins::TimeAttribute::Event))
                     .then_some(*column)
