@@ -15,11 +15,11 @@ use weir_state::KeyGroups;
 use crate::exchange::hash_partition;
 use crate::operators::{AggKind, AggregateDef, Filter, GroupAggregate, GroupSpec, StateContext};
 
-fn chunk(text: &str) -> Chunk {
+pub(crate) fn chunk(text: &str) -> Chunk {
     Chunk::from_pretty(text).expect("fixture")
 }
 
-fn pretty(messages: &[Message]) -> String {
+pub(crate) fn pretty(messages: &[Message]) -> String {
     messages
         .iter()
         .filter_map(|m| match m {

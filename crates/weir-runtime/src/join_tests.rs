@@ -5,23 +5,10 @@ use std::sync::Arc;
 
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use weir_core::{Chunk, Message, Operator};
+use weir_core::Operator;
 
+use crate::changelog_tests::{chunk, pretty};
 use crate::operators::{JoinKind, JoinSpec, RankKind, StateContext, StreamJoin, TopN, TopNSpec};
-
-fn chunk(text: &str) -> Chunk {
-    Chunk::from_pretty(text).expect("fixture")
-}
-
-fn pretty(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Chunk(c) => Some(c.to_pretty().expect("text")),
-            _ => None,
-        })
-        .collect()
-}
 
 fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
     Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))

@@ -149,15 +149,7 @@ async fn outer_joins_over_updating_inputs_equal_datafusion_batch_sql() {
     for (parallelism, backend) in SETUPS {
         engines.push((parallelism, backend, engine_at(parallelism, backend, &state).await));
     }
-    for sql in OUTER_JOINS {
-        let want = crate::rows(&ctx.sql(sql).await.expect("reference plan").collect().await.expect("reference run"));
-        assert!(!want.is_empty(), "{sql}: empty reference");
-        for (parallelism, backend, engine) in &engines {
-            let got = engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-            let got = crate::rows(&got.collect().await.unwrap_or_else(|e| panic!("{sql}: {e}")));
-            assert_eq!(got, want, "{sql} at parallelism {parallelism}, {backend} state");
-        }
-    }
+    crate::updating::equal_datafusion(&ctx, &engines, OUTER_JOINS).await;
 }
 
 /// Flink's legacy group windows: q11's `GROUP BY B.bidder, SESSION(B.dateTime, …)` with

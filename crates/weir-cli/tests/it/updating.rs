@@ -148,10 +148,16 @@ async fn updating_queries_equal_datafusion_batch_sql() {
     for (parallelism, backend) in SETUPS {
         engines.push((parallelism, backend, engine_at(parallelism, backend, &state).await));
     }
-    for sql in QUERIES {
+    equal_datafusion(&ctx, &engines, QUERIES).await;
+}
+
+/// Each query's rows in every engine (parallelism, backend, engine) equal DataFusion's batch
+/// SQL's in `ctx`, after the changelog is applied.
+pub(crate) async fn equal_datafusion(ctx: &SessionContext, engines: &[(usize, &str, Engine)], queries: &[&str]) {
+    for sql in queries {
         let want = crate::rows(&ctx.sql(sql).await.expect("reference plan").collect().await.expect("reference run"));
         assert!(!want.is_empty(), "{sql}: empty reference");
-        for (parallelism, backend, engine) in &engines {
+        for (parallelism, backend, engine) in engines {
             let got = engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
             let got = crate::rows(&got.collect().await.unwrap_or_else(|e| panic!("{sql}: {e}")));
             assert_eq!(got, want, "{sql} at parallelism {parallelism}, {backend} state");

@@ -14,7 +14,7 @@ use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, W
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, StateContext};
+use super::state::{interner, ordered, Clock, StateContext};
 use super::top_n::TopNSpec;
 use super::window::millis;
 
@@ -206,17 +206,13 @@ impl Operator for FirstRow {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: 0 };
+        Ok(Some(self.tables.snapshot(clock.meta())?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        for m in self.tables.restore_from(states)? {
-            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
-            if m.primary {
-                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-        }
+        let clock = Clock::restore(&self.tables.restore_from(states)?, "deduplication")?;
+        (self.watermark, self.late) = (clock.watermark, clock.late);
         Ok(())
     }
 }

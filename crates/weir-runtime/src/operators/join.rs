@@ -34,7 +34,7 @@ use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermar
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, StateContext};
+use super::state::{interner, ordered, Clock, StateContext};
 
 const TABLES: [TableDecl; 4] = [
     TableDecl { name: "left", kind: TableKind::Sorted },
@@ -110,6 +110,17 @@ impl Interval {
             0 => self.lower.map(|l| time.saturating_sub(l)),
             _ => self.upper.map(|u| time.saturating_add(u)),
         }
+    }
+}
+
+impl JoinSpec {
+    /// Row converters for the join key (both inputs' key columns have its types) and for
+    /// each input's whole rows.
+    pub(crate) fn converters(&self) -> Result<(RowConverter, [RowConverter; 2])> {
+        let field = |f: &datafusion::arrow::datatypes::Field| SortField::new(f.data_type().clone());
+        let keys = RowConverter::new(self.keys[0].iter().map(|k| field(self.schemas[0].field(*k))).collect())?;
+        let whole = |s: usize| RowConverter::new(self.schemas[s].fields().iter().map(|f| field(f)).collect());
+        Ok((keys, [whole(0)?, whole(1)?]))
     }
 }
 
@@ -191,15 +202,11 @@ impl StreamJoin {
         if !matches!(spec.kind, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full) {
             return Err(WeirError::not_supported(format!("{:?} joins outside a window", spec.kind)));
         }
-        let fields =
-            spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
-        let whole = |s: usize| {
-            RowConverter::new(spec.schemas[s].fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())
-        };
+        let (keys, rows) = spec.converters()?;
         let tables = state.open(&TABLES)?;
         Ok(Self {
-            keys: RowConverter::new(fields)?,
-            rows: [whole(0)?, whole(1)?],
+            keys,
+            rows,
             sides: [tables.table("left")?, tables.table("right")?],
             expiry: tables.table("expiry")?,
             dying: tables.table("interval")?,
@@ -683,22 +690,15 @@ impl Operator for StreamJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late, "next_seq": self.next_seq });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: self.next_seq };
+        Ok(Some(self.tables.snapshot(clock.meta())?))
     }
 
     /// From one snapshot or, at another parallelism, several: every task of a stage saw the
     /// same watermark before the barrier.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        for m in self.tables.restore_from(states)? {
-            let w = m.meta["watermark"].as_i64().ok_or_else(|| WeirError::internal("join state is damaged"))?;
-            self.watermark = self.watermark.max(Watermark(w));
-            if m.primary {
-                self.late += m.meta["late"].as_u64().unwrap_or(0);
-            }
-            // Arrival numbers go on above every restored one, so no two entries of a key meet.
-            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().unwrap_or(0));
-        }
+        let clock = Clock::restore(&self.tables.restore_from(states)?, "join")?;
+        (self.watermark, self.late, self.next_seq) = (clock.watermark, clock.late, clock.next_seq);
         Ok(())
     }
 }

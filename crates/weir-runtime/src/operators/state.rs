@@ -70,6 +70,37 @@ pub(crate) fn take_due(
     Ok(due)
 }
 
+/// What the snapshots of a keyed operator's tasks say beside its tables (one snapshot, or
+/// several at another parallelism): the watermark (the same in every task of a stage before
+/// a barrier), the late rows (each counted by one task) and the next arrival number (above
+/// every restored one, so that no two entries of a key meet).
+#[derive(Debug)]
+pub(crate) struct Clock {
+    pub watermark: weir_core::Watermark,
+    pub late: u64,
+    pub next_seq: u64,
+}
+
+impl Clock {
+    pub fn meta(&self) -> serde_json::Value {
+        serde_json::json!({ "watermark": self.watermark.0, "late": self.late, "next_seq": self.next_seq })
+    }
+
+    pub fn restore(metas: &[weir_state::RestoredMeta], what: &str) -> Result<Self> {
+        let damaged = || weir_core::WeirError::internal(format!("{what} state in a checkpoint is damaged"));
+        let mut clock = Clock { watermark: weir_core::Watermark::MIN, late: 0, next_seq: 0 };
+        for m in metas {
+            let w = m.meta["watermark"].as_i64().ok_or_else(damaged)?;
+            clock.watermark = clock.watermark.max(weir_core::Watermark(w));
+            if m.primary {
+                clock.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
+            }
+            clock.next_seq = clock.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
+        }
+        Ok(clock)
+    }
+}
+
 /// What a window operator keeps beside its tables: the watermark, the late rows counted, the
 /// window ends that have state.
 #[derive(Debug)]

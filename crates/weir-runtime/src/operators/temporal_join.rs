@@ -16,13 +16,13 @@
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::record_batch::RecordBatchOptions;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::join::{assemble, pair_condition, JoinKind, JoinSpec};
-use super::state::{from_ordered, interner, ordered, StateContext};
+use super::state::{from_ordered, interner, ordered, Clock, StateContext};
 use super::window::millis;
 
 /// Each row's key bytes (`None`: a NULL key) and each row's key group.
@@ -48,11 +48,8 @@ impl Joiner {
                 spec.kind
             )));
         }
-        let keys = spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
-        let whole = |s: usize| {
-            RowConverter::new(spec.schemas[s].fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())
-        };
-        Ok(Self { keys: RowConverter::new(keys)?, rows: [whole(0)?, whole(1)?], spec })
+        let (keys, rows) = spec.converters()?;
+        Ok(Self { keys, rows, spec })
     }
 
     /// Each row's key bytes (`None`: a NULL key, which matches nothing) and key group.
@@ -475,19 +472,13 @@ impl Operator for VersionedJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "watermark": self.watermark.0, "late": self.late, "next_seq": self.next_seq });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: self.next_seq };
+        Ok(Some(self.tables.snapshot(clock.meta())?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let damaged = || WeirError::internal("temporal join state is damaged");
-        for m in self.tables.restore_from(states)? {
-            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
-            if m.primary {
-                self.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
-        }
+        let clock = Clock::restore(&self.tables.restore_from(states)?, "temporal join")?;
+        (self.watermark, self.late, self.next_seq) = (clock.watermark, clock.late, clock.next_seq);
         Ok(())
     }
 }

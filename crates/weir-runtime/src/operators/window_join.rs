@@ -16,7 +16,7 @@ use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, Re
 use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
@@ -45,15 +45,11 @@ pub struct WindowJoin {
 
 impl WindowJoin {
     pub fn new(spec: JoinSpec, ends: [usize; 2], state: &StateContext) -> Result<Self> {
-        let fields =
-            spec.keys[0].iter().map(|k| SortField::new(spec.schemas[0].field(*k).data_type().clone())).collect();
-        let whole = |s: usize| {
-            RowConverter::new(spec.schemas[s].fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())
-        };
+        let (keys, rows) = spec.converters()?;
         let tables = state.open(&TABLES)?;
         Ok(Self {
-            keys: RowConverter::new(fields)?,
-            rows: [whole(0)?, whole(1)?],
+            keys,
+            rows,
             sides: [tables.table("left")?, tables.table("right")?],
             tables,
             spec,
