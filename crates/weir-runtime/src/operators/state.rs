@@ -108,11 +108,13 @@ pub(crate) struct Progress {
     pub watermark: weir_core::Watermark,
     pub late: u64,
     pub open: std::collections::BTreeSet<i64>,
+    /// Numbers rows kept by arrival (window joins, window Top-N).
+    pub next_seq: u64,
 }
 
 impl Default for Progress {
     fn default() -> Self {
-        Self { watermark: weir_core::Watermark::MIN, late: 0, open: Default::default() }
+        Self { watermark: weir_core::Watermark::MIN, late: 0, open: Default::default(), next_seq: 0 }
     }
 }
 
@@ -132,6 +134,7 @@ impl Progress {
             "open": self.open.iter().collect::<Vec<_>>(),
             "watermark": self.watermark.0,
             "late": self.late,
+            "next_seq": self.next_seq,
         })
     }
 
@@ -148,6 +151,8 @@ impl Progress {
                 p.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
             }
             p.open.extend(m.meta["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()));
+            // Arrival numbers go on above every restored one.
+            p.next_seq = p.next_seq.max(m.meta["next_seq"].as_u64().unwrap_or(0));
         }
         Ok(p)
     }

@@ -37,10 +37,9 @@ pub struct WindowJoin {
     rows: [RowConverter; 2],
     tables: StateTables,
     sides: [Table; 2],
-    /// The watermark, late count, and the window ends that have rows waiting.
+    /// The watermark, late count, the window ends that have rows waiting, and the number
+    /// of the next row kept (each has a key of its own).
     progress: Progress,
-    /// Numbers the rows kept, so that each has a key of its own.
-    next_seq: u64,
 }
 
 impl WindowJoin {
@@ -55,7 +54,6 @@ impl WindowJoin {
             spec,
             ends,
             progress: Progress::default(),
-            next_seq: 0,
         })
     }
 
@@ -73,8 +71,8 @@ impl WindowJoin {
                 continue;
             }
             let mut key = ordered(end).to_vec();
-            key.extend_from_slice(&self.next_seq.to_be_bytes());
-            self.next_seq += 1;
+            key.extend_from_slice(&self.progress.next_seq.to_be_bytes());
+            self.progress.next_seq += 1;
             self.progress.opened(end);
             keys.push((groups[i], key, i));
         }
@@ -242,20 +240,12 @@ impl Operator for WindowJoin {
     /// The tables, with the open windows, the watermark, the late count and the next row
     /// number.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let mut meta = self.progress.meta();
-        meta["next_seq"] = self.next_seq.into();
-        Ok(Some(self.tables.snapshot(meta)?))
+        Ok(Some(self.tables.snapshot(self.progress.meta())?))
     }
 
-    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]); row
-    /// numbers go on above every restored one.
+    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let metas = self.tables.restore_from(states)?;
-        self.progress = Progress::restore(&metas)?;
-        for m in &metas {
-            let next = m.meta["next_seq"].as_u64();
-            self.next_seq = self.next_seq.max(next.ok_or_else(|| WeirError::internal("window join state is damaged"))?);
-        }
+        self.progress = Progress::restore(&self.tables.restore_from(states)?)?;
         Ok(())
     }
 }

@@ -30,7 +30,6 @@ pub struct WindowTopN {
     tables: StateTables,
     waiting: Table,
     progress: Progress,
-    next_seq: u64,
 }
 
 impl WindowTopN {
@@ -54,7 +53,6 @@ impl WindowTopN {
             spec,
             window_end,
             progress: Progress::default(),
-            next_seq: 0,
         })
     }
 }
@@ -90,8 +88,9 @@ impl Operator for WindowTopN {
                 continue;
             }
             let part = parts.row(i).data();
-            let seq = if self.spec.later_wins_ties { u64::MAX - self.next_seq } else { self.next_seq };
-            self.next_seq += 1;
+            let seq =
+                if self.spec.later_wins_ties { u64::MAX - self.progress.next_seq } else { self.progress.next_seq };
+            self.progress.next_seq += 1;
             let key =
                 [&ordered(end)[..], &(part.len() as u32).to_be_bytes(), part, orders.row(i).data(), &seq.to_be_bytes()]
                     .concat();
@@ -116,19 +115,12 @@ impl Operator for WindowTopN {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let mut meta = self.progress.meta();
-        meta["next_seq"] = self.next_seq.into();
-        Ok(Some(self.tables.snapshot(meta)?))
+        Ok(Some(self.tables.snapshot(self.progress.meta())?))
     }
 
+    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let metas = self.tables.restore_from(states)?;
-        self.progress = Progress::restore(&metas)?;
-        for m in &metas {
-            let next =
-                m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("window Top-N state is damaged"))?;
-            self.next_seq = self.next_seq.max(next);
-        }
+        self.progress = Progress::restore(&self.tables.restore_from(states)?)?;
         Ok(())
     }
 }
