@@ -214,3 +214,54 @@ fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
     f.finish(&mut out).expect("finish");
     assert_eq!(pretty(&out), "+I b 1970-01-01 00:00:00.009 1\n");
 }
+
+#[test]
+fn a_versioned_join_joins_each_row_with_the_version_valid_at_its_time() {
+    use crate::operators::VersionedJoin;
+    use weir_core::Watermark;
+    let ms = datafusion::arrow::datatypes::TimeUnit::Millisecond;
+    let left = schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None))]);
+    let right = schema(&[("k2", DataType::Utf8), ("v", DataType::Int64), ("u", DataType::Timestamp(ms, None))]);
+    let both = Arc::new(Schema::new([left.fields().to_vec(), right.fields().to_vec()].concat()));
+    let spec = JoinSpec {
+        kind: JoinKind::Left,
+        keys: [vec![0], vec![0]],
+        schemas: [left, right],
+        filter: None,
+        pair_schema: both.clone(),
+        schema: both,
+        ttl: None,
+        interval: None,
+        appending: [true, false],
+    };
+    let mut j = VersionedJoin::new(spec, [1, 2], &StateContext::memory()).expect("join");
+    let mut out = Vec::new();
+    // Versions of `a`: 10 from 1 ms, 20 from 5 ms (an update), deleted at 8 ms.
+    j.process_input(1, chunk("k2:T v:I u:TS\n+I a 10 1\n-U a 10 1\n+U a 20 5\n+I b 30 2\n-D b 30 7"), &mut out)
+        .expect("versions");
+    j.process_input(1, chunk("k2:T v:I u:TS\n-D a 20 8"), &mut out).expect("versions");
+    // Rows wait for the watermark, whatever the order they come in; they join in time order
+    // (a row with no version then, `a` at 0, is padded).
+    j.process_input(0, chunk("k:T t:TS\n+I a 6\n+I a 0\n+I a 3\n+I b 4\n+I a 9"), &mut out).expect("rows");
+    assert_eq!(pretty(&out), "");
+    j.process_watermark(Watermark(6), &mut out).expect("watermark");
+    let ts = |ms: i64| format!("1970-01-01 00:00:00.{ms:03}");
+    assert_eq!(
+        pretty(&out),
+        format!(
+            "+I a {} a 10 {}\n+I b {} b 30 {}\n+I a {} a 20 {}\n+I a {} . . .\n",
+            ts(3),
+            ts(1),
+            ts(4),
+            ts(2),
+            ts(6),
+            ts(5),
+            ts(0)
+        )
+        .replace(".000", "")
+    );
+    out.clear();
+    j.finish(&mut out).expect("finish");
+    // At 9 `a` is deleted (since 8): padded.
+    assert_eq!(pretty(&out), format!("+I a {} . . .\n", ts(9)));
+}

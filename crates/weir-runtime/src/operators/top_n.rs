@@ -208,7 +208,7 @@ impl Operator for TopN {
         let mut changes: Changes = Vec::new();
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
-        let order_bytes = |key: &[u8]| key.len() - 8;
+        let order_bytes = |key: &[u8]| key.len().saturating_sub(8);
         // Over an append-only input, every partition's top rows with one multi-get; over an
         // updating input, every partition's rows with one iterator.
         let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();

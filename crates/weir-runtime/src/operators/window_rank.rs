@@ -149,7 +149,7 @@ impl Fires for WindowTopN {
         let mut run_values: Vec<&[u8]> = Vec::new();
         let mut run_key: Option<(i64, u16, &[u8])> = None;
         let flush = |run: &mut Vec<&[u8]>, values: &mut Vec<&[u8]>, kept: &mut Vec<(Vec<u8>, u64)>| {
-            let lens: Vec<usize> = run.iter().map(|k| k.len() - 8).collect();
+            let lens: Vec<usize> = run.iter().map(|k| k.len().saturating_sub(8)).collect();
             for (rank, value) in ranks(&self.spec, run.iter().copied(), &lens).into_iter().zip(values.iter()) {
                 if rank >= self.spec.lo {
                     kept.push((value.to_vec(), rank));
