@@ -204,6 +204,7 @@ async fn child(
     let before = usage();
     let started = Instant::now();
     let (mut checkpoints, mut checkpoint_bytes, mut checkpoint_ms, mut rows_out) = (0usize, 0u64, 0u64, 0u64);
+    let mut checkpoint_dir = None;
     let events = if let Some(path) = source.strip_prefix("parse:") {
         parse_only(path)?
     } else {
@@ -219,6 +220,9 @@ async fn child(
         setup.push_str(&format!("; SET 'state.backend' = '{backend}'"));
         if let Some(interval) = checkpoint {
             let dir = std::env::temp_dir().join(format!("weir-bench-checkpoints-{}", std::process::id()));
+            // A fresh directory: an earlier run's (a process id used again) would be restored.
+            let _ = std::fs::remove_dir_all(&dir);
+            checkpoint_dir = Some(dir.clone());
             setup.push_str(&format!(
                 "; SET 'checkpoint.interval' = '{interval}'; SET 'checkpoint.dir' = '{}'",
                 dir.display()
@@ -242,6 +246,9 @@ async fn child(
     };
     let wall = started.elapsed().as_secs_f64();
     let after = usage();
+    if let Some(dir) = checkpoint_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let cpu = after.cpu_seconds - before.cpu_seconds;
     Ok(format!(
         "{{\"engine\":\"weir\",\"query\":\"{query_name}\",\"source\":\"{source}\",\"parallelism\":{parallelism},\
