@@ -9,18 +9,15 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::{cast, concat};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::TableProvider;
 use datafusion::common::DFSchema;
 use datafusion::datasource::{TableType, ViewTable};
-use datafusion::error::DataFusionError;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, FetchType, LogicalPlan, SkipType, WriteOp};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
@@ -45,26 +42,7 @@ struct StreamTable {
     schema: SchemaRef,
 }
 
-#[async_trait]
-impl TableProvider for StreamTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        _projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Internal("Weir tables are not scanned by DataFusion".into()))
-    }
-}
+crate::windows::planned_only_table!(StreamTable, TableType::Base);
 
 fn ident_location(ident: &Ident) -> Option<Location> {
     (ident.span.start.line > 0).then(|| location(ident.span.start))

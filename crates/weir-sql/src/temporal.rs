@@ -7,15 +7,12 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::TimestampMillisecondArray;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
-use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
-use datafusion::physical_plan::ExecutionPlan;
 
 use crate::windows::TableSchemas;
 
@@ -27,26 +24,7 @@ pub struct TemporalTable {
     pub schema: SchemaRef,
 }
 
-#[async_trait]
-impl TableProvider for TemporalTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        _projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Internal("temporal tables are not scanned by DataFusion".into()))
-    }
-}
+crate::windows::planned_only_table!(TemporalTable, datafusion::datasource::TableType::View);
 
 #[derive(Debug)]
 pub struct TemporalFunction {

@@ -9,14 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
 use weir_runtime::operators::WindowKind;
 
 /// Table name to schema, shared with the planner's catalog.
@@ -35,26 +33,38 @@ pub struct WindowTable {
     pub schema: SchemaRef,
 }
 
-#[async_trait]
-impl TableProvider for WindowTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
+/// A table DataFusion plans but never scans (Weir runs the plan): `$ty` with a `schema`
+/// field, of `$kind`.
+macro_rules! planned_only_table {
+    ($ty:ty, $kind:expr) => {
+        #[async_trait::async_trait]
+        impl datafusion::catalog::TableProvider for $ty {
+            fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+                self.schema.clone()
+            }
 
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
+            fn table_type(&self) -> datafusion::datasource::TableType {
+                $kind
+            }
 
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        _projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Internal("window tables are not scanned by DataFusion".into()))
-    }
+            async fn scan(
+                &self,
+                _state: &dyn datafusion::catalog::Session,
+                _projection: Option<&Vec<usize>>,
+                _filters: &[datafusion::logical_expr::Expr],
+                _limit: Option<usize>,
+            ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+                Err(datafusion::error::DataFusionError::Internal(format!(
+                    "{} is planned by DataFusion and run by Weir, never scanned",
+                    stringify!($ty)
+                )))
+            }
+        }
+    };
 }
+pub(crate) use planned_only_table;
+
+planned_only_table!(WindowTable, TableType::View);
 
 #[derive(Debug)]
 pub struct WindowFunction {
