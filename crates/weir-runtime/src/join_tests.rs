@@ -104,6 +104,7 @@ fn top_n(hi: u64, retracting_input: bool) -> TopN {
         retracting_input,
         input_schema: input,
         schema: schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("rn", DataType::UInt64)]),
+        ttl: None,
     };
     TopN::new(spec, &StateContext::memory()).expect("top-n")
 }
@@ -199,6 +200,7 @@ fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
         retracting_input: false,
         input_schema: input,
         schema: schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None)), ("rn", DataType::UInt64)]),
+        ttl: None,
     };
     let mut f = FirstRow::new(spec, 1, &StateContext::memory()).expect("first row");
     let mut out = Vec::new();

@@ -343,6 +343,20 @@ impl StateTables {
         Ok(rows.into_iter().filter(|(k, _)| k.starts_with(&from)).map(|(k, v)| (k[skip..].to_vec(), v)).collect())
     }
 
+    /// Delete every entry under `key` of a [`TableKind::Sorted`] table.
+    pub fn delete_entries(&mut self, table: Table, group: u16, key: &[u8]) -> Result<()> {
+        let from = Self::entry_key(key, &[]);
+        let mut to = from.clone();
+        if increment(&mut to) {
+            return self.delete_range(table, group, &from, Some(&to));
+        }
+        // A key of all 0xFF bytes: its entries one by one (a range would run into longer keys).
+        let keys: Vec<Vec<u8>> =
+            self.entries(table, group, key)?.into_iter().map(|(sort, _)| Self::entry_key(key, &sort)).collect();
+        let changes: Vec<Change<'_>> = keys.iter().map(|k| (group, k.as_slice(), None)).collect();
+        self.write(table, &changes)
+    }
+
     /// [`StateTables::entries`] of many keys (`(group, key)`) in one call.
     pub fn entries_many(&self, table: Table, keys: &[(u16, &[u8])]) -> Result<Vec<crate::Entries>> {
         self.not_timed(table)?;

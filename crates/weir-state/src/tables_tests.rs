@@ -113,6 +113,12 @@ fn put_get_scan_and_delete_behave_the_same_in_both_backends() {
         let one_by_one: Vec<_> = asked.iter().map(|(g, k)| t.entries(rows, *g, k).expect("entries")).collect();
         assert_eq!(many, one_by_one, "{name}: entries_many");
         assert_eq!(many[3].len(), 2, "{name}");
+        t.delete_entries(rows, 1, &a).expect("delete entries");
+        assert!(t.entries(rows, 1, &a).expect("entries").is_empty(), "{name}: deleted");
+        assert_eq!(t.entries(rows, 1, &ab).expect("entries").len(), 1, "{name}: a longer key is kept");
+        t.delete_entries(rows, 1, &[0xFF]).expect("delete entries");
+        assert!(t.entries(rows, 1, &[0xFF]).expect("entries").is_empty(), "{name}: deleted");
+        assert_eq!(t.entries(rows, 1, &ab).expect("entries").len(), 1, "{name}: a longer key is kept");
 
         // Range scan and range delete within a group.
         let ks: Vec<Vec<u8>> = (0..10).map(key).collect();

@@ -20,14 +20,18 @@ use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
+use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, StateContext};
+use super::state::{interner, ordered, Clock, StateContext};
 
-const TABLES: [TableDecl; 2] =
-    [TableDecl { name: "ranked", kind: TableKind::Sorted }, TableDecl { name: "tops", kind: TableKind::Value }];
+const TABLES: [TableDecl; 4] = [
+    TableDecl { name: "ranked", kind: TableKind::Sorted },
+    TableDecl { name: "tops", kind: TableKind::Value },
+    TableDecl { name: "touched", kind: TableKind::Value },
+    TableDecl { name: "expiry", kind: TableKind::Timed },
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RankKind {
@@ -54,6 +58,9 @@ pub struct TopNSpec {
     pub input_schema: SchemaRef,
     /// The input's columns and the rank.
     pub schema: SchemaRef,
+    /// Event-time state TTL in milliseconds (`'table.exec.state.ttl'`): a partition not
+    /// written while the watermark advanced this much is forgotten.
+    pub ttl: Option<i64>,
 }
 
 /// A partition's rows as stored: sort key (order bytes, then arrival) and row bytes.
@@ -67,6 +74,10 @@ pub struct TopN {
     tables: StateTables,
     ranked: Table,
     tops: Table,
+    /// With a TTL: each partition's watermark when last written, and partitions filed by it.
+    touched: Table,
+    expiry: Table,
+    watermark: Watermark,
     /// Numbers rows in arrival order (the tie-break).
     next_seq: u64,
     /// Retractions of rows that were not there (or had left an append-only Top-N).
@@ -92,6 +103,9 @@ impl TopN {
         Ok(Self {
             ranked: tables.table("ranked")?,
             tops: tables.table("tops")?,
+            touched: tables.table("touched")?,
+            expiry: tables.table("expiry")?,
+            watermark: Watermark::MIN,
             tables,
             partitions,
             order,
@@ -104,6 +118,49 @@ impl TopN {
 
     fn ranks(&self, rows: &Ranked, order_len: &[usize]) -> Vec<u64> {
         ranks(&self.spec, rows.iter().map(|(k, _)| k.as_slice()), order_len)
+    }
+
+    /// With a TTL: note the watermark at which these partitions were written.
+    fn stamp(&mut self, written: &[(u16, &[u8])]) -> Result<()> {
+        if self.spec.ttl.is_none() || written.is_empty() {
+            return Ok(());
+        }
+        let stamp = self.watermark.0.to_le_bytes();
+        let filed: Vec<(u16, Vec<u8>)> =
+            written.iter().map(|(g, k)| (*g, [&ordered(self.watermark.0)[..], k].concat())).collect();
+        let changes: Vec<Change<'_>> = written.iter().map(|(g, k)| (*g, *k, Some(&stamp[..]))).collect();
+        self.tables.write(self.touched, &changes)?;
+        let changes: Vec<Change<'_>> = filed.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
+        self.tables.write(self.expiry, &changes)
+    }
+
+    /// Forget the partitions last written at or before `horizon`; those written before the
+    /// first watermark count as written at it.
+    fn expire(&mut self, horizon: i64) -> Result<()> {
+        let (from, to) = (ordered(i64::MIN), ordered(horizon.saturating_add(1)));
+        let filed = self.tables.scan_times(self.expiry, &from, &to)?;
+        if filed.is_empty() {
+            return Ok(());
+        }
+        self.tables.delete_times(self.expiry, &from, &to)?;
+        let keys: Vec<(u16, &[u8])> = filed.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
+        let stamps = self.tables.get_many(self.touched, &keys)?;
+        let (mut restamp, mut gone) = (Vec::new(), Vec::new());
+        for ((g, k), stamp) in keys.iter().zip(stamps) {
+            let Some(stamp) = stamp.and_then(|s| s.try_into().ok()).map(i64::from_le_bytes) else { continue };
+            if stamp == i64::MIN {
+                restamp.push((*g, *k));
+            } else if stamp <= horizon {
+                gone.push((*g, *k));
+            }
+        }
+        for (g, k) in &gone {
+            self.tables.delete_entries(self.ranked, *g, k)?;
+        }
+        let changes: Vec<Change<'_>> = gone.iter().map(|(g, k)| (*g, *k, None)).collect();
+        self.tables.write(self.tops, &changes)?;
+        self.tables.write(self.touched, &changes)?;
+        self.stamp(&restamp)
     }
 
     fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
@@ -220,7 +277,9 @@ impl Operator for TopN {
                 .map(|t| t.map(|t| decode_top(&t)).transpose().map(Option::unwrap_or_default))
                 .collect::<Result<_>>()?
         };
+        let mut written: Vec<(u16, &[u8])> = Vec::new();
         for (p, (group, key, members)) in partitions.iter().enumerate() {
+            let writes_before = writes.len() + top_writes.len();
             let stored = std::mem::take(&mut stored_all[p]);
             let lens: Vec<usize> = stored.iter().map(|(k, _)| order_bytes(k)).collect();
             let before_ranks = self.ranks(&stored, &lens);
@@ -275,6 +334,9 @@ impl Operator for TopN {
             for k in removed {
                 writes.push((*group, StateTables::entry_key(key, &k), None));
             }
+            if writes.len() + top_writes.len() > writes_before {
+                written.push((*group, *key));
+            }
 
             // Ranks lo..=hi before and after: what changed, paired by rank.
             let in_range = |r: u64| r >= self.spec.lo && r <= self.spec.hi;
@@ -304,6 +366,7 @@ impl Operator for TopN {
         self.tables.write(self.ranked, &changes_ref)?;
         let top_changes: Vec<Change<'_>> = top_writes.iter().map(|(g, k, v)| (*g, *k, Some(v.as_slice()))).collect();
         self.tables.write(self.tops, &top_changes)?;
+        self.stamp(&written)?;
         if changes.is_empty() {
             return Ok(());
         }
@@ -317,18 +380,29 @@ impl Operator for TopN {
         Ok(())
     }
 
+    /// With a TTL, partitions not written for that long are forgotten first (nothing is
+    /// emitted: a later row of one starts it again, as in Flink).
+    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
+                self.expire(watermark.0.saturating_sub(ttl))?;
+            }
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "next_seq": self.next_seq });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let clock = Clock { watermark: self.watermark, late: 0, next_seq: self.next_seq };
+        Ok(Some(self.tables.snapshot(clock.meta())?))
     }
 
     /// From one snapshot or several (another parallelism): arrival numbers go on above every
     /// restored one.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        for m in self.tables.restore_from(states)? {
-            let next = m.meta["next_seq"].as_u64().ok_or_else(|| WeirError::internal("Top-N state is damaged"))?;
-            self.next_seq = self.next_seq.max(next);
-        }
+        let clock = Clock::restore(&self.tables.restore_from(states)?, "Top-N")?;
+        (self.watermark, self.next_seq) = (clock.watermark, clock.next_seq);
         Ok(())
     }
 }

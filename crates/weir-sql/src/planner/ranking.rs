@@ -214,6 +214,7 @@ impl Planner {
             later_wins_ties,
             retracting_input,
             input_schema: input.schema(),
+            ttl: self.state_ttl.map(|d| d.as_millis().min(i64::MAX as u128) as i64),
             schema: {
                 let mut fields: Vec<Field> = input.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
                 fields.push(window.schema.field(width).as_ref().clone());
