@@ -289,6 +289,20 @@ fn a_lookup_join_holds_rows_that_come_before_its_table_is_loaded() {
     assert_eq!(pretty(&out), "+I a 3 a 10\n+I a 3 a 11\n");
 }
 
+#[test]
+fn a_lookup_join_whose_rows_end_first_joins_them_when_its_table_ends() {
+    use crate::operators::LookupJoin;
+    let mut j = LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join");
+    let mut out = Vec::new();
+    j.process_input(0, chunk("k:T v:I\n+I a 1"), &mut out).expect("rows");
+    // The rows' input ends: nothing is called for it, the table goes on.
+    j.input_ended(0, &mut out).expect("rows ended");
+    j.process_input(1, chunk("k2:T w:I\n+I a 10"), &mut out).expect("table");
+    assert_eq!(pretty(&out), "");
+    j.finish(&mut out).expect("both ended");
+    assert_eq!(pretty(&out), "+I a 1 a 10\n");
+}
+
 /// A LEFT lookup join of `k, v` rows with a `k2, w` table.
 fn j_spec() -> JoinSpec {
     let left = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);

@@ -253,7 +253,7 @@ impl Planner {
         }
         let statement = SqlStatement::Query(Box::new(query.clone()));
         let plan = self.logical_plan(&statement, tokens, start).await?;
-        let node = self.to_node(&self.ctx.state().optimize(&plan)?).map_err(|e| place(e, tokens, start))?;
+        let node = self.stream_node(&plan).map_err(|e| place(e, tokens, start))?;
         node.check_changelog().map_err(|e| place(e, tokens, start))?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.ctx.deregister_table(name.as_str())?;
@@ -333,9 +333,7 @@ impl Planner {
             }
             other => (other.clone(), SinkTarget::Caller),
         };
-        self.find_temporal_times(&input)?;
-        let optimized = self.ctx.state().optimize(&input)?;
-        let root = self.to_node(&optimized).map_err(|e| place(e, tokens, start))?;
+        let root = self.stream_node(&input).map_err(|e| place(e, tokens, start))?;
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
         if let SinkTarget::Table(table) = &sink {
             self.connectors
@@ -343,6 +341,13 @@ impl Planner {
                 .map_err(|e| place(e, tokens, start))?;
         }
         Ok(StreamPlan { root, sink })
+    }
+
+    /// A query's logical plan, optimized, as Weir's operator graph. Time attributes of
+    /// temporal joins are read first, before the optimizer prunes an unused `PROCTIME()`.
+    fn stream_node(&self, plan: &LogicalPlan) -> Result<Node> {
+        self.find_temporal_times(plan);
+        self.to_node(&self.ctx.state().optimize(plan)?)
     }
 
     fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {

@@ -376,28 +376,43 @@ impl Planner {
     }
 
     /// Note the time attribute of each `FOR SYSTEM_TIME AS OF` in the unoptimized `plan`.
-    pub(super) fn find_temporal_times(&self, plan: &LogicalPlan) -> Result<()> {
-        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-
+    pub(super) fn find_temporal_times(&self, plan: &LogicalPlan) {
         let mut found = Vec::new();
-        plan.apply(|node| {
-            if let LogicalPlan::Join(j) = node {
-                if let Some(t) = temporal_scan(&j.right) {
-                    let column = column_named(&t.time);
-                    let attribute = match j.left.schema().index_of_column(&column) {
-                        Ok(i) => self.time_attribute(&j.left, i),
-                        Err(_) => None,
-                    };
-                    found.push(((t.table, t.time), attribute));
-                }
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })?;
+        self.collect_temporal_times(plan, &mut found);
         if let Ok(mut times) = self.temporal_times.lock() {
             times.clear();
             times.extend(found.into_iter().filter_map(|(k, a)| a.map(|a| (k, a))));
         }
-        Ok(())
+    }
+
+    /// The joins' temporal tables in `plan` and in the views it reads (inlined only later).
+    #[allow(clippy::type_complexity)]
+    fn collect_temporal_times(&self, plan: &LogicalPlan, found: &mut Vec<((String, String), Option<TimeAttribute>)>) {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let _ = plan.apply(|node| {
+            match node {
+                LogicalPlan::Join(j) => {
+                    if let Some(t) = temporal_scan(&j.right) {
+                        let column = column_named(&t.time);
+                        let attribute = match j.left.schema().index_of_column(&column) {
+                            Ok(i) => self.time_attribute(&j.left, i),
+                            Err(_) => None,
+                        };
+                        found.push(((t.table, t.time), attribute));
+                    }
+                }
+                LogicalPlan::TableScan(scan) => {
+                    let view = datafusion::datasource::source_as_provider(&scan.source)
+                        .ok()
+                        .and_then(|p| p.get_logical_plan().map(|v| v.into_owned()));
+                    if let Some(view) = view {
+                        self.collect_temporal_times(&view, found);
+                    }
+                }
+                _ => {}
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
     }
 
     /// Whether column `column` of `plan` is a time attribute: a table's event-time column (its
