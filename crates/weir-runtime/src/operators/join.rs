@@ -293,6 +293,8 @@ impl StreamJoin {
                 valid.iter_mut().zip(nulls.iter()).for_each(|(v, ok)| *v &= ok);
             }
         }
+        // A late row is neither looked up nor stored.
+        valid.iter_mut().zip(&live).for_each(|(v, l)| *v &= *l);
         let key_rows = self.keys.convert_columns(&key_columns)?;
         let groups = crate::exchange::key_groups_of_columns(&key_columns, n, self.tables.key_groups())?;
         let row_bytes = self.rows[side].convert_columns(batch.columns())?;

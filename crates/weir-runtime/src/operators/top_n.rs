@@ -297,7 +297,13 @@ impl Operator for TopN {
                     added.insert(sort, true);
                 } else {
                     let order = order_keys.row(i).data();
-                    let found = current.iter().position(|(k, v)| &k[..order_bytes(k)] == order && v == row);
+                    // Rows are in order: search only those whose order is the retracted row's.
+                    let from = current.partition_point(|(k, _)| &k[..order_bytes(k)] < order);
+                    let found = current[from..]
+                        .iter()
+                        .take_while(|(k, _)| &k[..order_bytes(k)] == order)
+                        .position(|(_, v)| v == row)
+                        .map(|at| from + at);
                     match found {
                         Some(at) => {
                             let (k, _) = current.remove(at);
