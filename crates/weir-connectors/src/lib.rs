@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `filesystem` (`format` = `csv`, `json`, `parquet`) | yes | yes |
 //! | `kafka` (`format` = `json`, `csv`, `raw`) | yes | yes (exactly-once, at-least-once, none) |
+//! | `jdbc` (PostgreSQL; upserts by `PRIMARY KEY`) | | yes (exactly-once by prepared transactions, at-least-once, none) |
 //! | `print` | | yes |
 //! | `blackhole` | | yes |
 //! | `nexmark` (`table` = `bid`, `auction`, `person`) | yes | |
@@ -11,6 +12,7 @@
 mod blackhole;
 mod filesystem;
 mod format;
+pub mod jdbc;
 pub mod kafka;
 mod nexmark;
 mod print;

@@ -7,7 +7,7 @@ use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
 
-const CONNECTORS: &[&str] = &["filesystem", "kafka", "upsert-kafka", "nexmark", "print", "blackhole"];
+const CONNECTORS: &[&str] = &["filesystem", "kafka", "upsert-kafka", "jdbc", "nexmark", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -54,6 +54,7 @@ impl ConnectorFactory for Connectors {
             "nexmark" => crate::nexmark::validate(table),
             "kafka" => crate::kafka::validate(table),
             "upsert-kafka" => crate::kafka::validate_upsert(table),
+            "jdbc" => crate::jdbc::validate(table),
             "print" => table.options.check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
             _ => table.options.check_known(&table.name, &["connector"]),
         }
@@ -93,8 +94,10 @@ impl ConnectorFactory for Connectors {
     }
 
     fn check_sink_input(&self, table: &TableDef, changelog: &Changelog, unique_key: Option<&[usize]>) -> Result<()> {
-        if self.connector(table)? == "upsert-kafka" {
-            return crate::kafka::check_upsert_input(table, changelog, unique_key);
+        match self.connector(table)? {
+            "upsert-kafka" => return crate::kafka::check_upsert_input(table, changelog, unique_key),
+            "jdbc" => return crate::jdbc::check_sink_input(table, changelog, unique_key),
+            _ => {}
         }
         if changelog.is_append_only() || debezium(table) {
             return Ok(());
@@ -143,6 +146,7 @@ impl ConnectorFactory for Connectors {
             }
             "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
             "kafka" | "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
+            "jdbc" => Ok(Box::new(crate::jdbc::JdbcSink::new(table, schema, split)?)),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

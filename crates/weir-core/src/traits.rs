@@ -203,6 +203,14 @@ pub trait Sink: Send {
         Ok(None)
     }
 
+    /// The newest checkpoint this sink pre-committed and has not yet been told is complete,
+    /// when its final pre-commit must come after that commit (a database transaction would
+    /// wait on the rows the earlier one holds locked). The runtime then waits for the
+    /// checkpoint, up to its timeout, before [`Sink::pre_commit_final`]. `None` by default.
+    fn awaiting_commit(&self) -> Option<u64> {
+        None
+    }
+
     /// Checkpoint `epoch` completed everywhere: publish what was pre-committed up to it.
     async fn commit(&mut self, _epoch: u64) -> Result<()> {
         Ok(())

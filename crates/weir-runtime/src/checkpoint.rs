@@ -449,6 +449,8 @@ pub struct Trigger {
 pub struct TaskCheckpoint {
     pub key: String,
     pub acks: mpsc::UnboundedSender<Ack>,
+    /// The job's checkpoint timeout: a checkpoint older than this may have been given up.
+    pub timeout: std::time::Duration,
 }
 
 impl TaskCheckpoint {

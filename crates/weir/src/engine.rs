@@ -303,6 +303,13 @@ impl Engine {
             }
             Statement::Insert(q) => {
                 let plan = state.planner.plan(q, tokens, start).await?;
+                if let SinkTarget::Table(table) = &plan.sink {
+                    if table.options.get("connector") == Some("jdbc") {
+                        // The database table, before any row: a missing table or a column
+                        // of another type is an error of the INSERT, not of the running job.
+                        weir_connectors::jdbc::check_table(table).await?;
+                    }
+                }
                 let job = self.start_insert(&mut state, plan)?;
                 if state.settings.dml_sync() {
                     drop(state);
@@ -326,16 +333,26 @@ impl Engine {
         // Batches reach the sink with exactly the table's schema (names and nullability).
         let indices = (0..table.schema.fields().len()).collect();
         let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
+        let name = match state.settings.get("pipeline.name") {
+            Some(n) => n.to_string(),
+            None => format!("insert-into-{}", table.name),
+        };
         let connectors = self.connectors.clone();
-        let target = table.clone();
+        let mut target = table.clone();
+        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none() {
+            // Prepared transactions are named after the job: stable across its restarts,
+            // apart from other jobs' (whose leftovers a start rolls back).
+            let mut named = (**table).clone();
+            named.options.insert("sink.transactional-id-prefix".into(), format!("weir-{name}"), None);
+            target = Arc::new(named);
+            for warning in weir_connectors::jdbc::job_warnings(table)? {
+                log::warn!("{warning}");
+            }
+        }
         let spec = SinkSpec {
             name: table.name.clone(),
             parallel: self.connectors.parallel_sink(table),
             make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
-        };
-        let name = match state.settings.get("pipeline.name") {
-            Some(n) => n.to_string(),
-            None => format!("insert-into-{}", table.name),
         };
         let mut options = state.settings.job_options();
         if matches!(table.options.get("connector"), Some("kafka" | "upsert-kafka")) {

@@ -58,7 +58,8 @@ impl Builder<'_> {
     /// The part in checkpoints of a task that is alone of its kind (a merge into one sink).
     pub(super) fn checkpoint_of(&mut self, key: String) -> (Option<TaskCheckpoint>, Option<TaskState>) {
         let restored = self.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
-        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks });
+        let timeout = self.options.checkpoint.as_ref().map_or(std::time::Duration::ZERO, |(c, _)| c.timeout);
+        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks, timeout });
         self.keys.push(key);
         (cp, restored)
     }

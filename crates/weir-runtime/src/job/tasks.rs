@@ -221,7 +221,10 @@ pub(super) async fn run_sink(
     let mut stopping_at: Option<u64> = None;
     loop {
         let msg = tokio::select! {
-            msg = input.recv() => msg,
+            // A checkpoint's completion before the next message: a sink sees checkpoint n
+            // complete before barrier n + 1 (one checkpoint runs at a time), so what it still
+            // holds pre-committed at a barrier belongs to a checkpoint that was given up.
+            biased;
             // Checkpoint n complete everywhere: publish what was pre-committed for it.
             Some(n) = async {
                 match &mut committed {
@@ -236,6 +239,7 @@ pub(super) async fn run_sink(
                 }
                 continue;
             }
+            msg = input.recv() => msg,
         };
         let Some(msg) = msg else { break };
         match msg {
@@ -262,6 +266,18 @@ pub(super) async fn run_sink(
                     sink.finish().await?;
                     return Ok(());
                 };
+                // The checkpoint in flight completes (or is given up, after the timeout) first.
+                let deadline = tokio::time::Instant::now() + cp.timeout;
+                while sink.awaiting_commit().is_some() {
+                    if !committed.has_changed().unwrap_or(false) {
+                        match tokio::time::timeout_at(deadline, committed.changed()).await {
+                            Ok(Ok(())) => {}
+                            _ => break,
+                        }
+                    }
+                    let n = *committed.borrow_and_update();
+                    sink.commit(n).await?;
+                }
                 let Some(state) = sink.pre_commit_final().await? else {
                     sink.finish().await?;
                     cp.ack(None, TaskState::default());

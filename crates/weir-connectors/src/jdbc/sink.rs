@@ -1,0 +1,389 @@
+//! The `jdbc` sink task. Changes are buffered and written in flushes ([`super::write`]):
+//!
+//! - `at-least-once`: a flush when the buffer holds `'sink.buffer-flush.max-rows'` rows, when
+//!   it is older than `'sink.buffer-flush.interval'` (looked at as rows and watermarks come),
+//!   and at every barrier, each flush committed on its own. With a primary key a replay
+//!   rewrites the same final values; without one it appends them again.
+//! - `none`: the same without the flush at barriers.
+//! - `exactly-once`: a checkpoint's changes stay in memory (one row per key with a key) and
+//!   are written at its barrier in one transaction, prepared there and committed when the
+//!   checkpoint completes ([`super::xa`]). Writing only at the barrier keeps a transaction
+//!   from waiting on the rows the previous one, prepared and not yet committed, holds locked:
+//!   the runtime hands a sink a checkpoint's completion before the next barrier, so a
+//!   transaction still prepared at the next barrier belongs to a checkpoint that was given
+//!   up, and its changes are written again, with the new ones, in the next transaction.
+//!
+//! A connection that fails is opened again, with backoff, up to `'sink.max-retries'` times
+//! for each write; then the job fails and restarts from its checkpoint. No row is skipped.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use tokio_postgres::Client;
+use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
+
+use super::check::{check_with, Target};
+use super::write::{flush, Buffer, Failure, Statements};
+use super::xa::{application, backoff, gid, TakeOver, Xa};
+use super::{Delivery, Settings};
+
+struct Conn {
+    client: Client,
+    target: Target,
+    statements: Statements,
+}
+
+/// What opening a connection needs.
+struct Opener {
+    table: TableDef,
+    settings: Settings,
+    application: String,
+}
+
+impl Opener {
+    async fn open(&self) -> Result<Conn, Failure> {
+        let client = self.settings.endpoint.connect(&self.application).await?;
+        let target = check_with(&client, &self.table, &self.settings).await?;
+        let statements = Statements::new(&target);
+        Ok(Conn { client, target, statements })
+    }
+}
+
+/// Run `$body` (an expression that may `.await`, giving `Result<_, Failure>`) with `$c` the
+/// connection, opened first if needed, and `$attempt` the retry number; a connection failure
+/// (in `$body` or in opening) is retried on a new connection up to `'sink.max-retries'`
+/// times. A macro rather than a closure: the body borrows the sink's fields, and the
+/// futures must stay `Send`.
+macro_rules! with_retries {
+    ($conn:expr, $opener:expr, $what:expr, |$c:ident, $attempt:ident| $body:expr) => {{
+        let mut $attempt: u32 = 0;
+        loop {
+            let opened: Result<(), Failure> = match $conn.is_some() {
+                true => Ok(()),
+                false => $opener.open().await.map(|c| *$conn = Some(c)),
+            };
+            let outcome = match (opened, $conn.as_ref()) {
+                (Ok(()), Some($c)) => $body.await,
+                (Ok(()), None) => Err(Failure::Weir(WeirError::internal("no connection"))),
+                (Err(e), _) => Err(e),
+            };
+            match outcome {
+                Ok(v) => break Ok::<_, WeirError>(v),
+                Err(failure) => match give_up($conn, $opener, failure, $attempt, $what) {
+                    Some(error) => break Err(error),
+                    None => {
+                        $attempt += 1;
+                        tokio::time::sleep(backoff($attempt)).await;
+                    }
+                },
+            }
+        }
+    }};
+}
+
+/// After a failed try: the error to fail with, or `None` to retry (the connection dropped).
+fn give_up(conn: &mut Option<Conn>, opener: &Opener, failure: Failure, attempt: u32, what: &str) -> Option<WeirError> {
+    let connection_lost = failure.retryable() || conn.as_ref().is_some_and(|c| c.client.is_closed());
+    let error = match conn.as_ref() {
+        Some(c) => failure.into_error(&c.target),
+        None => match failure {
+            Failure::Weir(e) => e,
+            Failure::Pg(e) => WeirError::external(format!("PostgreSQL: {e}")),
+        },
+    };
+    // Not connected: a failure to connect is worth a retry, a wrong table is not.
+    let unreachable = conn.is_none() && error.kind == weir_core::ErrorKind::External;
+    let max = opener.settings.max_retries;
+    if !(connection_lost || unreachable) || attempt >= max {
+        return Some(error.context(format!("{what} (table '{}', after {attempt} retries)", opener.table.name)));
+    }
+    log::warn!("{what} (table '{}'): {error}; retry {} of {max} on a new connection", opener.table.name, attempt + 1);
+    *conn = None;
+    None
+}
+
+/// A prepared transaction waiting for its checkpoint, with its changes (written again if
+/// the checkpoint is given up).
+struct Prepared {
+    gid: String,
+    rows: Buffer,
+}
+
+pub struct JdbcSink {
+    opener: Opener,
+    schema: SchemaRef,
+    split: Split,
+    conn: Option<Conn>,
+    buffer: Buffer,
+    since: Instant,
+    /// Exactly-once: the checkpoint the buffered changes belong to.
+    epoch: u64,
+    pending: BTreeMap<u64, Prepared>,
+    /// Exactly-once: this task's generation once it has taken over.
+    generation: Option<i64>,
+}
+
+impl JdbcSink {
+    pub fn new(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Self> {
+        let settings = Settings::from_table(table)?;
+        let application = application(&settings.prefix, split.index);
+        Ok(Self {
+            opener: Opener { table: table.clone(), settings, application },
+            schema,
+            split,
+            conn: None,
+            buffer: Buffer::default(),
+            since: Instant::now(),
+            epoch: 1,
+            pending: BTreeMap::new(),
+            generation: None,
+        })
+    }
+
+    fn settings(&self) -> &Settings {
+        &self.opener.settings
+    }
+
+    /// The bookkeeping of prepared transactions, in the target table's schema.
+    async fn xa(&mut self) -> Result<Xa> {
+        let opener = &self.opener;
+        let schema = with_retries!(&mut self.conn, opener, "connecting", |c, _attempt| async {
+            Ok(c.target.schema.clone())
+        })?;
+        Ok(Xa::new(&self.opener.settings.prefix, &schema))
+    }
+
+    /// Autocommitted flush of the buffer (at-least-once, none).
+    async fn flush_now(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            self.since = Instant::now();
+            return Ok(());
+        }
+        let (schema, buffer, opener) = (&self.schema, &self.buffer, &self.opener);
+        with_retries!(&mut self.conn, opener, "writing", |c, _attempt| async {
+            flush(&c.client, &c.statements, &c.target, schema, buffer).await
+        })?;
+        self.buffer = Buffer::default();
+        self.since = Instant::now();
+        Ok(())
+    }
+
+    /// Take over this task's transactions (and those of `old` tasks at another parallelism)
+    /// after a restore from `restored` (0: none).
+    async fn take_over(&mut self, restored: u64, old: &[(usize, Vec<(u64, String)>)]) -> Result<()> {
+        let xa = self.xa().await?;
+        let me = self.split.index;
+        let mut parts = vec![TakeOver { task: me, prepared: Vec::new(), fence: true }];
+        for (task, prepared) in old {
+            if *task == me {
+                parts[0].prepared.extend(prepared.iter().cloned());
+            } else {
+                parts.push(TakeOver { task: *task, prepared: prepared.clone(), fence: *task >= self.split.count });
+            }
+        }
+        // A fresh start: task 0 also rolls back what tasks of an earlier, wider run left.
+        let rollback_from = (restored == 0 && me == 0).then_some(self.split.count);
+        let opener = &self.opener;
+        let generations = with_retries!(&mut self.conn, opener, "taking over", |c, _attempt| async {
+            Ok(xa.take_over(&c.client, &parts, restored, rollback_from).await?)
+        })?;
+        let mine = generations.iter().find(|(t, _)| *t == me).map(|(_, g)| *g);
+        self.generation = Some(mine.ok_or_else(|| WeirError::internal("no generation for this task"))?);
+        Ok(())
+    }
+
+    /// Write the checkpoint's changes in one transaction and prepare it.
+    async fn prepare(&mut self, epoch: u64) -> Result<()> {
+        if self.generation.is_none() {
+            self.take_over(0, &[]).await?;
+        }
+        let generation = self.generation.ok_or_else(|| WeirError::internal("no generation"))?;
+        let xa = self.xa().await?;
+        let mut rows = Buffer::default();
+        let stale: Vec<u64> = self.pending.keys().copied().collect();
+        for e in stale {
+            let Some(p) = self.pending.remove(&e) else { continue };
+            log::info!("checkpoint {e} was given up: its transaction '{}' is rolled back and written again", p.gid);
+            let opener = &self.opener;
+            with_retries!(&mut self.conn, opener, "rolling back", |c, _attempt| async {
+                Ok(xa.rollback_one(&c.client, &p.gid).await?)
+            })?;
+            rows.append(p.rows);
+        }
+        rows.append(std::mem::take(&mut self.buffer));
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let name = gid(&self.settings().prefix, self.split.index, epoch);
+        let task = self.split.index;
+        let (schema, opener) = (&self.schema, &self.opener);
+        let fenced = with_retries!(&mut self.conn, opener, "preparing", |c, attempt| async {
+            if attempt > 0 && xa.is_prepared(&c.client, &name).await? {
+                return Ok(false);
+            }
+            c.client.batch_execute("BEGIN").await?;
+            let outcome: Result<bool, Failure> = async {
+                if !xa.hold(&c.client, task, generation).await? {
+                    return Ok(true);
+                }
+                flush(&c.client, &c.statements, &c.target, schema, &rows).await?;
+                c.client.batch_execute(&format!("PREPARE TRANSACTION '{}'", name.replace('\'', "''"))).await?;
+                Ok(false)
+            }
+            .await;
+            if !matches!(outcome, Ok(false)) {
+                let _ = c.client.batch_execute("ROLLBACK").await;
+            }
+            outcome
+        })?;
+        if fenced {
+            return Err(WeirError::fenced(format!(
+                "PostgreSQL: another instance of this job has taken over the sink of table '{}' (task {task}); \
+                 this one stops",
+                self.opener.table.name
+            )));
+        }
+        self.pending.insert(epoch, Prepared { gid: name, rows });
+        Ok(())
+    }
+
+    fn state(&self) -> Vec<u8> {
+        let pending: Vec<serde_json::Value> =
+            self.pending.iter().map(|(e, p)| serde_json::json!({ "epoch": e, "gid": p.gid })).collect();
+        serde_json::json!({ "pending": pending }).to_string().into_bytes()
+    }
+
+    fn parse_state(&self, state: Option<&[u8]>) -> Result<Vec<(u64, String)>> {
+        let Some(state) = state else { return Ok(Vec::new()) };
+        let damaged = || WeirError::internal(format!("the state of the sink of '{}' in a checkpoint is damaged", self.opener.table.name));
+        let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
+        value["pending"]
+            .as_array()
+            .ok_or_else(damaged)?
+            .iter()
+            .map(|p| Ok((p["epoch"].as_u64().ok_or_else(damaged)?, p["gid"].as_str().ok_or_else(damaged)?.to_string())))
+            .collect()
+    }
+
+    fn flush_due(&self) -> bool {
+        self.buffer.rows() >= self.settings().max_rows
+            || self.settings().interval.is_some_and(|i| !self.buffer.is_empty() && self.since.elapsed() >= i)
+    }
+}
+
+#[async_trait]
+impl Sink for JdbcSink {
+    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        if self.buffer.is_empty() {
+            self.since = Instant::now();
+        }
+        self.buffer.push(chunk);
+        if self.settings().delivery != Delivery::ExactlyOnce && self.flush_due() {
+            self.flush_now().await?;
+        }
+        Ok(())
+    }
+
+    async fn on_watermark(&mut self, _: weir_core::Watermark) -> Result<()> {
+        if self.settings().delivery != Delivery::ExactlyOnce && self.flush_due() {
+            self.flush_now().await?;
+        }
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        match self.settings().delivery {
+            Delivery::ExactlyOnce => {
+                self.prepare(epoch).await?;
+                self.epoch = epoch + 1;
+                Ok(Some(self.state()))
+            }
+            Delivery::AtLeastOnce => {
+                self.flush_now().await?;
+                Ok(None)
+            }
+            Delivery::None => Ok(None),
+        }
+    }
+
+    fn awaiting_commit(&self) -> Option<u64> {
+        self.pending.keys().next_back().copied()
+    }
+
+    async fn commit(&mut self, epoch: u64) -> Result<()> {
+        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        weir_core::fault::pause("postgres_commit");
+        let xa = self.xa().await?;
+        for e in due {
+            let Some(p) = self.pending.get(&e) else { continue };
+            let opener = &self.opener;
+            with_retries!(&mut self.conn, opener, "committing", |c, _attempt| async {
+                Ok(xa.commit(&c.client, &p.gid).await?)
+            })?;
+            weir_core::fault::pause("postgres_committed");
+            self.pending.remove(&e);
+        }
+        Ok(())
+    }
+
+    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+        if self.settings().delivery != Delivery::ExactlyOnce {
+            return Ok(());
+        }
+        let prepared = self.parse_state(state)?;
+        self.epoch = epoch + 1;
+        self.take_over(epoch, &[(self.split.index, prepared)]).await
+    }
+
+    async fn restore_rescaled(&mut self, epoch: u64, old: &[(usize, Option<&[u8]>)]) -> Result<()> {
+        if self.settings().delivery != Delivery::ExactlyOnce {
+            return Ok(());
+        }
+        let old: Vec<(usize, Vec<(u64, String)>)> =
+            old.iter().map(|(i, s)| Ok((*i, self.parse_state(*s)?))).collect::<Result<_>>()?;
+        self.epoch = epoch + 1;
+        self.take_over(epoch, &old).await
+    }
+
+    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.settings().delivery != Delivery::ExactlyOnce {
+            return Ok(None);
+        }
+        self.prepare(self.epoch).await?;
+        Ok(Some(self.state()))
+    }
+
+    async fn finish(&mut self) -> Result<()> {
+        match self.settings().delivery {
+            Delivery::ExactlyOnce => {
+                // Without checkpoints: everything in one transaction at the end (with them,
+                // `pre_commit_final` and `commit` have written it).
+                if !self.buffer.is_empty() {
+                    let (schema, buffer, opener) = (&self.schema, &self.buffer, &self.opener);
+                    with_retries!(&mut self.conn, opener, "writing", |c, _attempt| async {
+                        c.client.batch_execute("BEGIN").await?;
+                        match flush(&c.client, &c.statements, &c.target, schema, buffer).await {
+                            Ok(_) => Ok(c.client.batch_execute("COMMIT").await?),
+                            Err(e) => {
+                                let _ = c.client.batch_execute("ROLLBACK").await;
+                                Err(e)
+                            }
+                        }
+                    })?;
+                    self.buffer = Buffer::default();
+                }
+                let rest = *self.pending.keys().next_back().unwrap_or(&0);
+                self.commit(rest).await
+            }
+            _ => self.flush_now().await,
+        }
+    }
+}
