@@ -16,6 +16,8 @@ pub enum Phase {
     PreCommitted,
     /// After the checkpoint completed and before the sinks committed (published) its output.
     Committing,
+    /// Between one sink transaction's commit and the next (a sink with a hook there).
+    DuringCommit,
     /// While a restarted job finishes the commits of the checkpoint it restores.
     Restoring,
 }
@@ -33,6 +35,7 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
         Phase::Processing => &mut cmd,
         Phase::PreCommitted => cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300"),
         Phase::Committing => cmd.env(format!("WEIR_FAULT_{sink}_COMMIT_MS"), "300"),
+        Phase::DuringCommit => cmd.env(format!("WEIR_FAULT_{sink}_COMMITTED_MS"), "300"),
         Phase::Restoring => cmd.env(format!("WEIR_FAULT_{sink}_RESTORE_MS"), "300"),
     };
     cmd.spawn().expect("start weir")
@@ -44,6 +47,7 @@ pub fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path, sink: &str) -> 
         Phase::Processing => false,
         Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
         Phase::Committing => faults.join(format!("{sink}_commit")).exists(),
+        Phase::DuringCommit => faults.join(format!("{sink}_committed")).exists(),
         Phase::Restoring => faults.join(format!("{sink}_restore")).exists(),
     }
 }

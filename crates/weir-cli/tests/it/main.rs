@@ -7,6 +7,7 @@ mod kafka_upsert;
 mod kills;
 mod parallel;
 mod partition_commit;
+mod postgres;
 mod quickstart;
 mod repl;
 mod rescale;

@@ -1,0 +1,403 @@
+//! The `jdbc` connector against a real PostgreSQL server on loopback, a throwaway cluster
+//! started by the project's script (`scripts/postgres.sh`) as an unprivileged user. What the
+//! sink wrote is read back with `psql`, and the expected rows come from PostgreSQL itself
+//! (its own `GROUP BY` over the bids, appended): nothing of Weir's checks Weir.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::kafka::{bids_table, load_bids, run_to_end, write_sql, Broker};
+use crate::kills::{in_phase, kill_in_phases, start, Phase};
+use crate::{repo, weir_bin};
+
+/// A server for one test; stopped (and its directory removed) on drop.
+pub struct Postgres {
+    dir: PathBuf,
+    pub port: u16,
+}
+
+impl Postgres {
+    pub fn start(dir: &Path) -> Postgres {
+        let dir = dir.join("postgres");
+        let out = Command::new(repo().join("scripts/postgres.sh"))
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("run scripts/postgres.sh");
+        assert!(out.status.success(), "postgres did not start: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let port = stdout.split_whitespace().next().and_then(|p| p.parse().ok()).expect("port");
+        Postgres { dir, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("jdbc:postgresql://127.0.0.1:{}/weir", self.port)
+    }
+
+    /// Run SQL with `psql`; its rows as `a|b|c` lines.
+    pub fn psql(&self, sql: &str) -> Vec<String> {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "weir", "-d", "weir"])
+            .args(["-X", "-q", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("run psql");
+        assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    }
+
+    pub fn count(&self, table: &str) -> usize {
+        self.psql(&format!("SELECT count(*) FROM {table}"))[0].parse().expect("count")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/postgres.sh")).arg("stop").arg(&self.dir).output();
+    }
+}
+
+/// Bids among the first 20,000 Nexmark events, loaded into the Kafka topic `bids`.
+const BIDS: usize = 18_400;
+
+fn settings(checkpoints: &Path) -> String {
+    format!(
+        "SET 'parallelism' = '2';
+SET 'checkpoint.interval' = '100ms';
+SET 'checkpoint.dir' = '{}';
+SET 'restart.attempts' = '0';",
+        checkpoints.display()
+    )
+}
+
+/// The Kafka topic of bids, read to its end (paced, so that a run lasts long enough to be
+/// killed in every phase).
+fn bids(broker: &Broker, rate: Option<u32>) -> String {
+    let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
+    format!("{};", bids_table(&broker.bootstrap, "bids", &rate))
+}
+
+/// A broker with the bids, and a PostgreSQL server.
+async fn servers(dir: &Path) -> (Broker, Postgres) {
+    let broker = Broker::start(dir);
+    load_bids(&broker, 20_000).await;
+    (broker, Postgres::start(dir))
+}
+
+fn sink(pg: &Postgres, name: &str, columns: &str, delivery: &str) -> String {
+    format!(
+        "CREATE TABLE {name} ({columns})
+  WITH ('connector' = 'jdbc', 'url' = '{}', 'table-name' = '{name}', 'username' = 'weir',
+        'sink.delivery-guarantee' = '{delivery}');",
+        pg.url()
+    )
+}
+
+/// Every bid appended (no key) into `bid_log`; PostgreSQL computes the expected rows from it.
+fn load_bid_log(dir: &Path, broker: &Broker, pg: &Postgres) {
+    pg.psql("CREATE TABLE bid_log (auction bigint, bidder bigint, price bigint, date_time timestamp)");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO bid_log SELECT auction, bidder, price, date_time FROM bids;",
+        settings(&dir.join("log-ck")),
+        bids(broker, None),
+        sink(pg, "bid_log", "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3)", "exactly-once")
+    );
+    run_to_end(&write_sql(dir, "log.sql", sql));
+    assert_eq!(pg.count("bid_log"), BIDS, "bids appended");
+}
+
+/// Bids per auction, then auctions per bid count: as counts grow, auctions leave their
+/// count's row, rows empty (deletes) and MIN/MAX take values back.
+const BY_COUNT: &str = "n BIGINT, auctions BIGINT, lowest BIGINT, highest BIGINT, total DECIMAL(20, 2), \
+                        PRIMARY KEY (n) NOT ENFORCED";
+const BY_COUNT_QUERY: &str = "SELECT n, COUNT(*), MIN(auction), MAX(auction), CAST(SUM(spent) AS DECIMAL(20, 2)) \
+    FROM (SELECT auction, COUNT(*) AS n, SUM(price) AS spent FROM bids GROUP BY auction) GROUP BY n";
+const BY_COUNT_PG: &str = "SELECT n, count(*), min(auction), max(auction), sum(spent)::numeric(20, 2) \
+    FROM (SELECT auction, count(*) AS n, sum(price) AS spent FROM bid_log GROUP BY auction) a GROUP BY n ORDER BY n";
+
+/// What a reader in READ COMMITTED saw while a job ran: the transactions of every row
+/// version (`xmin`), and the prepared transactions pending at the time.
+struct Poller {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(BTreeSet<String>, BTreeSet<String>, usize)>,
+}
+
+impl Poller {
+    fn start(pg: &Postgres, table: &str) -> Poller {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, port, table) = (stop.clone(), pg.port, table.to_string());
+        let thread = std::thread::spawn(move || {
+            let (mut xids, mut prepared, mut polls) = (BTreeSet::new(), BTreeSet::new(), 0);
+            while !flag.load(Ordering::Relaxed) {
+                let out = Command::new("psql")
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "weir", "-d", "weir", "-X", "-At"])
+                    .arg("-c")
+                    .arg(format!(
+                        "SET default_transaction_isolation = 'read committed'; \
+                         SELECT 'x' || xmin::text FROM {table} UNION ALL SELECT 'p' || gid FROM pg_prepared_xacts"
+                    ))
+                    .stderr(Stdio::null())
+                    .output();
+                let Ok(out) = out else { continue };
+                polls += 1;
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    if let Some(x) = line.strip_prefix('x') {
+                        xids.insert(x.to_string());
+                    } else if let Some(g) = line.strip_prefix('p') {
+                        prepared.insert(g.to_string());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (xids, prepared, polls)
+        });
+        Poller { stop, thread }
+    }
+
+    fn finish(self) -> (BTreeSet<String>, BTreeSet<String>, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("poller")
+    }
+}
+
+const EXACTLY_ONCE_PHASES: [Phase; 5] =
+    [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::DuringCommit, Phase::Restoring];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_upserts_and_deletes_under_sigkill_in_every_phase() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql(BY_COUNT_PG);
+    assert!(want.len() > 5, "{} groups", want.len());
+    pg.psql("CREATE TABLE by_count (n bigint PRIMARY KEY, auctions bigint, lowest bigint, highest bigint, total numeric(20, 2))");
+
+    let checkpoints = dir.join("checkpoints");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO by_count {BY_COUNT_QUERY};",
+        settings(&checkpoints),
+        bids(&broker, Some(700)),
+        sink(&pg, "by_count", BY_COUNT, "exactly-once")
+    );
+    let sql = write_sql(&dir, "job.sql", sql);
+    let faults = dir.join("faults");
+    let poller = Poller::start(&pg, "by_count");
+    let kills = kill_in_phases(
+        &EXACTLY_ONCE_PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&sql, phase, &faults, "postgres"),
+        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+    );
+    assert!(kills.values().sum::<u32>() >= 20);
+    run_to_end(&sql);
+    let (xids, prepared, polls) = poller.finish();
+    let got = pg.psql("SELECT * FROM by_count ORDER BY n");
+    assert_eq!(got.len(), want.len(), "rows differ in number from PostgreSQL's own GROUP BY");
+    assert!(got == want, "rows differ from PostgreSQL's own GROUP BY:\n{got:?}\n{want:?}");
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(), "a prepared transaction was left behind");
+
+    // The reader saw rows while transactions were prepared and not committed, and every row
+    // version it saw was written by a transaction that committed (none later rolled back).
+    println!("reader: {polls} polls, {} row versions' transactions, {} prepared transactions seen", xids.len(), prepared.len());
+    assert!(polls > 50 && !prepared.is_empty(), "the reader never saw a prepared transaction ({polls} polls)");
+    let list = xids.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(",");
+    let statuses = pg.psql(&format!(
+        "SELECT pg_xact_status(x::xid8), count(*) FROM unnest(ARRAY[{list}]::text[]) x GROUP BY 1"
+    ));
+    assert_eq!(statuses, vec![format!("committed|{}", xids.len())], "row versions of transactions not committed");
+}
+
+/// Per-auction counts, at least once, with a primary key: replays after kills write rows
+/// again (counted by a trigger: an update to a count not above the one there), and the
+/// final table is exact all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_upserts_by_key_are_idempotent_under_sigkill() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql("SELECT auction, count(*), max(date_time) FROM bid_log GROUP BY auction ORDER BY auction");
+    pg.psql(
+        "CREATE TABLE counts (auction bigint PRIMARY KEY, n bigint NOT NULL, last_bid timestamp);
+         CREATE TABLE rewrites (n bigint NOT NULL); INSERT INTO rewrites VALUES (0);
+         CREATE FUNCTION count_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN IF NEW.n <= OLD.n THEN UPDATE rewrites SET n = n + 1; END IF; RETURN NEW; END $$;
+         CREATE TRIGGER rewrite BEFORE UPDATE ON counts FOR EACH ROW EXECUTE FUNCTION count_rewrite();",
+    );
+    let checkpoints = dir.join("checkpoints");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO counts SELECT auction, COUNT(*), MAX(date_time) FROM bids GROUP BY auction;",
+        settings(&checkpoints),
+        bids(&broker, Some(700)),
+        sink(&pg, "counts", "auction BIGINT, n BIGINT, last_bid TIMESTAMP(3), PRIMARY KEY (auction) NOT ENFORCED", "at-least-once")
+    );
+    let sql = write_sql(&dir, "job.sql", sql);
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &[Phase::Processing, Phase::PreCommitted],
+        Phase::Processing,
+        5,
+        20,
+        |phase| start(&sql, phase, &faults, "postgres"),
+        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+    );
+    run_to_end(&sql);
+    let got = pg.psql("SELECT * FROM counts ORDER BY auction");
+    assert_eq!(got.len(), want.len(), "auctions differ in number");
+    assert!(got == want, "rows differ from PostgreSQL's own GROUP BY");
+    let rewrites: u64 = pg.psql("SELECT n FROM rewrites")[0].parse().expect("rewrites");
+    println!("rows written again after restarts (a count not above the one in the table): {rewrites}");
+    assert!(rewrites > 0, "no row was written again: the kills did not make the job replay");
+}
+
+/// Appended without a key, at least once: after kills, every bid is there, some twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_appends_without_a_key_duplicate_after_restarts() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    pg.psql("CREATE TABLE appended (auction bigint, bidder bigint, price bigint, date_time timestamp)");
+    let checkpoints = dir.join("checkpoints");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO appended SELECT auction, bidder, price, date_time FROM bids;",
+        settings(&checkpoints),
+        bids(&broker, Some(700)),
+        sink(&pg, "appended", "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3)", "at-least-once")
+    );
+    let sql = write_sql(&dir, "job.sql", sql);
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &[Phase::Processing, Phase::PreCommitted],
+        Phase::Processing,
+        3,
+        8,
+        |phase| start(&sql, phase, &faults, "postgres"),
+        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+    );
+    run_to_end(&sql);
+    // Each Nexmark bid is distinct (auction, bidder, price, time).
+    let distinct: usize = pg.psql("SELECT count(*) FROM (SELECT DISTINCT * FROM appended) d")[0].parse().expect("n");
+    let total = pg.count("appended");
+    println!("appended at least once: {total} rows for {BIDS} bids, {} duplicates", total - distinct);
+    assert_eq!(distinct, BIDS, "a bid is missing");
+    assert!(total > distinct, "no duplicate after kills before checkpoints completed");
+}
+
+/// A second instance on the same checkpoint directory takes over; the first, paused in the
+/// middle and resumed, cannot commit and stops, and the table is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_fences_the_first() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql(BY_COUNT_PG);
+    pg.psql("CREATE TABLE by_count (n bigint PRIMARY KEY, auctions bigint, lowest bigint, highest bigint, total numeric(20, 2))");
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(
+        &dir,
+        "job.sql",
+        format!(
+            "{}\n{}\n{}\nINSERT INTO by_count {BY_COUNT_QUERY};",
+            settings(&checkpoints),
+            bids(&broker, Some(2000)),
+            sink(&pg, "by_count", BY_COUNT, "exactly-once")
+        ),
+    );
+    // Paused in its first commit: the checkpoint is complete, its transaction prepared.
+    let faults = dir.join("faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let mut first = Command::new(weir_bin())
+        .arg("run")
+        .arg(&sql)
+        .env("WEIR_FAULT_DIR", &faults)
+        .env("WEIR_FAULT_POSTGRES_COMMIT_MS", "1000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the first instance");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !faults.join("postgres_commit").exists() {
+        assert!(Instant::now() < deadline, "the first instance never came to commit");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = first.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("SIGSTOP").success());
+    run_to_end(&sql);
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("SIGCONT").success());
+    let status = first.wait().expect("wait for the first instance");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(first.stderr.as_mut().expect("stderr"), &mut stderr).expect("read stderr");
+    println!("the first instance, resumed: {}", stderr.lines().last().unwrap_or_default());
+    assert!(!status.success(), "the first instance went on after it was fenced");
+    assert!(
+        stderr.contains("another instance of this job has taken over the sink of table 'by_count'"),
+        "the first instance was not fenced by PostgreSQL:\n{stderr}"
+    );
+    let got = pg.psql("SELECT * FROM by_count ORDER BY n");
+    assert!(got == want, "rows differ from PostgreSQL's own GROUP BY after the take-over");
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(), "a prepared transaction was left behind");
+}
+
+/// Values of every type the sink writes, with NULLs, quotes and a key whose row is
+/// updated and deleted, through each delivery guarantee at parallelism 1 and 2.
+#[test]
+fn every_type_and_delivery_writes_the_same_rows() {
+    let dir = crate::slt::tempdir();
+    let pg = Postgres::start(&dir);
+    let mut results = BTreeMap::new();
+    for delivery in ["exactly-once", "at-least-once", "none"] {
+        for p in [1, 2] {
+            let name = format!("t_{}_{p}", delivery.replace('-', "_"));
+            pg.psql(&format!(
+                "CREATE TABLE {name} (k text PRIMARY KEY, b boolean, i2 smallint, i4 integer, i8 bigint, f4 real,
+                   f8 double precision, d numeric(12, 3), s varchar(40), bin bytea, day date, ts timestamp(3),
+                   tz timestamptz, extra text DEFAULT 'kept')"
+            ));
+            let sql = format!(
+                "SET 'parallelism' = '{p}';
+SET 'checkpoint.interval' = '50ms';
+SET 'checkpoint.dir' = '{ck}';
+{sink}
+CREATE VIEW v AS SELECT * FROM (VALUES
+  ('a', true, 1, 10, 100, 1.5, 2.25, CAST(1.125 AS DECIMAL(10, 3)), 'it''s', X'00ff', DATE '2024-02-29', TIMESTAMP '2024-02-29 23:59:59.999',
+   TIMESTAMP '1999-12-31 23:00:00', 1),
+  ('b', CAST(NULL AS BOOLEAN), CAST(NULL AS INT), CAST(NULL AS INT), CAST(NULL AS BIGINT), CAST(NULL AS DOUBLE),
+   CAST(NULL AS DOUBLE), CAST(NULL AS DECIMAL(10, 3)), CAST(NULL AS STRING), NULLIF(X'01', X'01'),
+   CAST(NULL AS DATE), CAST(NULL AS TIMESTAMP(3)), CAST(NULL AS TIMESTAMP(3)), 1),
+  ('a', false, -7, -70, -1, -0.5, 1e300, CAST(-0.001 AS DECIMAL(10, 3)), 'tab\there \"q\"', X'0000', DATE '1970-01-01', TIMESTAMP '1969-07-20 20:17:40',
+   TIMESTAMP '2038-01-19 03:14:08', 1),
+  ('gone', true, 0, 0, 0, 0.0, 0.0, CAST(0 AS DECIMAL(10, 3)), 'x', X'01', DATE '2000-01-01', TIMESTAMP '2000-01-01 00:00:00',
+   TIMESTAMP '2000-01-01 00:00:00', 0))
+  AS v(k, b, i2, i4, i8, f4, f8, d, s, bin, day, ts, tz, keep);
+INSERT INTO {name}
+SELECT k, MAX(b), CAST(MAX(i2) AS SMALLINT), CAST(MAX(i4) AS INT), SUM(i8), CAST(MAX(f4) AS FLOAT), MAX(f8),
+       CAST(SUM(d) AS DECIMAL(12, 3)), MAX(s), MAX(bin), MAX(day), MAX(ts), MAX(tz)
+FROM v
+GROUP BY k HAVING SUM(keep) > 0;",
+                ck = dir.join(format!("ck-{name}")).display(),
+                sink = sink(
+                    &pg,
+                    &name,
+                    "k STRING, b BOOLEAN, i2 SMALLINT, i4 INT, i8 BIGINT, f4 FLOAT, f8 DOUBLE, d DECIMAL(12, 3), \
+                     s STRING, bin BYTES, day DATE, ts TIMESTAMP(3), tz TIMESTAMP_LTZ(3), PRIMARY KEY (k) NOT ENFORCED",
+                    delivery
+                ),
+            );
+            run_to_end(&write_sql(&dir, &format!("{name}.sql"), sql));
+            results.insert(name.clone(), pg.psql(&format!("SELECT * FROM {name} ORDER BY k")));
+        }
+    }
+    let first = results.values().next().cloned().expect("results");
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert_eq!(
+        first[0],
+        "a|t|1|10|99|1.5|1e+300|1.124|tab\there \"q\"|\\x00ff|2024-02-29|2024-02-29 23:59:59.999|2038-01-19 03:14:08+00|kept"
+    );
+    assert_eq!(first[1], format!("b{}kept", "|".repeat(13)));
+    for (name, rows) in &results {
+        assert_eq!(rows, &first, "{name} differs");
+    }
+}
