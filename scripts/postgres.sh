@@ -10,8 +10,9 @@
 #                                        database 'weir', no password (trust, loopback only).
 #   scripts/postgres.sh stop DATA_DIR    stop it (immediate) and remove DATA_DIR
 #
-# Settings: max_prepared_transactions = 64 (the exactly-once sink prepares one transaction
-# per task per checkpoint); fsync off, since the cluster is thrown away.
+# Settings: max_prepared_transactions = 64, or $WEIR_POSTGRES_MAX_PREPARED (the exactly-once
+# sink prepares one transaction per task per checkpoint); fsync off, since the cluster is
+# thrown away.
 set -euo pipefail
 
 bindir() {
@@ -74,7 +75,7 @@ case "${1:-}" in
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$data'
-max_prepared_transactions = 64
+max_prepared_transactions = ${WEIR_POSTGRES_MAX_PREPARED:-64}
 max_connections = 200
 fsync = off
 synchronous_commit = off

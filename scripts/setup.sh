@@ -25,5 +25,9 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+# PostgreSQL for the jdbc connector's tests (a throwaway server each, started by
+# scripts/postgres.sh): Debian's package, without its own cluster.
+"$(dirname "${BASH_SOURCE[0]}")/postgres.sh" install >/dev/null
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
 mkdir -p "$CARGO_TARGET_DIR"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build Weir and run every test: unit tests, the sqllogictest suites in sql-tests/ and the
 # integration tests (CLI, shell through a pseudo-terminal, embedded API, Kafka against a
-# Kafka-protocol broker on loopback).
+# Kafka-protocol broker on loopback, PostgreSQL against throwaway servers that
+# scripts/postgres.sh starts as an unprivileged user).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh

@@ -4,6 +4,10 @@ use crate::repo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_tests_pass() {
+    let scratch = tempdir();
+    let pg = crate::postgres::Postgres::for_sql_tests(&scratch);
+    // Read by sql-tests/jdbc.slt; no other test of this process reads it.
+    std::env::set_var("WEIR_TEST_POSTGRES_PORT", pg.port.to_string());
     let dir = repo().join("sql-tests");
     let mut passed = 0;
     let mut failed = Vec::new();
@@ -24,8 +28,11 @@ async fn sql_tests_pass() {
 
 #[test]
 fn weir_test_command_runs_the_suites() {
+    let scratch = tempdir();
+    let pg = crate::postgres::Postgres::for_sql_tests(&scratch);
     let out = std::process::Command::new(crate::weir_bin())
         .args(["test", "sql-tests"])
+        .env("WEIR_TEST_POSTGRES_PORT", pg.port.to_string())
         .current_dir(repo())
         .output()
         .expect("run weir test");

@@ -62,8 +62,7 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
             settings.endpoint.describe(),
             settings.target,
             suggested_ddl(table, &settings.target)
-        ))
-        .at(table.options.location("table-name")));
+        )));
     };
     let (name, schema, oid): (String, String, u32) = (found.get(0), found.get(1), found.get(2));
     let rows = client
@@ -168,8 +167,7 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
                  rewrites the same values)",
                 table.name,
                 settings.endpoint.describe()
-            ))
-            .at(table.options.location("sink.delivery-guarantee")));
+            )));
         }
     }
     Ok(Target { table: name, schema: quote(&schema), columns, types, key })

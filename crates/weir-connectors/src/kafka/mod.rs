@@ -208,8 +208,9 @@ pub fn check_upsert_input(
             .join(", ")
     };
     Err(WeirError::not_supported(format!(
-        "writing into the upsert-kafka table '{}' by its PRIMARY KEY ({}): the query's result is updated by {}; \
+        "writing into the {} table '{}' by its PRIMARY KEY ({}): the query's result is updated by {}; \
          make the primary key the query's GROUP BY columns",
+        table.options.get("connector").unwrap_or("upsert"),
         table.name,
         names(&key),
         match &unique {
