@@ -514,3 +514,104 @@ fn exactly_once_resumes_at_another_parallelism() {
     assert!(got == want, "rows differ from PostgreSQL's own GROUP BY after restores at p=3 and p=1");
     assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(), "a prepared transaction was left behind");
 }
+
+/// A lookup join against a PostgreSQL table (Flink's JDBC lookup source): every bid asks
+/// for its auction's row, with and without a cache; the rows equal PostgreSQL's own LEFT
+/// JOIN of the same bids with the table (auctions missing from it padded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_join_asks_postgres_for_each_key() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    // Every third auction is missing; NULLs and quotes among the values.
+    pg.psql(
+        "CREATE TABLE auction_dim (id bigint PRIMARY KEY, seller bigint, item text, reserve numeric(12, 2), listed timestamp);
+         INSERT INTO auction_dim
+           SELECT a, a % 97, CASE WHEN a % 5 = 0 THEN NULL ELSE 'item ''' || a || '''' END, a * 1.25,
+                  TIMESTAMP '2024-01-01' + a * INTERVAL '1 minute'
+           FROM generate_series(900, 3000) a WHERE a % 3 <> 0;",
+    );
+    let want = pg.psql(
+        "SELECT b.auction, b.price, d.seller, d.item, d.reserve, d.listed FROM bid_log b
+         LEFT JOIN auction_dim d ON b.auction = d.id ORDER BY 1, 2, 3, 4, 5, 6",
+    );
+    assert!(want.iter().any(|r| r.ends_with("|||")), "no bid without its auction");
+    for (name, cache) in [("uncached", ""), ("cached", ", 'lookup.cache.max-rows' = '300', 'lookup.cache.ttl' = '10min'")] {
+        pg.psql(&format!(
+            "CREATE TABLE joined_{name} (auction bigint, price bigint, seller bigint, item text, reserve numeric(12, 2),
+               listed timestamp)"
+        ));
+        let sql = format!(
+            "{}\n{}\nCREATE TABLE dim (id BIGINT, seller BIGINT, item STRING, reserve DECIMAL(12, 2), listed TIMESTAMP(3),
+  PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = '{}', 'table-name' = 'auction_dim', 'username' = 'weir'{cache});
+{}
+INSERT INTO joined_{name}
+SELECT B.auction, B.price, D.seller, D.item, D.reserve, D.listed
+FROM (SELECT *, PROCTIME() AS p FROM bids) AS B
+LEFT JOIN dim FOR SYSTEM_TIME AS OF B.p AS D ON B.auction = D.id;",
+            settings(&dir.join(format!("ck-{name}"))),
+            bids(&broker, None),
+            pg.url(),
+            sink(
+                &pg,
+                &format!("joined_{name}"),
+                "auction BIGINT, price BIGINT, seller BIGINT, item STRING, reserve DECIMAL(12, 2), listed TIMESTAMP(3)",
+                "exactly-once"
+            ),
+        );
+        run_to_end(&write_sql(&dir, &format!("{name}.sql"), sql));
+        let got = pg.psql(&format!("SELECT * FROM joined_{name} ORDER BY 1, 2, 3, 4, 5, 6"));
+        assert_eq!(got.len(), BIDS, "{name}: rows");
+        assert!(got == want, "{name}: rows differ from PostgreSQL's own join");
+    }
+}
+
+/// The server ends the sink's sessions again and again while a job runs (as a restart or a
+/// network failure would): the sink opens new connections and retries, the job finishes
+/// without a restart, and the table is exact, for each delivery guarantee.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_connections_are_retried() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql(BY_COUNT_PG);
+    for delivery in ["exactly-once", "at-least-once"] {
+        let table = format!("by_count_{}", delivery.replace('-', "_"));
+        pg.psql(&format!(
+            "CREATE TABLE {table} (n bigint PRIMARY KEY, auctions bigint, lowest bigint, highest bigint, total numeric(20, 2))"
+        ));
+        let sql = format!(
+            "{}\n{}\n{}\nINSERT INTO {table} {BY_COUNT_QUERY};",
+            settings(&dir.join(format!("ck-{table}"))),
+            bids(&broker, Some(3000)),
+            sink(&pg, &table, BY_COUNT, delivery).replace("'sink.delivery-guarantee'", "'sink.max-retries' = '10', 'sink.delivery-guarantee'")
+        );
+        let mut child = Command::new(weir_bin())
+            .arg("run")
+            .arg(write_sql(&dir, &format!("{table}.sql"), sql))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start weir");
+        let mut ended = 0;
+        while child.try_wait().expect("poll").is_none() {
+            let n: usize = pg.psql(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE application_name LIKE '%weir-insert-into-%' AND pid <> pg_backend_pid()) t",
+            )[0]
+            .parse()
+            .expect("count");
+            ended += n;
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{delivery}: the job failed: {stderr}");
+        println!("{delivery}: {ended} sessions ended under the running job");
+        assert!(ended >= 3, "{delivery}: only {ended} sessions were ended");
+        assert!(stderr.contains("on a new connection"), "{delivery}: no retry was logged: {stderr}");
+        let got = pg.psql(&format!("SELECT * FROM {table} ORDER BY n"));
+        assert!(got == want, "{delivery}: rows differ from PostgreSQL's own GROUP BY");
+    }
+}

@@ -5,7 +5,7 @@
 //!   and at every barrier, each flush committed on its own. With a primary key a replay
 //!   rewrites the same final values; without one it appends them again.
 //! - `none`: the same without the flush at barriers.
-//! - `exactly-once`: a checkpoint's changes stay in memory (one row per key with a key) and
+//! - `exactly-once`: a checkpoint's changes stay in memory (as they came) and
 //!   are written at its barrier in one transaction, prepared there and committed when the
 //!   checkpoint completes ([`super::xa`]). Writing only at the barrier keeps a transaction
 //!   from waiting on the rows the previous one, prepared and not yet committed, holds locked:
