@@ -82,6 +82,22 @@ impl ConnectorFactory for Connectors {
         }
     }
 
+    fn lookup_source(&self, table: &TableDef) -> bool {
+        table.options.get("connector") == Some("jdbc")
+    }
+
+    fn lookup(&self, table: &TableDef, projection: Option<Vec<usize>>, keys: Vec<usize>) -> Result<weir_core::LookupFactory> {
+        if table.options.get("connector") != Some("jdbc") {
+            return Err(WeirError::not_supported(format!("looking up rows of table '{}' by key", table.name)));
+        }
+        // Options are checked now, at planning; each task connects on its first lookup.
+        crate::jdbc::JdbcLookup::check(table, projection.as_deref(), &keys)?;
+        let table = table.clone();
+        Ok(std::sync::Arc::new(move || {
+            Ok(Box::new(crate::jdbc::JdbcLookup::new(&table, projection.as_deref(), &keys)?) as Box<dyn weir_core::Lookup>)
+        }))
+    }
+
     fn source_changelog(&self, table: &TableDef) -> Changelog {
         if debezium(table) {
             return Changelog::Retract;

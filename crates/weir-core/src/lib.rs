@@ -22,7 +22,9 @@ pub use error::{ErrorKind, Location, Result, WeirError};
 pub use message::{Barrier, BarrierKind, Message, Watermark};
 pub use metrics::OperatorMetrics;
 pub use table::{parse_duration, Options, TableDef, WatermarkDef, LATE_DATA_TABLE};
-pub use traits::{single_state, ConnectorFactory, Operator, OperatorSnapshot, Sink, SnapshotUpload, Source, Split};
+pub use traits::{
+    single_state, ConnectorFactory, Lookup, LookupFactory, Operator, OperatorSnapshot, Sink, SnapshotUpload, Source, Split,
+};
 
 /// Re-exported so that every Weir crate names the one arrow that DataFusion uses.
 pub use datafusion::arrow;

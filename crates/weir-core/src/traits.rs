@@ -249,6 +249,16 @@ pub trait Sink: Send {
     async fn finish(&mut self) -> Result<()>;
 }
 
+/// A table read by key as a stream asks (a database table in a lookup join).
+pub trait Lookup: Send {
+    /// The rows whose key columns equal a row of `keys` (one row per distinct key, no
+    /// NULLs): the rows found, and for each the row of `keys` it belongs to.
+    fn lookup(&mut self, keys: &RecordBatch) -> Result<(RecordBatch, Vec<u32>)>;
+}
+
+/// Makes a [`Lookup`] for each task that needs one.
+pub type LookupFactory = Arc<dyn Fn() -> Result<Box<dyn Lookup>> + Send + Sync>;
+
 /// Which part of a source one task reads: task `index` of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Split {
@@ -296,6 +306,18 @@ pub trait ConnectorFactory: Send + Sync {
     /// loads such a table whole.
     fn source_bounded(&self, _table: &TableDef) -> bool {
         false
+    }
+
+    /// Whether a lookup join asks `table` for the rows of each key as they are needed (a
+    /// database table) instead of loading it whole.
+    fn lookup_source(&self, _table: &TableDef) -> bool {
+        false
+    }
+
+    /// What looks up rows of `table` (its `projection` columns, all if `None`) by the `keys`
+    /// columns (indices into the projected columns).
+    fn lookup(&self, table: &TableDef, _projection: Option<Vec<usize>>, _keys: Vec<usize>) -> Result<LookupFactory> {
+        Err(crate::WeirError::not_supported(format!("looking up rows of table '{}' by key", table.name)))
     }
 
     /// What the source of `table` reads: appended rows (the default), or a changelog.

@@ -24,7 +24,7 @@ mod runtime_tests;
 pub use exchange::{hash_partition, Partitioning};
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
-pub use plan::{Node, OperatorSpec, SinkTarget, StreamPlan};
+pub use plan::{LookupOf, Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use values::ValuesSource;
 pub use weir_state::KeyGroups;
 

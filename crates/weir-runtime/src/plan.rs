@@ -11,6 +11,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
+    TableLookupJoin,
     SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
     VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
@@ -44,6 +45,9 @@ pub enum OperatorSpec {
     /// Join each row of the left input with a bounded right input (a file), loaded first
     /// (`FOR SYSTEM_TIME AS OF` a processing time).
     LookupJoin { spec: JoinSpec, display: String },
+    /// Join each row of its input with the rows of a database table of its key, asked as
+    /// rows come (`FOR SYSTEM_TIME AS OF` a processing time, a `jdbc` table).
+    TableLookup { spec: JoinSpec, lookup: LookupOf, display: String },
     /// Join each row of the left input, once the watermark passes its time, with the
     /// version of the right input (a versioned table) valid then; `times` are both
     /// inputs' time columns (`FOR SYSTEM_TIME AS OF` an event time).
@@ -60,6 +64,16 @@ pub enum OperatorSpec {
     /// Each partition's first row by event time (`time` is its column), once the watermark
     /// passes it.
     FirstRow { spec: TopNSpec, time: usize, display: String },
+}
+
+/// The lookups a [`OperatorSpec::TableLookup`] makes, one per task.
+#[derive(Clone)]
+pub struct LookupOf(pub weir_core::LookupFactory);
+
+impl std::fmt::Debug for LookupOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LookupOf")
+    }
 }
 
 /// Where a running operator keeps state.
@@ -140,6 +154,7 @@ impl OperatorSpec {
             }
             OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::TableLookup { spec, lookup, .. } => Box::new(TableLookupJoin::new(spec, (lookup.0)()?)?),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Box::new(VersionedJoin::new(spec, times, &StateContext::memory())?)
             }
@@ -164,6 +179,7 @@ impl OperatorSpec {
                 | OperatorSpec::WindowTopN { .. }
                 | OperatorSpec::FirstRow { .. }
                 | OperatorSpec::Limit { .. }
+                | OperatorSpec::TableLookup { .. }
         )
     }
 
@@ -215,6 +231,7 @@ impl OperatorSpec {
             OperatorSpec::WindowTopN { display, .. } => format!("WindowTopN: {display}"),
             OperatorSpec::FirstRow { display, .. } => format!("FirstRow: {display}"),
             OperatorSpec::LookupJoin { display, .. } => format!("LookupJoin: {display}"),
+            OperatorSpec::TableLookup { display, .. } => format!("TableLookup: {display}"),
             OperatorSpec::VersionedJoin { display, .. } => format!("VersionedJoin: {display}"),
             OperatorSpec::GroupAggregate { display, .. } => format!("GroupAggregate: {display}"),
             OperatorSpec::UpsertNormalize { spec } => {
@@ -283,7 +300,9 @@ impl Node {
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
-                OperatorSpec::WindowJoin { spec, .. } | OperatorSpec::Join { spec, .. } => spec.schema.clone(),
+                OperatorSpec::WindowJoin { spec, .. }
+                | OperatorSpec::Join { spec, .. }
+                | OperatorSpec::TableLookup { spec, .. } => spec.schema.clone(),
                 OperatorSpec::GroupAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::TopN { spec, .. }
                 | OperatorSpec::WindowTopN { spec, .. }
@@ -628,6 +647,13 @@ impl OperatorSpec {
             ),
             OperatorSpec::WindowJoin { spec, ends, .. } => format!(
                 "window join {:?} keys {:?} ends {ends:?} [{}] [{}]",
+                spec.kind,
+                spec.keys,
+                columns(&spec.schemas[0]),
+                columns(&spec.schemas[1])
+            ),
+            OperatorSpec::TableLookup { spec, .. } => format!(
+                "table lookup {:?} keys {:?} [{}] [{}]",
                 spec.kind,
                 spec.keys,
                 columns(&spec.schemas[0]),

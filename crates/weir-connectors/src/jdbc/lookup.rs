@@ -341,8 +341,9 @@ async fn run(client: &tokio_postgres::Client, query: &Query, keys: &RecordBatch)
                 rows.iter().map(|r| r.try_get::<_, Option<i32>>(c)).collect::<Result<Vec<_>, _>>()?,
             )),
         };
+        let nulls = raw.null_count();
         let column = if raw.data_type() == field.data_type() { raw } else { cast(&raw, field.data_type())? };
-        if column.null_count() > raw.null_count() {
+        if column.null_count() > nulls {
             return Err(Failure::Weir(WeirError::user(format!(
                 "table '{}': a value of column '{}' in PostgreSQL is not a {}",
                 query.table,

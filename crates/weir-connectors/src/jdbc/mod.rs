@@ -8,6 +8,7 @@
 
 mod check;
 mod endpoint;
+mod lookup;
 mod sink;
 mod types;
 mod write;
@@ -19,6 +20,7 @@ use weir_core::{table::parse_duration, Changelog, Result, TableDef, WeirError};
 
 pub use check::check_table;
 pub use endpoint::Endpoint;
+pub use lookup::JdbcLookup;
 pub use sink::JdbcSink;
 
 const OPTIONS: &[&str] = &[
@@ -117,7 +119,8 @@ pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
 /// A `jdbc` table at `CREATE TABLE`: its options, its URL and a PostgreSQL type for every
 /// column. Nothing is connected to yet; the table itself is checked when a job starts.
 pub fn validate(table: &TableDef) -> Result<()> {
-    table.options.check_known(&table.name, OPTIONS)?;
+    let known: Vec<&str> = OPTIONS.iter().chain(lookup::LOOKUP_OPTIONS).copied().collect();
+    table.options.check_known(&table.name, &known)?;
     table.check_no_metadata()?;
     if let Some(driver) = table.options.get("driver") {
         if driver != "org.postgresql.Driver" {

@@ -28,7 +28,7 @@ pub use limit::Limit;
 pub use project::{Project, Select};
 pub use session::{SessionAggregate, SessionSpec};
 pub use state::StateContext;
-pub use temporal_join::{LookupJoin, VersionedJoin};
+pub use temporal_join::{LookupJoin, TableLookupJoin, VersionedJoin};
 pub use top_n::{RankKind, TopN, TopNSpec};
 pub use upsert::{UpsertNormalize, UpsertSpec};
 pub use watermark::WatermarkGenerator;

@@ -13,11 +13,14 @@
 //!   input ran ahead. A stream row already behind the watermark is late: dropped and counted.
 //!   Versions older than the one valid at the watermark are dropped once a row of their key
 //!   has been joined. Append-only.
+//! - [`TableLookupJoin`] (`s.ts` is processing time, `t` a database table): each chunk's
+//!   distinct keys are asked of the table (a [`Lookup`], which may cache) and joined as they
+//!   come. No state: what a row joined is what the table held when it was looked up.
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::RowConverter;
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Lookup, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
@@ -479,6 +482,78 @@ impl Operator for VersionedJoin {
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
         let clock = Clock::restore(&self.tables.restore_from(states)?, "temporal join")?;
         (self.watermark, self.late, self.next_seq) = (clock.watermark, clock.late, clock.next_seq);
+        Ok(())
+    }
+}
+
+/// A lookup join that asks a table (a database's) for each chunk's keys.
+pub struct TableLookupJoin {
+    joiner: Joiner,
+    lookup: Box<dyn Lookup>,
+}
+
+impl TableLookupJoin {
+    pub fn new(spec: JoinSpec, lookup: Box<dyn Lookup>) -> Result<Self> {
+        Ok(Self { joiner: Joiner::new(spec)?, lookup })
+    }
+}
+
+impl Operator for TableLookupJoin {
+    fn name(&self) -> String {
+        "TableLookupJoin".into()
+    }
+
+    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        if !chunk.is_append_only() {
+            return Err(WeirError::not_supported("a lookup join of an updating stream (it looks rows up as they come)"));
+        }
+        let batch = &chunk.batch;
+        let columns: Vec<ArrayRef> = self.joiner.spec.keys[0].iter().map(|k| batch.column(*k).clone()).collect();
+        let rows = self.joiner.keys.convert_columns(&columns)?;
+        let mut valid = vec![true; batch.num_rows()];
+        for c in &columns {
+            if let Some(nulls) = c.logical_nulls() {
+                valid.iter_mut().zip(nulls.iter()).for_each(|(v, ok)| *v &= ok);
+            }
+        }
+        let mut index = interner::<&[u8], u32>();
+        let mut firsts: Vec<u32> = Vec::new();
+        let key_of: Vec<Option<u32>> = (0..batch.num_rows())
+            .map(|i| {
+                valid[i].then(|| {
+                    *index.entry(rows.row(i).data()).or_insert_with(|| {
+                        firsts.push(i as u32);
+                        firsts.len() as u32 - 1
+                    })
+                })
+            })
+            .collect();
+        let take = UInt32Array::from(firsts);
+        let key_columns: Vec<ArrayRef> = columns
+            .iter()
+            .map(|c| datafusion::arrow::compute::take(c.as_ref(), &take, None))
+            .collect::<std::result::Result<_, _>>()?;
+        let key_fields: Vec<_> =
+            self.joiner.spec.keys[1].iter().map(|k| self.joiner.spec.schemas[1].field(*k).clone()).collect();
+        let key_schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(key_fields));
+        let options = RecordBatchOptions::new().with_row_count(Some(take.len()));
+        let keys = RecordBatch::try_new_with_options(key_schema, key_columns, &options)?;
+        let (table, owners) = if keys.num_rows() == 0 {
+            (RecordBatch::new_empty(self.joiner.spec.schemas[1].clone()), Vec::new())
+        } else {
+            self.lookup.lookup(&keys)?
+        };
+        let mut of_key: Vec<Vec<(u32, u64)>> = vec![Vec::new(); keys.num_rows()];
+        for (row, owner) in owners.iter().enumerate() {
+            if let Some(o) = of_key.get_mut(*owner as usize) {
+                o.push((row as u32, 1));
+            }
+        }
+        let candidates: Vec<Vec<(u32, u64)>> =
+            key_of.iter().map(|k| k.map(|k| of_key[k as usize].clone()).unwrap_or_default()).collect();
+        if let Some(c) = self.joiner.join(batch, &table, &candidates)? {
+            out.push(Message::Chunk(c));
+        }
         Ok(())
     }
 }

@@ -15,6 +15,8 @@ use super::*;
 enum Temporal {
     /// As of processing time, against a bounded table.
     Lookup,
+    /// As of processing time, against a database table asked for each key.
+    Query,
     /// As of event time, against a versioned table: both inputs' time columns.
     Versioned([usize; 2]),
 }
@@ -202,7 +204,11 @@ impl Planner {
                 interval: None,
                 appending: [true, true],
             };
+            if let Temporal::Query = temporal {
+                return self.table_lookup(join, left, right, spec, display, computed);
+            }
             let spec = match temporal {
+                Temporal::Query => return Err(WeirError::internal("table lookup")),
                 Temporal::Lookup => OperatorSpec::LookupJoin { spec, display },
                 Temporal::Versioned(times) => OperatorSpec::VersionedJoin { spec, times, display },
             };
@@ -249,6 +255,39 @@ impl Planner {
             }
         };
         self.finish_join(join, left, right, spec, computed && !one_side)
+    }
+
+    /// A lookup join against a database table: the left input's rows ask the table for their
+    /// keys, in the left input's tasks (nothing is exchanged); computed keys dropped after.
+    fn table_lookup(
+        &self,
+        join: &datafusion::logical_expr::Join,
+        left: JoinInput,
+        right: JoinInput,
+        spec: JoinSpec,
+        display: String,
+        computed: bool,
+    ) -> Result<Node> {
+        let Node::Source { table, projection, .. } = &right.node else {
+            return Err(WeirError::not_supported(format!(
+                "a lookup join ({display}) against a database table with a condition or computed columns on the \
+                 table's side: it reads the table's columns as they are; put the condition in the ON clause"
+            )));
+        };
+        let lookup = self.connectors.lookup(table, projection.clone(), right.keys.clone())?;
+        let left_all = left.schema.fields().len();
+        let display = format!("{display} (asking table '{}' for each key)", table.name);
+        let node = left.node.with_operator(OperatorSpec::TableLookup {
+            spec,
+            lookup: weir_runtime::LookupOf(lookup),
+            display,
+        });
+        if !computed {
+            return Ok(node);
+        }
+        let (l, r) = (join.left.schema().fields().len(), join.right.schema().fields().len());
+        let indices: Vec<usize> = (0..l).chain(left_all..left_all + r).collect();
+        Ok(node.with_operator(OperatorSpec::Select { indices, schema: Arc::new(join.schema.as_arrow().clone()) }))
     }
 
     /// Both inputs exchanged by their keys into `spec`; computed keys dropped after.
@@ -313,6 +352,9 @@ impl Planner {
             self.temporal_times.lock().ok().and_then(|t| t.get(&(table.clone(), temporal.time.clone())).copied());
         match attribute {
             Some(TimeAttribute::Processing) => {
+                if self.connectors.lookup_source(def) {
+                    return Ok(Some(Temporal::Query));
+                }
                 if !self.connectors.source_bounded(def) {
                     return Err(WeirError::not_supported(format!(
                         "{what}: a lookup join as of processing time reads a bounded table (a file), loaded once; \
