@@ -10,6 +10,7 @@
 //! | `nexmark` (`table` = `bid`, `auction`, `person`) | yes | |
 
 mod blackhole;
+mod delivery;
 mod filesystem;
 mod format;
 pub mod jdbc;

@@ -13,6 +13,7 @@ pub mod fault;
 pub mod message;
 pub mod metrics;
 mod pretty;
+mod sql_type;
 pub mod table;
 pub mod traits;
 
@@ -21,6 +22,7 @@ pub use chunk::{Chunk, Op};
 pub use error::{ErrorKind, Location, Result, WeirError};
 pub use message::{Barrier, BarrierKind, Message, Watermark};
 pub use metrics::OperatorMetrics;
+pub use sql_type::sql_type_name;
 pub use table::{parse_duration, Options, TableDef, WatermarkDef, LATE_DATA_TABLE};
 pub use traits::{
     single_state, ConnectorFactory, Lookup, LookupFactory, Operator, OperatorSnapshot, Sink, SnapshotUpload, Source, Split,

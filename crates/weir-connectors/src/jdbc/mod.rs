@@ -37,16 +37,8 @@ const OPTIONS: &[&str] = &[
     "sink.transactional-id-prefix",
 ];
 
-/// `'sink.delivery-guarantee'`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// One prepared transaction per task and checkpoint, committed with the checkpoint.
-    ExactlyOnce,
-    /// Flushed (autocommit) at every barrier; with a key, a replay rewrites the same values.
-    AtLeastOnce,
-    /// Flushed when the buffer is full or old, and at the end.
-    None,
-}
+pub use crate::delivery::Delivery;
+use crate::delivery::delivery;
 
 /// A sink table's settings, read once from its options.
 #[derive(Debug, Clone)]
@@ -101,20 +93,6 @@ impl Settings {
     }
 }
 
-pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
-    Ok(match table.options.get("sink.delivery-guarantee").unwrap_or("at-least-once") {
-        "exactly-once" => Delivery::ExactlyOnce,
-        "at-least-once" => Delivery::AtLeastOnce,
-        "none" => Delivery::None,
-        other => {
-            return Err(WeirError::user(format!(
-                "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
-                table.name
-            ))
-            .at(table.options.location("sink.delivery-guarantee")))
-        }
-    })
-}
 
 /// A `jdbc` table at `CREATE TABLE`: its options, its URL and a PostgreSQL type for every
 /// column. Nothing is connected to yet; the table itself is checked when a job starts.

@@ -114,25 +114,7 @@ impl PgType {
     }
 }
 
-/// A column type as Flink SQL writes it, for messages.
-pub fn sql_name(t: &DataType) -> String {
-    match t {
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Int8 => "TINYINT".into(),
-        DataType::Int16 => "SMALLINT".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Float32 => "FLOAT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p}, {s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BYTES".into(),
-        DataType::Date32 => "DATE".into(),
-        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
-        DataType::Timestamp(_, Some(_)) => "TIMESTAMP_LTZ".into(),
-        other => other.to_string(),
-    }
-}
+pub use weir_core::sql_type_name as sql_name;
 
 /// Microseconds from 1970 to PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -178,6 +160,22 @@ fn values<T: Copy, U>(a: &dyn Array, get: impl Fn(usize) -> T, to: impl Fn(T) ->
     (0..a.len()).map(|i| a.is_valid(i).then(|| to(get(i)))).collect()
 }
 
+/// A primitive column's values, each converted by `$to`.
+macro_rules! primitive {
+    ($a:expr, $t:ty, $to:expr) => {{
+        let v = $a.as_primitive::<$t>();
+        Box::new(values(v, |i| v.value(i), $to))
+    }};
+}
+
+/// A string or binary column's values, borrowed.
+macro_rules! borrowed {
+    ($s:expr) => {{
+        let s = $s;
+        Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
+    }};
+}
+
 /// Column `a` as one array parameter of type `t`'s [`PgType::param_name`]. Text and bytes
 /// are borrowed from the Arrow buffers.
 pub fn param(a: &ArrayRef, t: PgType) -> Result<Param<'_>> {
@@ -187,72 +185,27 @@ pub fn param(a: &ArrayRef, t: PgType) -> Result<Param<'_>> {
             let b = a.as_boolean();
             Box::new(values(b, |i| b.value(i), |v| v))
         }
-        (PgType::Int2, DataType::Int8) => {
-            let v = a.as_primitive::<Int8Type>();
-            Box::new(values(v, |i| v.value(i), i16::from))
-        }
-        (PgType::Int2, DataType::UInt8) => {
-            let v = a.as_primitive::<UInt8Type>();
-            Box::new(values(v, |i| v.value(i), i16::from))
-        }
-        (PgType::Int2, DataType::Int16) => {
-            let v = a.as_primitive::<Int16Type>();
-            Box::new(values(v, |i| v.value(i), |x| x))
-        }
-        (PgType::Int4, DataType::Int32) => {
-            let v = a.as_primitive::<Int32Type>();
-            Box::new(values(v, |i| v.value(i), |x| x))
-        }
-        (PgType::Int4, DataType::UInt16) => {
-            let v = a.as_primitive::<UInt16Type>();
-            Box::new(values(v, |i| v.value(i), i32::from))
-        }
-        (PgType::Int8, DataType::Int64) => {
-            let v = a.as_primitive::<Int64Type>();
-            Box::new(values(v, |i| v.value(i), |x| x))
-        }
-        (PgType::Int8, DataType::UInt32) => {
-            let v = a.as_primitive::<UInt32Type>();
-            Box::new(values(v, |i| v.value(i), i64::from))
-        }
-        (PgType::Float4, DataType::Float32) => {
-            let v = a.as_primitive::<Float32Type>();
-            Box::new(values(v, |i| v.value(i), |x| x))
-        }
-        (PgType::Float8, DataType::Float64) => {
-            let v = a.as_primitive::<Float64Type>();
-            Box::new(values(v, |i| v.value(i), |x| x))
-        }
+        (PgType::Int2, DataType::Int8) => primitive!(a, Int8Type, i16::from),
+        (PgType::Int2, DataType::UInt8) => primitive!(a, UInt8Type, i16::from),
+        (PgType::Int2, DataType::Int16) => primitive!(a, Int16Type, |x| x),
+        (PgType::Int4, DataType::Int32) => primitive!(a, Int32Type, |x| x),
+        (PgType::Int4, DataType::UInt16) => primitive!(a, UInt16Type, i32::from),
+        (PgType::Int8, DataType::Int64) => primitive!(a, Int64Type, |x| x),
+        (PgType::Int8, DataType::UInt32) => primitive!(a, UInt32Type, i64::from),
+        (PgType::Float4, DataType::Float32) => primitive!(a, Float32Type, |x| x),
+        (PgType::Float8, DataType::Float64) => primitive!(a, Float64Type, |x| x),
         (PgType::Numeric, _) => {
             // Decimal text is exact; PostgreSQL parses it into the column's numeric.
             let text = cast(a, &DataType::Utf8)?;
             let s = text.as_string::<i32>();
             Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i).to_string())).collect::<Vec<_>>())
         }
-        (PgType::Text, DataType::Utf8) => {
-            let s = a.as_string::<i32>();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
-        (PgType::Text, DataType::LargeUtf8) => {
-            let s = a.as_string::<i64>();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
-        (PgType::Text, DataType::Utf8View) => {
-            let s = a.as_string_view();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
-        (PgType::Bytea, DataType::Binary) => {
-            let s = a.as_binary::<i32>();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
-        (PgType::Bytea, DataType::LargeBinary) => {
-            let s = a.as_binary::<i64>();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
-        (PgType::Bytea, DataType::BinaryView) => {
-            let s = a.as_binary_view();
-            Box::new((0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i))).collect::<Vec<_>>())
-        }
+        (PgType::Text, DataType::Utf8) => borrowed!(a.as_string::<i32>()),
+        (PgType::Text, DataType::LargeUtf8) => borrowed!(a.as_string::<i64>()),
+        (PgType::Text, DataType::Utf8View) => borrowed!(a.as_string_view()),
+        (PgType::Bytea, DataType::Binary) => borrowed!(a.as_binary::<i32>()),
+        (PgType::Bytea, DataType::LargeBinary) => borrowed!(a.as_binary::<i64>()),
+        (PgType::Bytea, DataType::BinaryView) => borrowed!(a.as_binary_view()),
         (PgType::Date, DataType::Date32) => {
             let v = a.as_primitive::<Date32Type>();
             Box::new(values(v, |i| v.value(i), |d| PgDate(d - PG_EPOCH_DAYS)))

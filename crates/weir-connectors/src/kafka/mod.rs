@@ -40,13 +40,8 @@ const OPTIONS: &[&str] = &[
     "sink.transactional-id-prefix",
 ];
 
-/// `'sink.delivery-guarantee'`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    ExactlyOnce,
-    AtLeastOnce,
-    None,
-}
+pub use crate::delivery::Delivery;
+pub(crate) use crate::delivery::delivery;
 
 /// The topic, or for a source reading `'topic-pattern'`, the pattern (for messages).
 pub(crate) fn topic(table: &TableDef) -> Result<String> {
@@ -67,20 +62,6 @@ pub(crate) fn bootstrap(table: &TableDef) -> Result<String> {
     Ok(table.options.required(&table.name, "properties.bootstrap.servers")?.to_string())
 }
 
-pub(crate) fn delivery(table: &TableDef) -> Result<Delivery> {
-    Ok(match table.options.get("sink.delivery-guarantee").unwrap_or("at-least-once") {
-        "exactly-once" => Delivery::ExactlyOnce,
-        "at-least-once" => Delivery::AtLeastOnce,
-        "none" => Delivery::None,
-        other => {
-            return Err(WeirError::user(format!(
-            "table '{}': 'sink.delivery-guarantee' must be 'exactly-once', 'at-least-once' or 'none', not '{other}'",
-            table.name
-        ))
-            .at(table.options.location("sink.delivery-guarantee")))
-        }
-    })
-}
 
 /// librdkafka settings: `properties.*` options passed through, then `fixed` (what the
 /// connector's correctness depends on, which a user cannot override).
