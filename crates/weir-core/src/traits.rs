@@ -196,6 +196,17 @@ pub trait Sink: Send {
         Ok(())
     }
 
+    /// When the sink wants [`Sink::on_timer`] called if nothing else comes first (a buffer
+    /// to flush by age on a quiet stream). `None` by default: never.
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// The time [`Sink::next_timer`] asked for has come.
+    async fn on_timer(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Pre-commit at barrier `epoch`: make everything written before it durable, and return
     /// what is needed to publish it (the first phase of a two-phase commit). This goes into
     /// checkpoint `epoch`.

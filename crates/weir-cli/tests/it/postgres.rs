@@ -615,3 +615,42 @@ async fn lost_connections_are_retried() {
         assert!(got == want, "{delivery}: rows differ from PostgreSQL's own GROUP BY");
     }
 }
+
+/// An unbounded stream that goes quiet: its last rows are flushed by age
+/// (`'sink.buffer-flush.interval'`), not held until more come, with no checkpoint to flush
+/// them either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_stream_is_flushed_by_age() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    pg.psql("CREATE TABLE quiet (auction bigint, price bigint)");
+    let sql = format!(
+        "SET 'parallelism' = '2';
+CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+  WITH ('connector' = 'kafka', 'topic' = 'bids', 'properties.bootstrap.servers' = '{}', 'format' = 'json',
+        'scan.startup.mode' = 'earliest-offset');
+{}
+INSERT INTO quiet SELECT auction, price FROM bids;",
+        broker.bootstrap,
+        sink(&pg, "quiet", "auction BIGINT, price BIGINT", "at-least-once").replace(
+            "'sink.delivery-guarantee'",
+            "'sink.buffer-flush.max-rows' = '1000000', 'sink.buffer-flush.interval' = '200ms', 'sink.delivery-guarantee'"
+        )
+    );
+    let mut child = Command::new(weir_bin())
+        .arg("run")
+        .arg(write_sql(&dir, "quiet.sql", sql))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start weir");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pg.count("quiet") < BIDS {
+        assert!(Instant::now() < deadline, "only {} of {BIDS} rows written after 30 s", pg.count("quiet"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(child.try_wait().expect("poll").is_none(), "the unbounded job ended");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    assert_eq!(pg.count("quiet"), BIDS);
+}

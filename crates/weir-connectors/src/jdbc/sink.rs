@@ -1,7 +1,7 @@
 //! The `jdbc` sink task. Changes are buffered and written in flushes ([`super::write`]):
 //!
 //! - `at-least-once`: a flush when the buffer holds `'sink.buffer-flush.max-rows'` rows, when
-//!   it is older than `'sink.buffer-flush.interval'` (looked at as rows and watermarks come),
+//!   it is older than `'sink.buffer-flush.interval'` (on a timer the runtime keeps),
 //!   and at every barrier, each flush committed on its own. With a primary key a replay
 //!   rewrites the same final values; without one it appends them again.
 //! - `none`: the same without the flush at barriers.
@@ -291,6 +291,21 @@ impl Sink for JdbcSink {
 
     async fn on_watermark(&mut self, _: weir_core::Watermark) -> Result<()> {
         if self.settings().delivery != Delivery::ExactlyOnce && self.flush_due() {
+            self.flush_now().await?;
+        }
+        Ok(())
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        match self.settings().delivery {
+            Delivery::ExactlyOnce => None,
+            _ if self.buffer.is_empty() => None,
+            _ => self.settings().interval.map(|i| self.since + i),
+        }
+    }
+
+    async fn on_timer(&mut self) -> Result<()> {
+        if self.flush_due() {
             self.flush_now().await?;
         }
         Ok(())

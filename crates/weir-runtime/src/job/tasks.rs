@@ -220,6 +220,7 @@ pub(super) async fn run_sink(
     }
     let mut stopping_at: Option<u64> = None;
     loop {
+        let timer = sink.next_timer();
         let msg = tokio::select! {
             // A checkpoint's completion before the next message: a sink sees checkpoint n
             // complete before barrier n + 1 (one checkpoint runs at a time), so what it still
@@ -240,6 +241,16 @@ pub(super) async fn run_sink(
                 continue;
             }
             msg = input.recv() => msg,
+            // A buffer to flush by age while nothing comes.
+            () = async move {
+                match timer {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                sink.on_timer().await?;
+                continue;
+            }
         };
         let Some(msg) = msg else { break };
         match msg {
