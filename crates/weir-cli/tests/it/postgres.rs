@@ -654,3 +654,73 @@ INSERT INTO quiet SELECT auction, price FROM bids;",
     child.wait().expect("reap");
     assert_eq!(pg.count("quiet"), BIDS);
 }
+
+/// The lookup cache, seen from outside: after a key's row changes in PostgreSQL, a job with
+/// a long-lived cache goes on joining the old row, one whose TTL has passed and one without a
+/// cache join the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lookup_cache_keeps_rows_for_its_ttl() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    let pg = Postgres::start(&dir);
+    broker.create_topic("events", 1).await;
+    pg.psql("CREATE TABLE dim (k bigint PRIMARY KEY, v text); INSERT INTO dim VALUES (1, 'old'), (2, 'other');");
+    let caches = [
+        ("long", ", 'lookup.cache.max-rows' = '100', 'lookup.cache.ttl' = '10min'"),
+        ("short", ", 'lookup.cache.max-rows' = '100', 'lookup.cache.ttl' = '500ms'"),
+        ("none", ""),
+    ];
+    let mut children = Vec::new();
+    for (name, cache) in caches {
+        pg.psql(&format!("CREATE TABLE seen_{name} (n bigint, v text)"));
+        let sql = format!(
+            "CREATE TABLE events (k BIGINT, n BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = 'events', 'properties.bootstrap.servers' = '{}', 'format' = 'json',
+        'scan.startup.mode' = 'earliest-offset');
+CREATE TABLE d (k BIGINT, v STRING, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = '{}', 'table-name' = 'dim', 'username' = 'weir'{cache});
+{}
+INSERT INTO seen_{name} SELECT E.n, D.v FROM (SELECT *, PROCTIME() AS p FROM events) AS E
+JOIN d FOR SYSTEM_TIME AS OF E.p AS D ON E.k = D.k;",
+            broker.bootstrap,
+            pg.url(),
+            sink(&pg, &format!("seen_{name}"), "n BIGINT, v STRING", "at-least-once")
+                .replace("'sink.delivery-guarantee'", "'sink.buffer-flush.interval' = '50ms', 'sink.delivery-guarantee'")
+        );
+        let child = Command::new(weir_bin())
+            .arg("run")
+            .arg(write_sql(&dir, &format!("{name}.sql"), sql))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start weir");
+        children.push(child);
+    }
+    let wave = |from: i64| -> Vec<(&str, i32, String, Option<i64>)> {
+        (from..from + 10).map(|n| ("events", 0, format!("{{\"k\": 1, \"n\": {n}}}"), None)).collect()
+    };
+    let wait_for = |rows: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (name, _) in caches {
+            while pg.count(&format!("seen_{name}")) < rows {
+                assert!(Instant::now() < deadline, "seen_{name} has fewer than {rows} rows");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    broker.produce(&wave(0));
+    wait_for(10);
+    pg.psql("UPDATE dim SET v = 'new' WHERE k = 1");
+    std::thread::sleep(Duration::from_millis(1200));
+    broker.produce(&wave(10));
+    wait_for(20);
+    for mut child in children {
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+    }
+    let count = |name: &str, v: &str| pg.psql(&format!("SELECT count(*) FROM seen_{name} WHERE v = '{v}'"));
+    assert_eq!((count("long", "old"), count("long", "new")), (vec!["20".to_string()], vec!["0".to_string()]));
+    for name in ["short", "none"] {
+        assert_eq!((count(name, "old"), count(name, "new")), (vec!["10".to_string()], vec!["10".to_string()]), "{name}");
+    }
+}
