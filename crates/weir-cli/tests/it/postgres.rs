@@ -197,7 +197,10 @@ async fn exactly_once_upserts_and_deletes_under_sigkill_in_every_phase() {
         "{}\n{}\n{}\nINSERT INTO by_count {BY_COUNT_QUERY};",
         settings(&checkpoints),
         bids(&broker, Some(700)),
+        // A small buffer: each checkpoint's transaction is open, and written into, before
+        // its barrier, and killed so too.
         sink(&pg, "by_count", BY_COUNT, "exactly-once")
+            .replace("'sink.delivery-guarantee'", "'sink.buffer-flush.max-rows' = '20', 'sink.delivery-guarantee'")
     );
     let sql = write_sql(&dir, "job.sql", sql);
     let faults = dir.join("faults");
@@ -585,7 +588,10 @@ async fn lost_connections_are_retried() {
             "{}\n{}\n{}\nINSERT INTO {table} {BY_COUNT_QUERY};",
             settings(&dir.join(format!("ck-{table}"))),
             bids(&broker, Some(3000)),
-            sink(&pg, &table, BY_COUNT, delivery).replace("'sink.delivery-guarantee'", "'sink.max-retries' = '10', 'sink.delivery-guarantee'")
+            sink(&pg, &table, BY_COUNT, delivery).replace(
+                "'sink.delivery-guarantee'",
+                "'sink.max-retries' = '10', 'sink.buffer-flush.max-rows' = '50', 'sink.delivery-guarantee'"
+            )
         );
         let mut child = Command::new(weir_bin())
             .arg("run")

@@ -5,13 +5,15 @@
 //!   and at every barrier, each flush committed on its own. With a primary key a replay
 //!   rewrites the same final values; without one it appends them again.
 //! - `none`: the same without the flush at barriers.
-//! - `exactly-once`: a checkpoint's changes stay in memory (as they came) and
-//!   are written at its barrier in one transaction, prepared there and committed when the
-//!   checkpoint completes ([`super::xa`]). Writing only at the barrier keeps a transaction
-//!   from waiting on the rows the previous one, prepared and not yet committed, holds locked:
-//!   the runtime hands a sink a checkpoint's completion before the next barrier, so a
-//!   transaction still prepared at the next barrier belongs to a checkpoint that was given
-//!   up, and its changes are written again, with the new ones, in the next transaction.
+//! - `exactly-once`: a checkpoint's changes go into one transaction, prepared at its barrier
+//!   and committed when the checkpoint completes ([`super::xa`]). They are written as the
+//!   buffer fills, but only while no earlier transaction of the task is prepared and not yet
+//!   committed: a prepared transaction holds its rows' locks, and this task, blocked on them,
+//!   could not run the `COMMIT PREPARED` that frees them. The runtime hands a sink a
+//!   checkpoint's completion before the next barrier, so a transaction still prepared at the
+//!   next barrier belongs to a checkpoint that was given up: it is rolled back, and its
+//!   changes written again, first, in the next transaction. Changes stay in memory until
+//!   committed, so that a lost connection (and the open transaction with it) loses nothing.
 //!
 //! A connection that fails is opened again, with backoff, up to `'sink.max-retries'` times
 //! for each write; then the job fails and restarts from its checkpoint. No row is skipped.
@@ -123,6 +125,11 @@ pub struct JdbcSink {
     pending: BTreeMap<u64, Prepared>,
     /// Exactly-once: this task's generation once it has taken over.
     generation: Option<i64>,
+    /// Exactly-once: a transaction is open on the connection (its lock on the task's row
+    /// taken), holding the first `written` chunks of the buffer.
+    open: bool,
+    written: usize,
+    written_rows: usize,
 }
 
 impl JdbcSink {
@@ -139,6 +146,9 @@ impl JdbcSink {
             epoch: 1,
             pending: BTreeMap::new(),
             generation: None,
+            open: false,
+            written: 0,
+            written_rows: 0,
         })
     }
 
@@ -212,6 +222,12 @@ impl JdbcSink {
             })?;
             rows.append(p.rows);
         }
+        // Rows given up with their checkpoint come first; then an open transaction (there is
+        // none with such rows) holds the first `written` chunks of this checkpoint's.
+        let (open, written) = (self.open && rows.is_empty(), self.written);
+        self.open = false;
+        self.written = 0;
+        self.written_rows = 0;
         rows.append(std::mem::take(&mut self.buffer));
         if rows.is_empty() {
             return Ok(());
@@ -223,12 +239,16 @@ impl JdbcSink {
             if attempt > 0 && xa.is_prepared(&c.client, &name).await? {
                 return Ok(false);
             }
-            c.client.batch_execute("BEGIN").await?;
+            let fresh = attempt > 0 || !open;
+            if fresh {
+                c.client.batch_execute("BEGIN").await?;
+            }
             let outcome: Result<bool, Failure> = async {
-                if !xa.hold(&c.client, task, generation).await? {
+                if fresh && !xa.hold(&c.client, task, generation).await? {
                     return Ok(true);
                 }
-                flush(&c.client, &c.statements, &c.target, schema, &rows).await?;
+                let rest = if fresh { rows.clone() } else { rows.since(written) };
+                flush(&c.client, &c.statements, &c.target, schema, &rest).await?;
                 c.client.batch_execute(&format!("PREPARE TRANSACTION '{}'", name.replace('\'', "''"))).await?;
                 Ok(false)
             }
@@ -239,14 +259,54 @@ impl JdbcSink {
             outcome
         })?;
         if fenced {
-            return Err(WeirError::fenced(format!(
-                "PostgreSQL: another instance of this job has taken over the sink of table '{}' (task {task}); \
-                 this one stops",
-                self.opener.table.name
-            )));
+            return Err(self.fenced());
         }
         self.pending.insert(epoch, Prepared { gid: name, rows });
         Ok(())
+    }
+
+    /// Exactly-once, while no transaction is prepared (none can hold locks this one would
+    /// wait on): write the buffer's new chunks into the open transaction, opening it first.
+    /// The chunks stay in the buffer: a lost connection takes the transaction with it, and
+    /// they are written again.
+    async fn write_open(&mut self) -> Result<()> {
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
+        if self.generation.is_none() {
+            self.take_over(0, &[]).await?;
+        }
+        let generation = self.generation.ok_or_else(|| WeirError::internal("no generation"))?;
+        let xa = self.xa().await?;
+        let (open, written, task) = (self.open, self.written, self.split.index);
+        let (schema, opener, buffer) = (&self.schema, &self.opener, &self.buffer);
+        let fenced = with_retries!(&mut self.conn, opener, "writing", |c, attempt| async {
+            let fresh = attempt > 0 || !open;
+            if fresh {
+                c.client.batch_execute("BEGIN").await?;
+                if !xa.hold(&c.client, task, generation).await? {
+                    let _ = c.client.batch_execute("ROLLBACK").await;
+                    return Ok(true);
+                }
+            }
+            let rest = if fresh { buffer.clone() } else { buffer.since(written) };
+            flush(&c.client, &c.statements, &c.target, schema, &rest).await?;
+            Ok(false)
+        })?;
+        if fenced {
+            return Err(self.fenced());
+        }
+        self.open = true;
+        self.written = self.buffer.chunks();
+        self.written_rows = self.buffer.rows();
+        Ok(())
+    }
+
+    fn fenced(&self) -> WeirError {
+        WeirError::fenced(format!(
+            "PostgreSQL: another instance of this job has taken over the sink of table '{}' (task {}); this one stops",
+            self.opener.table.name, self.split.index
+        ))
     }
 
     fn state(&self) -> Vec<u8> {
@@ -283,8 +343,14 @@ impl Sink for JdbcSink {
             self.since = Instant::now();
         }
         self.buffer.push(chunk);
-        if self.settings().delivery != Delivery::ExactlyOnce && self.flush_due() {
-            self.flush_now().await?;
+        match self.settings().delivery {
+            Delivery::ExactlyOnce => {
+                if self.buffer.rows() - self.written_rows >= self.settings().max_rows {
+                    self.write_open().await?;
+                }
+            }
+            _ if self.flush_due() => self.flush_now().await?,
+            _ => {}
         }
         Ok(())
     }
@@ -382,10 +448,15 @@ impl Sink for JdbcSink {
                 // Without checkpoints: everything in one transaction at the end (with them,
                 // `pre_commit_final` and `commit` have written it).
                 if !self.buffer.is_empty() {
+                    let (open, written) = (self.open, self.written);
                     let (schema, buffer, opener) = (&self.schema, &self.buffer, &self.opener);
-                    with_retries!(&mut self.conn, opener, "writing", |c, _attempt| async {
-                        c.client.batch_execute("BEGIN").await?;
-                        match flush(&c.client, &c.statements, &c.target, schema, buffer).await {
+                    with_retries!(&mut self.conn, opener, "writing", |c, attempt| async {
+                        let fresh = attempt > 0 || !open;
+                        if fresh {
+                            c.client.batch_execute("BEGIN").await?;
+                        }
+                        let rest = if fresh { buffer.clone() } else { buffer.since(written) };
+                        match flush(&c.client, &c.statements, &c.target, schema, &rest).await {
                             Ok(_) => Ok(c.client.batch_execute("COMMIT").await?),
                             Err(e) => {
                                 let _ = c.client.batch_execute("ROLLBACK").await;
@@ -394,6 +465,9 @@ impl Sink for JdbcSink {
                         }
                     })?;
                     self.buffer = Buffer::default();
+                    self.open = false;
+                    self.written = 0;
+                    self.written_rows = 0;
                 }
                 let rest = *self.pending.keys().next_back().unwrap_or(&0);
                 self.commit(rest).await

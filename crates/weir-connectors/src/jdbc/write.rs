@@ -106,6 +106,16 @@ impl Buffer {
         self.rows == 0
     }
 
+    /// The chunks after the first `from`.
+    pub fn since(&self, from: usize) -> Buffer {
+        let chunks: Vec<Chunk> = self.chunks.iter().skip(from).cloned().collect();
+        Buffer { rows: chunks.iter().map(Chunk::num_rows).sum(), chunks }
+    }
+
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
+    }
+
     /// Another buffer's changes after these.
     pub fn append(&mut self, other: Buffer) {
         self.rows += other.rows;
