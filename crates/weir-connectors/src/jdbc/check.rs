@@ -64,7 +64,8 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
             suggested_ddl(table, &settings.target)
         )));
     };
-    let (name, schema, oid): (String, String, u32) = (found.get(0), found.get(1), found.get(2));
+    let (name, schema, oid): (String, String, u32) =
+        (found.try_get(0).map_err(err)?, found.try_get(1).map_err(err)?, found.try_get(2).map_err(err)?);
     let rows = client
         .query(
             "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), \
@@ -75,7 +76,11 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
         )
         .await
         .map_err(err)?;
-    let pg: Vec<(String, String, String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    let pg: Vec<(String, String, String, bool)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+        .collect::<Result<_, tokio_postgres::Error>>()
+        .map_err(err)?;
     let mut columns = Vec::new();
     let mut types = Vec::new();
     let mut used = vec![false; pg.len()];
@@ -136,11 +141,12 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
             .map_err(err)?;
         let mut want: Vec<String> = key.iter().map(|k| columns[*k].clone()).collect();
         want.sort();
-        let has = unique.iter().any(|r| {
-            let mut cols: Vec<String> = r.get::<_, Vec<String>>(0).iter().map(|c| quote(c)).collect();
+        let mut has = false;
+        for r in &unique {
+            let mut cols: Vec<String> = r.try_get::<_, Vec<String>>(0).map_err(err)?.iter().map(|c| quote(c)).collect();
             cols.sort();
-            cols == want
-        });
+            has |= cols == want;
+        }
         if !has {
             return Err(WeirError::user(format!(
                 "table '{}': its PRIMARY KEY ({}) is not a primary key or unique index of the PostgreSQL table \
@@ -156,7 +162,8 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
             .query_one("SELECT current_setting('max_prepared_transactions')", &[])
             .await
             .map_err(err)?
-            .get(0);
+            .try_get(0)
+            .map_err(err)?;
         if max.trim() == "0" {
             return Err(WeirError::user(format!(
                 "table '{}': 'sink.delivery-guarantee' = 'exactly-once' prepares a transaction per sink task and \

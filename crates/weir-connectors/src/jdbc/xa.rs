@@ -130,14 +130,14 @@ impl Xa {
             )
             .await
             .map_err(|e| pg("cannot list prepared transactions", e))?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                let gid: String = r.get(0);
-                let (task, epoch) = parse_gid(&self.prefix, &gid)?;
-                Some((gid, task, epoch))
-            })
-            .collect())
+        let mut out = Vec::new();
+        for r in &rows {
+            let gid: String = r.try_get(0).map_err(|e| pg("cannot list prepared transactions", e))?;
+            if let Some((task, epoch)) = parse_gid(&self.prefix, &gid) {
+                out.push((gid, task, epoch));
+            }
+        }
+        Ok(out)
     }
 
     /// Take over `parts` after a restore from checkpoint `restored` (0: a fresh start); every
@@ -200,8 +200,8 @@ impl Xa {
         );
         let mut out = Vec::new();
         for part in parts.iter().filter(|p| p.fence) {
-            match client.query_one(&sql, &[&self.prefix, &(part.task as i32)]).await {
-                Ok(row) => out.push((part.task, row.get::<_, i64>(0))),
+            match client.query_one(&sql, &[&self.prefix, &(part.task as i32)]).await.and_then(|r| r.try_get::<_, i64>(0)) {
+                Ok(generation) => out.push((part.task, generation)),
                 Err(e) => {
                     let _ = client.batch_execute("ROLLBACK").await;
                     return Err(e);
