@@ -18,6 +18,8 @@ use crate::{repo, weir_bin};
 pub struct Postgres {
     dir: PathBuf,
     pub port: u16,
+    /// The postmaster's.
+    pub pid: u32,
 }
 
 impl Postgres {
@@ -36,8 +38,10 @@ impl Postgres {
             .expect("run scripts/postgres.sh");
         assert!(out.status.success(), "postgres did not start: {}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let port = stdout.split_whitespace().next().and_then(|p| p.parse().ok()).expect("port");
-        Postgres { dir, port }
+        let mut words = stdout.split_whitespace();
+        let port = words.next().and_then(|p| p.parse().ok()).expect("port");
+        let pid = words.next().and_then(|p| p.parse().ok()).expect("pid");
+        Postgres { dir, port, pid }
     }
 
     pub fn url(&self) -> String {
@@ -729,4 +733,75 @@ JOIN d FOR SYSTEM_TIME AS OF E.p AS D ON E.k = D.k;",
     for name in ["short", "none"] {
         assert_eq!((count(name, "old"), count(name, "new")), (vec!["10".to_string()], vec!["10".to_string()]), "{name}");
     }
+}
+
+/// The server goes away for good while a job writes: the sink retries `'sink.max-retries'`
+/// times with backoff, then the job fails, naming the table (it does not skip the rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stays_away_fails_the_job_after_its_retries() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    pg.psql("CREATE TABLE gone (auction bigint, price bigint)");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO gone SELECT auction, price FROM bids;",
+        settings(&dir.join("ck")),
+        bids(&broker, Some(2000)),
+        sink(&pg, "gone", "auction BIGINT, price BIGINT", "at-least-once")
+            .replace("'sink.delivery-guarantee'", "'sink.max-retries' = '2', 'sink.delivery-guarantee'")
+    );
+    let child = Command::new(weir_bin())
+        .arg("run")
+        .arg(write_sql(&dir, "gone.sql", sql))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pg.count("gone") == 0 {
+        assert!(Instant::now() < deadline, "nothing written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The whole server, at once: its postmaster and every backend.
+    let _ = Command::new("pkill").args(["-KILL", "-P", &pg.pid.to_string()]).status();
+    let _ = Command::new("kill").args(["-KILL", &pg.pid.to_string()]).status();
+    let started = Instant::now();
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job went on without its server");
+    assert!(stderr.contains("table 'gone', after 2 retries"), "{stderr}");
+    assert!(stderr.contains("retry 2 of 2 on a new connection"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "it took {:?} to give up", started.elapsed());
+}
+
+/// An updating result into a table without a key, exactly once: each retraction deletes one
+/// equal row in the checkpoint's transaction; killed a few times, the table holds exactly
+/// the final rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_retractions_without_a_key_delete_one_equal_row() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql(BY_COUNT_PG);
+    pg.psql("CREATE TABLE by_count (n bigint, auctions bigint, lowest bigint, highest bigint, total numeric(20, 2))");
+    let checkpoints = dir.join("checkpoints");
+    let sql = format!(
+        "{}\n{}\n{}\nINSERT INTO by_count {BY_COUNT_QUERY};",
+        settings(&checkpoints),
+        bids(&broker, Some(2000)),
+        sink(&pg, "by_count", &BY_COUNT.replace(", PRIMARY KEY (n) NOT ENFORCED", ""), "exactly-once")
+            .replace("'sink.delivery-guarantee'", "'sink.buffer-flush.max-rows' = '30', 'sink.delivery-guarantee'")
+    );
+    let sql = write_sql(&dir, "job.sql", sql);
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &[Phase::Processing, Phase::PreCommitted, Phase::Committing],
+        Phase::Processing,
+        1,
+        3,
+        |phase| start(&sql, phase, &faults, "postgres"),
+        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+    );
+    run_to_end(&sql);
+    let got = pg.psql("SELECT * FROM by_count ORDER BY n");
+    assert!(got == want, "rows differ from PostgreSQL's own GROUP BY:\n{got:?}\n{want:?}");
 }
