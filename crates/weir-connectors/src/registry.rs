@@ -1,7 +1,7 @@
 //! Which connector a table names, the options each accepts, and building its source or sink.
 
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{Changelog, ConnectorFactory, Result, Sink, Source, Split, TableDef, WeirError};
+use weir_core::{Changelog, ConnectorFactory, Delivered, Result, Sink, SinkGuarantee, Source, Split, TableDef, WeirError};
 
 use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
@@ -139,6 +139,72 @@ impl ConnectorFactory for Connectors {
             changelog.describe(),
             table.name
         )))
+    }
+
+    fn sink_guarantee(&self, table: &TableDef) -> SinkGuarantee {
+        let g = |delivered, rests_on: &str, transactional, by_key, readers: Option<&str>| SinkGuarantee {
+            delivered,
+            rests_on: rests_on.to_string(),
+            transactional,
+            by_key,
+            readers: readers.map(str::to_string),
+        };
+        let delivery = crate::delivery::delivery(table).unwrap_or(crate::delivery::Delivery::AtLeastOnce);
+        use crate::delivery::Delivery as D;
+        match (table.options.get("connector").unwrap_or(""), delivery) {
+            ("filesystem", _) => g(
+                Delivered::ExactlyOnce,
+                "files published when their checkpoint completes (two-phase commit)",
+                true,
+                false,
+                Some("read published files only: in-progress and pending files are hidden (a leading '.')"),
+            ),
+            ("kafka" | "upsert-kafka", D::ExactlyOnce) => g(
+                Delivered::ExactlyOnce,
+                "Kafka transactions committed with the checkpoint (two-phase commit)",
+                true,
+                table.options.get("connector") == Some("upsert-kafka"),
+                Some("consumers with isolation.level = read_committed"),
+            ),
+            ("upsert-kafka", D::AtLeastOnce) => g(
+                Delivered::ExactlyOnce,
+                "idempotent upserts by the primary key (written at least once: a replay rewrites the same values)",
+                false,
+                true,
+                Some("a reader of each key's latest value (a compacted topic, or an upsert-kafka source)"),
+            ),
+            ("kafka", D::AtLeastOnce) => g(
+                Delivered::AtLeastOnce,
+                "an idempotent producer flushed at every barrier: a replay writes its rows again",
+                false,
+                false,
+                None,
+            ),
+            ("jdbc", D::ExactlyOnce) => g(
+                Delivered::ExactlyOnce,
+                "PostgreSQL prepared transactions committed with the checkpoint (two-phase commit)",
+                true,
+                !table.primary_key.is_empty(),
+                Some("any reader: PostgreSQL shows committed rows only"),
+            ),
+            ("jdbc", D::AtLeastOnce) if !table.primary_key.is_empty() => g(
+                Delivered::ExactlyOnce,
+                "idempotent upserts by the primary key (written at least once: a replay rewrites the same values)",
+                false,
+                true,
+                None,
+            ),
+            ("jdbc", D::AtLeastOnce) => g(
+                Delivered::AtLeastOnce,
+                "rows appended at every flush: a replay appends them again",
+                false,
+                false,
+                None,
+            ),
+            ("print", _) => g(Delivered::None, "a console: a replay prints rows again", false, false, None),
+            ("blackhole", _) => g(Delivered::ExactlyOnce, "nothing is kept", false, false, None),
+            _ => g(Delivered::None, "'sink.delivery-guarantee' = 'none': flushed when convenient", false, false, None),
+        }
     }
 
     fn parallel_sink(&self, table: &TableDef) -> bool {

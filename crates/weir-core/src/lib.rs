@@ -25,7 +25,8 @@ pub use metrics::OperatorMetrics;
 pub use sql_type::sql_type_name;
 pub use table::{parse_duration, Options, TableDef, WatermarkDef, LATE_DATA_TABLE};
 pub use traits::{
-    single_state, ConnectorFactory, Lookup, LookupFactory, Operator, OperatorSnapshot, Sink, SnapshotUpload, Source, Split,
+    single_state, ConnectorFactory, Delivered, Lookup, LookupFactory, Operator, OperatorSnapshot, Sink, SinkGuarantee,
+    SnapshotUpload, Source, Split,
 };
 
 /// Re-exported so that every Weir crate names the one arrow that DataFusion uses.

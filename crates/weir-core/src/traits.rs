@@ -270,6 +270,41 @@ pub trait Lookup: Send {
 /// Makes a [`Lookup`] for each task that needs one.
 pub type LookupFactory = Arc<dyn Fn() -> Result<Box<dyn Lookup>> + Send + Sync>;
 
+/// What a sink delivers when its job takes checkpoints, as `EXPLAIN` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Each row's effect once: a two-phase commit, or idempotent writes by key.
+    ExactlyOnce,
+    /// A replay writes rows again.
+    AtLeastOnce,
+    /// Nothing is promised (a console).
+    None,
+}
+
+impl Delivered {
+    pub fn name(self) -> &'static str {
+        match self {
+            Delivered::ExactlyOnce => "exactly-once",
+            Delivered::AtLeastOnce => "at-least-once",
+            Delivered::None => "none",
+        }
+    }
+}
+
+/// A sink's guarantee and what it rests on.
+#[derive(Debug, Clone)]
+pub struct SinkGuarantee {
+    pub delivered: Delivered,
+    /// The mechanism, in a few words ("Kafka transactions committed with the checkpoint").
+    pub rests_on: String,
+    /// Output is visible only once its checkpoint completes.
+    pub transactional: bool,
+    /// Rows are written by a key: a replay rewrites each key's value.
+    pub by_key: bool,
+    /// What a reader needs to see only committed output.
+    pub readers: Option<String>,
+}
+
 /// Which part of a source one task reads: task `index` of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Split {
@@ -334,6 +369,17 @@ pub trait ConnectorFactory: Send + Sync {
     /// What the source of `table` reads: appended rows (the default), or a changelog.
     fn source_changelog(&self, _table: &TableDef) -> crate::Changelog {
         crate::Changelog::AppendOnly
+    }
+
+    /// What a sink of `table` guarantees when the job takes checkpoints.
+    fn sink_guarantee(&self, _table: &TableDef) -> SinkGuarantee {
+        SinkGuarantee {
+            delivered: Delivered::None,
+            rests_on: "nothing: the sink takes no part in checkpoints".into(),
+            transactional: false,
+            by_key: false,
+            readers: None,
+        }
     }
 
     /// Whether sink tasks can run in parallel; if not, all rows go to one sink task (a console

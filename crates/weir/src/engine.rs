@@ -277,7 +277,12 @@ impl Engine {
                     }
                     _ => return Err(WeirError::not_supported("EXPLAIN of anything but SELECT and INSERT")),
                 };
-                let lines = plan.explain().lines().map(|l| vec![l.to_string()]).collect();
+                let mut text = plan.explain();
+                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref()).lines {
+                    text.push_str(&line);
+                    text.push('\n');
+                }
+                let lines = text.lines().map(|l| vec![l.to_string()]).collect();
                 Ok(Outcome::Table(vec![text_batch(&["plan"], lines)?]))
             }
             Statement::Query(q) => {
@@ -309,6 +314,13 @@ impl Engine {
                         // of another type is an error of the INSERT, not of the running job.
                         weir_connectors::jdbc::check_table(table).await?;
                     }
+                }
+                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref());
+                if let Some(e) = report.refusal() {
+                    return Err(e.at(Some(start)));
+                }
+                for warning in &report.warnings {
+                    log::warn!("{warning}");
                 }
                 let job = self.start_insert(&mut state, plan)?;
                 if state.settings.dml_sync() {
@@ -345,9 +357,6 @@ impl Engine {
             let mut named = (**table).clone();
             named.options.insert("sink.transactional-id-prefix".into(), format!("weir-{name}"), None);
             target = Arc::new(named);
-            for warning in weir_connectors::jdbc::job_warnings(table)? {
-                log::warn!("{warning}");
-            }
         }
         let spec = SinkSpec {
             name: table.name.clone(),

@@ -17,6 +17,7 @@
 //! ```
 
 mod engine;
+mod guarantees;
 mod query;
 mod settings;
 pub mod slt;

@@ -45,6 +45,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "how the shell shows an updating query's results: 'table' (kept up to date in place) or \
          'changelog' (every change as it comes, its op first; 'tableau' is the same)",
     ),
+    (
+        "execution.allow-nondeterminism",
+        "false",
+        "'true': start an exactly-once job even where a value that depends on when it runs (PROCTIME(), NOW(), \
+         RANDOM()) decides rows, groups or order (EXPLAIN INSERT lists where)",
+    ),
 ];
 
 #[derive(Debug, Clone, Default)]

@@ -156,16 +156,3 @@ pub fn check_sink_input(table: &TableDef, changelog: &Changelog, unique_key: Opt
         table.options.get("sink.delivery-guarantee").unwrap_or("at-least-once"),
     )))
 }
-
-/// Warnings about a job's exactly-once `jdbc` sink, at job start: when its rows become
-/// visible, and to whom.
-pub fn job_warnings(table: &TableDef) -> Result<Vec<String>> {
-    if delivery(table)? != Delivery::ExactlyOnce {
-        return Ok(Vec::new());
-    }
-    Ok(vec![format!(
-        "table '{}' is written exactly once: its rows become visible when the checkpoint that covers them \
-         completes (latency = checkpoint interval); PostgreSQL readers see only committed rows",
-        table.name
-    )])
-}

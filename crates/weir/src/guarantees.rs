@@ -1,0 +1,249 @@
+//! What an `INSERT` job's sink guarantees, what that rests on, when its rows become visible
+//! and to which readers, and the exactly-once pitfalls found in the job, each with its fix.
+//! `EXPLAIN INSERT` shows the report; starting the job refuses it when a pitfall would make
+//! an exactly-once result not exactly-once (unless a setting accepts it).
+//!
+//! A pure function of the plan, the settings and what connectors say of their sinks.
+
+use std::time::Duration;
+
+use weir_core::{ConnectorFactory, Delivered, TableDef, WeirError};
+use weir_runtime::determinism::{self, Nondeterminism};
+use weir_runtime::{Node, OperatorSpec, SinkTarget, StreamPlan};
+
+use crate::settings::Settings;
+
+/// The setting that accepts non-deterministic values deciding rows in an exactly-once job.
+pub const ALLOW_NONDETERMINISM: &str = "execution.allow-nondeterminism";
+
+#[derive(Debug, Default)]
+pub struct Report {
+    /// For `EXPLAIN`, after the plan.
+    pub lines: Vec<String>,
+    /// Warnings for the log when the job starts.
+    pub warnings: Vec<String>,
+    /// Why the job must not start.
+    pub error: Option<String>,
+}
+
+impl Report {
+    fn warn(&mut self, text: String) {
+        self.lines.push(format!("  warning: {text}"));
+        self.warnings.push(text);
+    }
+
+    fn fail(&mut self, text: String) {
+        self.lines.push(format!("  error: {text}"));
+        self.error.get_or_insert(text);
+    }
+
+    /// The refusal, if any, as the error an `INSERT` returns.
+    pub fn refusal(&self) -> Option<WeirError> {
+        self.error.as_ref().map(|e| WeirError::user(e.clone()))
+    }
+}
+
+fn interval_of(settings: &Settings) -> Option<Duration> {
+    let interval = weir_core::parse_duration(&settings.value("checkpoint.interval")).ok()?;
+    (!interval.is_zero() && settings.get("checkpoint.dir").is_some()).then_some(interval)
+}
+
+fn human(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The sources a plan reads, as `connector 'table'`.
+fn sources(node: &Node, out: &mut Vec<String>) {
+    match node {
+        Node::Source { table, .. } => {
+            let s = format!("{} '{}'", table.options.get("connector").unwrap_or("?"), table.name);
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        Node::Values { .. } => {}
+        Node::Operator { input, .. } | Node::Exchange { input, .. } => sources(input, out),
+        Node::Union { inputs, .. } => inputs.iter().for_each(|i| sources(i, out)),
+        Node::Join { left, right, .. } => {
+            sources(left, out);
+            sources(right, out);
+        }
+    }
+}
+
+/// Operators whose state has no bound: (what, the operator).
+fn unbounded_state(node: &Node, out: &mut Vec<String>) {
+    let spec = match node {
+        Node::Operator { spec, input } => {
+            unbounded_state(input, out);
+            Some(spec)
+        }
+        Node::Exchange { input, .. } => {
+            unbounded_state(input, out);
+            None
+        }
+        Node::Union { inputs, .. } => {
+            inputs.iter().for_each(|i| unbounded_state(i, out));
+            None
+        }
+        Node::Join { left, right, spec } => {
+            unbounded_state(left, out);
+            unbounded_state(right, out);
+            Some(spec)
+        }
+        _ => None,
+    };
+    let unbounded = match spec {
+        Some(OperatorSpec::GroupAggregate { spec, .. }) => spec.ttl.is_none(),
+        Some(OperatorSpec::Join { spec, .. }) => spec.ttl.is_none() && spec.interval.is_none(),
+        Some(OperatorSpec::TopN { spec, .. }) => spec.ttl.is_none(),
+        _ => false,
+    };
+    if let (true, Some(spec)) = (unbounded, spec) {
+        out.push(spec.describe());
+    }
+}
+
+/// The report of `plan` under `settings`.
+pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn ConnectorFactory) -> Report {
+    let mut report = Report::default();
+    let SinkTarget::Table(table) = &plan.sink else { return report };
+    let guarantee = connectors.sink_guarantee(table);
+    let interval = interval_of(settings);
+    let aligned = settings.value("checkpoint.mode") != "at-least-once";
+    let connector = table.options.get("connector").unwrap_or("?");
+    let mut read = Vec::new();
+    sources(&plan.root, &mut read);
+    let delivered = match interval {
+        None => Delivered::None,
+        Some(_) if !aligned && !guarantee.by_key => Delivered::AtLeastOnce.min_with(guarantee.delivered),
+        Some(_) => guarantee.delivered,
+    };
+    report.lines.push(format!("Guarantee: {} into '{}' ({connector})", delivered.name(), table.name));
+    match interval {
+        None => report.warn(
+            "no checkpoints: a job that fails stops, and a new run starts over from the beginning of its \
+             sources. Set 'checkpoint.interval' and 'checkpoint.dir' for restarts that neither lose nor repeat rows"
+                .to_string(),
+        ),
+        Some(i) => {
+            let reads = if read.is_empty() { "literal rows".to_string() } else { read.join(", ") };
+            report.lines.push(format!(
+                "  rests on: sources that rewind to their position in a checkpoint ({reads}), {} checkpoints every \
+                 {}, {}",
+                if aligned { "aligned" } else { "unaligned (at-least-once)" },
+                human(i),
+                guarantee.rests_on
+            ));
+            if guarantee.transactional {
+                report.lines.push(format!(
+                    "  visible: when the checkpoint that covers them completes (up to the checkpoint interval, {}, \
+                     after they are written)",
+                    human(i)
+                ));
+            }
+        }
+    }
+    if let (Some(readers), Some(_)) = (&guarantee.readers, interval) {
+        report.lines.push(format!("  readers: {readers}"));
+    }
+    let exactly_once = delivered == Delivered::ExactlyOnce;
+    nondeterminism(&mut report, &determinism::analyze(&plan.root), table, guarantee.by_key, exactly_once, settings);
+    if interval.is_some() && delivered == Delivered::AtLeastOnce {
+        report.warn(format!(
+            "table '{}' is written at least once and not by a key: a replay after a failure writes its rows again \
+             (duplicates). Set 'sink.delivery-guarantee' = 'exactly-once', or write by a PRIMARY KEY",
+            table.name
+        ));
+    }
+    if interval.is_some() && settings.value("state.backend") == "memory" {
+        let mut unbounded = Vec::new();
+        unbounded_state(&plan.root, &mut unbounded);
+        for op in unbounded {
+            report.warn(format!(
+                "the state of {op} grows without bound, and the memory state backend writes all of it at every \
+                 checkpoint: set 'state.backend' = 'rocksdb' (incremental checkpoints) or 'table.exec.state.ttl'"
+            ));
+        }
+    }
+    report
+}
+
+fn nondeterminism(
+    report: &mut Report,
+    found: &Nondeterminism,
+    table: &TableDef,
+    by_key: bool,
+    exactly_once: bool,
+    settings: &Settings,
+) {
+    let functions = found.functions.iter().cloned().collect::<Vec<_>>().join(", ");
+    let columns: Vec<&str> = table
+        .schema
+        .fields()
+        .iter()
+        .zip(&found.columns)
+        .filter(|(_, n)| **n)
+        .map(|(f, _)| f.name().as_str())
+        .collect();
+    let mut decisions = found.decisions.clone();
+    let key_varies = table.primary_key.iter().any(|k| columns.contains(&k.as_str()));
+    if by_key && key_varies {
+        decisions.push(format!("the key of table '{}'", table.name));
+    }
+    let allowed = settings.value(ALLOW_NONDETERMINISM) == "true";
+    for d in &decisions {
+        let text = format!(
+            "{} decides {d}: a replay after a failure decides otherwise than the attempt it replaces, so the result \
+             is not that of one run. Compute it from the data (an event-time column instead of processing time), or \
+             set '{ALLOW_NONDETERMINISM}' = 'true' to accept it",
+            if functions.is_empty() { "a value that depends on when the job runs".to_string() } else { functions.clone() }
+        );
+        if exactly_once && !allowed {
+            report.fail(text);
+        } else {
+            report.warn(text);
+        }
+    }
+    if decisions.is_empty() && !columns.is_empty() {
+        if by_key {
+            report.lines.push(format!(
+                "  note: column(s) {} of table '{}' take values from {functions}: harmless, the sink writes by its \
+                 key, and a replay rewrites them",
+                columns.join(", "),
+                table.name
+            ));
+        } else {
+            report.warn(format!(
+                "column(s) {} of table '{}' take values from {functions}: a replay writes other values than the \
+                 attempt it replaces would have (each row still once)",
+                columns.join(", "),
+                table.name
+            ));
+        }
+    }
+}
+
+trait MinWith {
+    fn min_with(self, other: Self) -> Self;
+}
+
+impl MinWith for Delivered {
+    /// The weaker of two guarantees.
+    fn min_with(self, other: Self) -> Self {
+        let rank = |d: Delivered| match d {
+            Delivered::None => 0,
+            Delivered::AtLeastOnce => 1,
+            Delivered::ExactlyOnce => 2,
+        };
+        if rank(self) <= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+}
