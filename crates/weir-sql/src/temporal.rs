@@ -90,3 +90,63 @@ impl ScalarUDFImpl for ProcTime {
         Ok(ColumnarValue::Array(Arc::new(TimestampMillisecondArray::from(vec![now; args.number_rows]))))
     }
 }
+
+/// `NOW()`, `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP` as Flink evaluates them in a stream:
+/// the wall-clock time of each row as it is computed, not a constant of the query (which is
+/// what DataFusion, planning a batch query, folds them into). Volatile, so nothing folds them
+/// and the checks of exactly-once see them (`docs/exactly-once.md`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct WallClock {
+    name: &'static str,
+    aliases: Vec<String>,
+    /// With the session's zone (`TIMESTAMP_LTZ(3)`), or without (`TIMESTAMP(3)`).
+    zoned: bool,
+    signature: Signature,
+}
+
+impl WallClock {
+    /// `NOW()` and `CURRENT_TIMESTAMP`: `TIMESTAMP_LTZ(3)`, as Flink's.
+    pub fn now() -> Self {
+        Self {
+            name: "now",
+            aliases: vec!["current_timestamp".into()],
+            zoned: true,
+            signature: Signature::nullary(Volatility::Volatile),
+        }
+    }
+
+    /// `LOCALTIMESTAMP`: `TIMESTAMP(3)` in UTC, the session's zone.
+    pub fn local() -> Self {
+        Self { name: "localtimestamp", aliases: Vec::new(), zoned: false, signature: Signature::nullary(Volatility::Volatile) }
+    }
+}
+
+impl ScalarUDFImpl for WallClock {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Timestamp(TimeUnit::Millisecond, self.zoned.then(|| "UTC".into())))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        let values = TimestampMillisecondArray::from(vec![now; args.number_rows]);
+        Ok(ColumnarValue::Array(Arc::new(match self.zoned {
+            true => values.with_timezone("UTC"),
+            false => values,
+        })))
+    }
+}
