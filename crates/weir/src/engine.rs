@@ -278,7 +278,8 @@ impl Engine {
                     _ => return Err(WeirError::not_supported("EXPLAIN of anything but SELECT and INSERT")),
                 };
                 let mut text = plan.explain();
-                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref()).lines {
+                let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables).lines {
                     text.push_str(&line);
                     text.push('\n');
                 }
@@ -315,7 +316,8 @@ impl Engine {
                         weir_connectors::jdbc::check_table(table).await?;
                     }
                 }
-                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref());
+                let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables);
                 if let Some(e) = report.refusal() {
                     return Err(e.at(Some(start)));
                 }

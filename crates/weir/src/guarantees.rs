@@ -108,8 +108,38 @@ fn unbounded_state(node: &Node, out: &mut Vec<String>) {
     }
 }
 
-/// The report of `plan` under `settings`.
-pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn ConnectorFactory) -> Report {
+/// Kafka sources of `node` that read uncommitted records of a topic an exactly-once Kafka
+/// table of the catalog writes: (source table, writing table).
+fn dirty_reads(node: &Node, catalog: &[&TableDef], out: &mut Vec<(String, String)>) {
+    match node {
+        Node::Source { table, .. } => {
+            let kafka = |t: &TableDef| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka"));
+            let uncommitted = table.options.get("properties.isolation.level") == Some("read_uncommitted");
+            if !(kafka(table) && uncommitted) {
+                return;
+            }
+            fn at(t: &TableDef) -> (Option<&str>, Option<&str>) {
+                (t.options.get("topic"), t.options.get("properties.bootstrap.servers"))
+            }
+            for writer in catalog {
+                let exactly_once = writer.options.get("sink.delivery-guarantee") == Some("exactly-once");
+                if writer.name != table.name && kafka(writer) && exactly_once && at(writer) == at(table) {
+                    out.push((table.name.clone(), writer.name.clone()));
+                }
+            }
+        }
+        Node::Values { .. } => {}
+        Node::Operator { input, .. } | Node::Exchange { input, .. } => dirty_reads(input, catalog, out),
+        Node::Union { inputs, .. } => inputs.iter().for_each(|i| dirty_reads(i, catalog, out)),
+        Node::Join { left, right, .. } => {
+            dirty_reads(left, catalog, out);
+            dirty_reads(right, catalog, out);
+        }
+    }
+}
+
+/// The report of `plan` under `settings`; `catalog` holds every table of the session.
+pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn ConnectorFactory, catalog: &[&TableDef]) -> Report {
     let mut report = Report::default();
     let SinkTarget::Table(table) = &plan.sink else { return report };
     let guarantee = connectors.sink_guarantee(table);
@@ -152,6 +182,20 @@ pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn Connector
         report.lines.push(format!("  readers: {readers}"));
     }
     let exactly_once = delivered == Delivered::ExactlyOnce;
+    let mut dirty = Vec::new();
+    dirty_reads(&plan.root, catalog, &mut dirty);
+    for (source, writer) in dirty {
+        let text = format!(
+            "table '{source}' reads with 'properties.isolation.level' = 'read_uncommitted' the topic that table \
+             '{writer}' writes exactly once: it sees records of transactions that are later aborted, and their \
+             replays again. Remove the option (Weir reads read_committed by default)"
+        );
+        if exactly_once {
+            report.fail(text);
+        } else {
+            report.warn(text);
+        }
+    }
     nondeterminism(&mut report, &determinism::analyze(&plan.root), table, guarantee.by_key, exactly_once, settings);
     if interval.is_some() && delivered == Delivered::AtLeastOnce {
         report.warn(format!(
