@@ -30,6 +30,8 @@ pub struct Nondeterminism {
     pub decisions: Vec<String>,
     /// The functions found, by name.
     pub functions: BTreeSet<String>,
+    /// Functions with side effects found (of those named to [`analyze_with`]).
+    pub side_effects: BTreeSet<String>,
 }
 
 impl Nondeterminism {
@@ -50,6 +52,47 @@ impl Nondeterminism {
     fn column(&self, i: usize) -> bool {
         self.columns.get(i).copied().unwrap_or(false)
     }
+}
+
+/// Functions of `names` that the expressions of `node` call.
+fn calls(node: &Node, names: &BTreeSet<String>, out: &mut BTreeSet<String>) {
+    fn visit(e: &Arc<dyn PhysicalExpr>, names: &BTreeSet<String>, out: &mut BTreeSet<String>) {
+        if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() {
+            let name = f.name().to_ascii_lowercase();
+            if names.contains(&name) {
+                out.insert(format!("{name}()"));
+            }
+        }
+        for c in e.children() {
+            visit(c, names, out);
+        }
+    }
+    match node {
+        Node::Operator { spec, input } => {
+            match spec {
+                OperatorSpec::Project { exprs, .. } => exprs.iter().for_each(|e| visit(e, names, out)),
+                OperatorSpec::Filter { predicate, .. } | OperatorSpec::Watermark { expr: predicate, .. } => {
+                    visit(predicate, names, out)
+                }
+                _ => {}
+            }
+            calls(input, names, out);
+        }
+        Node::Exchange { input, .. } => calls(input, names, out),
+        Node::Union { inputs, .. } => inputs.iter().for_each(|i| calls(i, names, out)),
+        Node::Join { left, right, .. } => {
+            calls(left, names, out);
+            calls(right, names, out);
+        }
+        Node::Source { .. } | Node::Values { .. } => {}
+    }
+}
+
+/// [`analyze`], also finding calls of the functions named in `side_effects`.
+pub fn analyze_with(node: &Node, side_effects: &BTreeSet<String>) -> Nondeterminism {
+    let mut out = analyze(node);
+    calls(node, side_effects, &mut out.side_effects);
+    out
 }
 
 /// Whether `expr` gives values that depend on when it runs, given which input columns do.
@@ -147,6 +190,7 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
         columns: vec![false; width],
         decisions: a.decisions.clone(),
         functions: a.functions.clone(),
+        side_effects: BTreeSet::new(),
     };
     match spec {
         OperatorSpec::Project { exprs, .. } => {

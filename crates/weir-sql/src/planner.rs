@@ -67,6 +67,8 @@ fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
 pub struct Planner {
     ctx: SessionContext,
     pub catalog: Catalog,
+    /// Functions registered as having side effects (a replay runs them again).
+    pub side_effects: std::collections::BTreeSet<String>,
     /// `'table.exec.state.ttl'`: how long, in event time, group aggregates keep a key.
     pub state_ttl: Option<std::time::Duration>,
     connectors: Arc<dyn ConnectorFactory>,
@@ -118,6 +120,7 @@ impl Planner {
             schemas,
             session_input: Default::default(),
             whole_rows: Default::default(),
+            side_effects: Default::default(),
             temporal_times: Default::default(),
         }
     }
@@ -310,6 +313,18 @@ impl Planner {
     }
 
     /// Plan a bare query (rows to the caller) or an `INSERT INTO` (rows to a table).
+    /// Register a scalar function of the embedding program. Its signature's volatility says
+    /// whether it is deterministic (`Volatile`: its value may differ between calls, as
+    /// `RANDOM()`); `side_effects` that it acts on the world (a replay runs it again).
+    pub fn register_function(&mut self, udf: datafusion::logical_expr::ScalarUDF, side_effects: bool) {
+        if side_effects {
+            self.side_effects.insert(udf.name().to_ascii_lowercase());
+        } else {
+            self.side_effects.remove(&udf.name().to_ascii_lowercase());
+        }
+        self.ctx.register_udf(udf);
+    }
+
     pub async fn plan(
         &self,
         statement: &SqlStatement,

@@ -98,6 +98,14 @@ impl Engine {
         self
     }
 
+    /// Register a scalar function (a DataFusion `ScalarUDF`) for the statements that follow.
+    /// Its signature's volatility declares whether it is deterministic (`Volatility::Volatile`
+    /// for one that is not, as `RANDOM()`); `side_effects` whether it acts on the world. The
+    /// exactly-once checks of `EXPLAIN INSERT` and `INSERT` read both (`docs/exactly-once.md`).
+    pub async fn register_function(&self, udf: datafusion::logical_expr::ScalarUDF, side_effects: bool) {
+        self.state.lock().await.planner.register_function(udf, side_effects);
+    }
+
     /// Split a script into statements, with their positions.
     pub fn parse(&self, sql: &str) -> Result<Vec<ParsedStatement>> {
         parse_script(sql)
@@ -279,7 +287,7 @@ impl Engine {
                 };
                 let mut text = plan.explain();
                 let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables).lines {
+                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects).lines {
                     text.push_str(&line);
                     text.push('\n');
                 }
@@ -317,7 +325,7 @@ impl Engine {
                     }
                 }
                 let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables);
+                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects);
                 if let Some(e) = report.refusal() {
                     return Err(e.at(Some(start)));
                 }

@@ -139,7 +139,13 @@ fn dirty_reads(node: &Node, catalog: &[&TableDef], out: &mut Vec<(String, String
 }
 
 /// The report of `plan` under `settings`; `catalog` holds every table of the session.
-pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn ConnectorFactory, catalog: &[&TableDef]) -> Report {
+pub fn report(
+    plan: &StreamPlan,
+    settings: &Settings,
+    connectors: &dyn ConnectorFactory,
+    catalog: &[&TableDef],
+    side_effects: &std::collections::BTreeSet<String>,
+) -> Report {
     let mut report = Report::default();
     let SinkTarget::Table(table) = &plan.sink else { return report };
     let guarantee = connectors.sink_guarantee(table);
@@ -196,7 +202,18 @@ pub fn report(plan: &StreamPlan, settings: &Settings, connectors: &dyn Connector
             report.warn(text);
         }
     }
-    nondeterminism(&mut report, &determinism::analyze(&plan.root), table, guarantee.by_key, exactly_once, settings);
+    let found = determinism::analyze_with(&plan.root, side_effects);
+    nondeterminism(&mut report, &found, table, guarantee.by_key, exactly_once, settings);
+    if interval.is_some() && !found.side_effects.is_empty() {
+        report.warn(format!(
+            "{} {} side effects: a replay after a failure calls {} again for the rows it replays, so its effects \
+             repeat (exactly-once covers the sink's rows only). Make the effect idempotent, or move it behind the \
+             sink",
+            found.side_effects.iter().cloned().collect::<Vec<_>>().join(", "),
+            if found.side_effects.len() == 1 { "has" } else { "have" },
+            if found.side_effects.len() == 1 { "it" } else { "them" }
+        ));
+    }
     if interval.is_some() && delivered == Delivered::AtLeastOnce {
         report.warn(format!(
             "table '{}' is written at least once and not by a key: a replay after a failure writes its rows again \

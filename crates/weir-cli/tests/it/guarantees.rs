@@ -1,0 +1,66 @@
+//! Functions of the embedding program declare whether they are deterministic (their
+//! signature's volatility) and whether they have side effects; the exactly-once checks of
+//! `EXPLAIN INSERT` and `INSERT` read both.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use weir::{Engine, Outcome};
+
+/// `name(x)`: x is even, computed as `volatility` says.
+fn udf(name: &str, volatility: Volatility) -> datafusion::logical_expr::ScalarUDF {
+    create_udf(
+        name,
+        vec![DataType::Int64],
+        DataType::Boolean,
+        volatility,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let xs = arrays[0].as_any().downcast_ref::<Int64Array>().cloned().unwrap_or_else(|| Int64Array::from(Vec::<i64>::new()));
+            let out: BooleanArray = xs.iter().map(|x| x.map(|x| x % 2 == 0)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    )
+}
+
+async fn explain(engine: &Engine, sql: &str) -> String {
+    let outcome = engine.execute_all(sql).await.expect("explain").pop().expect("an outcome");
+    let Outcome::Table(batches) = outcome else { panic!("EXPLAIN gave no table") };
+    crate::rows(&batches).join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_functions_are_checked_for_exactly_once() {
+    let dir = crate::slt::tempdir();
+    let engine = Engine::new();
+    engine.register_function(udf("even", Volatility::Immutable), false).await;
+    engine.register_function(udf("coin", Volatility::Volatile), false).await;
+    engine.register_function(udf("notify", Volatility::Immutable), true).await;
+    engine
+        .execute_all(&format!(
+            "SET 'checkpoint.interval' = '1s';
+             SET 'checkpoint.dir' = '{ck}';
+             CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '1000');
+             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');",
+            ck = dir.join("ck").display(),
+            out = dir.join("out").display()
+        ))
+        .await
+        .expect("setup");
+    // Deterministic and without effects: nothing to say.
+    let plain = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen WHERE even(price)").await;
+    assert!(plain.contains("Guarantee: exactly-once into 'out'"), "{plain}");
+    assert!(!plain.contains("error:") && !plain.contains("warning:"), "{plain}");
+    // Declared volatile: deciding a filter is refused.
+    let volatile = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen WHERE coin(price)").await;
+    assert!(volatile.contains("error: COIN() decides the filter coin(gen.price)"), "{volatile}");
+    let refused = engine.execute_all("INSERT INTO out SELECT auction, price FROM gen WHERE coin(price)").await;
+    let error = refused.err().expect("the INSERT was refused").to_string();
+    assert!(error.contains("COIN() decides the filter"), "{error}");
+    // Declared with side effects: a warning that they repeat on replay.
+    let effects = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen WHERE notify(price)").await;
+    assert!(effects.contains("warning: notify() has side effects: a replay after a failure calls it again"), "{effects}");
+    assert!(!effects.contains("error:"), "{effects}");
+}
