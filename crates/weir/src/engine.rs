@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -374,16 +373,6 @@ impl Engine {
             make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
         };
         let mut options = state.settings.job_options();
-        if matches!(table.options.get("connector"), Some("kafka" | "upsert-kafka")) {
-            // The longest a pre-committed transaction waits for a restarted job: the
-            // checkpoint timeout, then every restart's backoff (doubling).
-            let checkpoint_timeout = options.checkpoint.as_ref().map_or(Duration::ZERO, |(c, _)| c.timeout);
-            let restarts =
-                (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
-            for warning in weir_connectors::kafka::check_job(table, checkpoint_timeout, restarts)? {
-                log::warn!("{warning}");
-            }
-        }
         if let Some(root) = options.rocksdb.take() {
             remove_dead_state(&root);
             options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));

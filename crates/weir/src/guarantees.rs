@@ -161,8 +161,9 @@ pub fn report(
     };
     report.lines.push(format!("Guarantee: {} into '{}' ({connector})", delivered.name(), table.name));
     match interval {
-        None => report.warn(
-            "no checkpoints: a job that fails stops, and a new run starts over from the beginning of its \
+        // Shown, not logged: most jobs without checkpoints are meant so.
+        None => report.lines.push(
+            "  warning: no checkpoints: a job that fails stops, and a new run starts over from the beginning of its \
              sources. Set 'checkpoint.interval' and 'checkpoint.dir' for restarts that neither lose nor repeat rows"
                 .to_string(),
         ),
@@ -188,6 +189,19 @@ pub fn report(
         report.lines.push(format!("  readers: {readers}"));
     }
     let exactly_once = delivered == Delivered::ExactlyOnce;
+    if matches!(connector, "kafka" | "upsert-kafka") {
+        // The longest a pre-committed transaction waits for a restarted job: the checkpoint
+        // timeout, then every restart's backoff (doubling).
+        let options = settings.job_options();
+        let checkpoint_timeout = match interval {
+            Some(_) => weir_core::parse_duration(&settings.value("checkpoint.timeout")).unwrap_or_default(),
+            None => Duration::ZERO,
+        };
+        let restarts = (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
+        if let Err(e) = weir_connectors::kafka::check_job(table, checkpoint_timeout, restarts) {
+            report.fail(e.message);
+        }
+    }
     let mut dirty = Vec::new();
     dirty_reads(&plan.root, catalog, &mut dirty);
     for (source, writer) in dirty {
