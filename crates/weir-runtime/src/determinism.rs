@@ -159,7 +159,7 @@ fn two_inputs(spec: &OperatorSpec, l: Nondeterminism, r: Nondeterminism, width: 
     out.functions.extend(l.functions.iter().cloned());
     out.functions.extend(r.functions.iter().cloned());
     out.decisions.extend(l.decisions.iter().cloned());
-    out.decisions.extend(r.decisions.iter().cloned().filter(|d| !l.decisions.contains(d)));
+    out.decisions.extend(r.decisions.iter().filter(|&d| !l.decisions.contains(d)).cloned());
     let joined: Vec<bool> = l.columns.iter().chain(&r.columns).copied().collect();
     for (i, o) in out.columns.iter_mut().enumerate() {
         *o = joined.get(i).copied().unwrap_or(l.any() || r.any());

@@ -344,11 +344,10 @@ impl Sink for JdbcSink {
         }
         self.buffer.push(chunk);
         match self.settings().delivery {
-            Delivery::ExactlyOnce => {
-                if self.buffer.rows() - self.written_rows >= self.settings().max_rows {
-                    self.write_open().await?;
-                }
+            Delivery::ExactlyOnce if self.buffer.rows() - self.written_rows >= self.settings().max_rows => {
+                self.write_open().await?;
             }
+            Delivery::ExactlyOnce => {}
             _ if self.flush_due() => self.flush_now().await?,
             _ => {}
         }
