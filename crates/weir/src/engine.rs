@@ -34,6 +34,8 @@ struct State {
     planner: Planner,
     settings: Settings,
     jobs: Vec<JobHandle>,
+    /// Each job's guarantee, by job id, as `SHOW JOBS` shows it.
+    guarantees: std::collections::HashMap<u64, String>,
     queries: u64,
 }
 
@@ -75,6 +77,7 @@ impl Engine {
                 planner: Planner::new(connectors.clone()),
                 settings: Settings::default(),
                 jobs: Vec::new(),
+                guarantees: Default::default(),
                 queries: 0,
             }),
             connectors,
@@ -263,7 +266,7 @@ impl Engine {
             }
             Statement::ShowJobs => {
                 let jobs: Vec<_> = state.jobs.iter().map(|j| j.status()).collect();
-                Ok(Outcome::Table(vec![jobs_batch(&jobs)?]))
+                Ok(Outcome::Table(vec![jobs_batch(&jobs, &state.guarantees)?]))
             }
             Statement::ShowJob { job } | Statement::ShowCheckpoints { job } => {
                 let found = state.jobs.iter().rev().find(|j| j.name() == job || j.id().to_string() == *job);
@@ -332,6 +335,7 @@ impl Engine {
                     log::warn!("{warning}");
                 }
                 let job = self.start_insert(&mut state, plan)?;
+                state.guarantees.insert(job.id(), report.delivered.clone());
                 if state.settings.dml_sync() {
                     drop(state);
                     job.wait().await?;
@@ -421,7 +425,10 @@ impl Engine {
     }
 }
 
-fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
+fn jobs_batch(
+    jobs: &[weir_runtime::JobStatus],
+    guarantees: &std::collections::HashMap<u64, String>,
+) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, false),
@@ -430,6 +437,7 @@ fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
         Field::new("rows_written", DataType::Int64, false),
         Field::new("records_skipped", DataType::Int64, false),
         Field::new("error", DataType::Utf8, true),
+        Field::new("guarantee", DataType::Utf8, false),
     ]));
     let read = |s: &weir_runtime::JobStatus| s.rows_read() as i64;
     let written = |s: &weir_runtime::JobStatus| s.rows_written() as i64;
@@ -444,6 +452,10 @@ fn jobs_batch(jobs: &[weir_runtime::JobStatus]) -> Result<RecordBatch> {
             weir_runtime::JobState::Failed(e) => Some(e.to_string()),
             _ => None,
         }))),
+        // A query's rows go to its caller, as they come: nothing is replayed.
+        Arc::new(StringArray::from_iter_values(
+            jobs.iter().map(|j| guarantees.get(&j.id).map_or("none (to the caller)", String::as_str)),
+        )),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

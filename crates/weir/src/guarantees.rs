@@ -24,6 +24,8 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Why the job must not start.
     pub error: Option<String>,
+    /// The effective guarantee, in a word or two (`SHOW JOBS`).
+    pub delivered: String,
 }
 
 impl Report {
@@ -160,6 +162,7 @@ pub fn report(
         Some(_) => guarantee.delivered,
     };
     report.lines.push(format!("Guarantee: {} into '{}' ({connector})", delivered.name(), table.name));
+    report.delivered = delivered.name().to_string();
     match interval {
         // Shown, not logged: most jobs without checkpoints are meant so.
         None => report.lines.push(
