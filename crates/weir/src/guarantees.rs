@@ -158,7 +158,8 @@ pub fn report(
     sources(&plan.root, &mut read);
     let delivered = match interval {
         None => Delivered::None,
-        Some(_) if !aligned && !guarantee.by_key => Delivered::AtLeastOnce.min_with(guarantee.delivered),
+        // Unaligned barriers let rows of the next checkpoint in before one is taken.
+        Some(_) if !aligned && !guarantee.by_key && guarantee.delivered != Delivered::None => Delivered::AtLeastOnce,
         Some(_) => guarantee.delivered,
     };
     report.lines.push(format!("Guarantee: {} into '{}' ({connector})", delivered.name(), table.name));
@@ -302,26 +303,6 @@ fn nondeterminism(
                 columns.join(", "),
                 table.name
             ));
-        }
-    }
-}
-
-trait MinWith {
-    fn min_with(self, other: Self) -> Self;
-}
-
-impl MinWith for Delivered {
-    /// The weaker of two guarantees.
-    fn min_with(self, other: Self) -> Self {
-        let rank = |d: Delivered| match d {
-            Delivered::None => 0,
-            Delivered::AtLeastOnce => 1,
-            Delivered::ExactlyOnce => 2,
-        };
-        if rank(self) <= rank(other) {
-            self
-        } else {
-            other
         }
     }
 }

@@ -819,3 +819,36 @@ async fn exactly_once_retractions_without_a_key_delete_one_equal_row() {
     let got = pg.psql("SELECT * FROM by_count ORDER BY n");
     assert!(got == want, "rows differ from PostgreSQL's own GROUP BY:\n{got:?}\n{want:?}");
 }
+
+/// Checkpoints given up: each sink task's barrier is slowed past the checkpoint timeout, so
+/// the coordinator abandons checkpoints whose transactions are prepared. The next barrier
+/// rolls each back and writes its rows again, and the end of the input commits them all
+/// through the final checkpoint: the table is exact and nothing stays prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_of_checkpoints_given_up_are_written_again() {
+    let dir = crate::slt::tempdir();
+    let (broker, pg) = servers(&dir).await;
+    load_bid_log(&dir, &broker, &pg);
+    let want = pg.psql(BY_COUNT_PG);
+    pg.psql("CREATE TABLE by_count (n bigint PRIMARY KEY, auctions bigint, lowest bigint, highest bigint, total numeric(20, 2))");
+    let sql = format!(
+        "{}\nSET 'checkpoint.timeout' = '150ms';\n{}\n{}\nINSERT INTO by_count {BY_COUNT_QUERY};",
+        settings(&dir.join("ck")),
+        bids(&broker, Some(6000)),
+        sink(&pg, "by_count", BY_COUNT, "exactly-once")
+    );
+    let out = Command::new(weir_bin())
+        .arg("run")
+        .arg(write_sql(&dir, "job.sql", sql))
+        .env("WEIR_FAULT_POSTGRES_PREPARE_MS", "250")
+        .env("WEIR_LOG", "info")
+        .output()
+        .expect("run weir");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("timed out after"), "no checkpoint was given up:\n{stderr}");
+    assert!(stderr.contains("was given up: its transaction"), "no transaction was written again:\n{stderr}");
+    let got = pg.psql("SELECT * FROM by_count ORDER BY n");
+    assert!(got == want, "rows differ from PostgreSQL's own GROUP BY");
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(), "a prepared transaction was left behind");
+}

@@ -206,6 +206,10 @@ impl JdbcLookup {
 
 impl Lookup for JdbcLookup {
     fn lookup(&mut self, keys: &RecordBatch) -> Result<(RecordBatch, Vec<u32>)> {
+        if self.cache.max == 0 {
+            // No cache: the answer as it comes, without splitting it by key.
+            return self.ask(keys.clone());
+        }
         let rows = self.keys.convert_columns(keys.columns())?;
         let mut found: Vec<Option<RecordBatch>> = (0..keys.num_rows()).map(|i| self.cache.get(rows.row(i).data())).collect();
         let missing: Vec<u32> = (0..keys.num_rows() as u32).filter(|i| found[*i as usize].is_none()).collect();

@@ -211,6 +211,9 @@ impl JdbcSink {
         }
         let generation = self.generation.ok_or_else(|| WeirError::internal("no generation"))?;
         let xa = self.xa().await?;
+        // Tests slow the barrier down here, past the checkpoint timeout: the checkpoint is
+        // given up and its transactions are left to the next barrier.
+        weir_core::fault::pause("postgres_prepare");
         let mut rows = Buffer::default();
         let stale: Vec<u64> = self.pending.keys().copied().collect();
         for e in stale {
