@@ -1,10 +1,12 @@
-//! The `weir` command: an interactive SQL shell, `weir run FILE.sql`, `weir test PATH…`.
+//! The `weir` command: an interactive SQL shell, `weir run FILE.sql`, `weir test PATH…`,
+//! `weir verify FILE.sql`.
 
 mod outcome;
 mod print;
 mod repl;
 mod run;
 mod updating;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +32,26 @@ enum Command {
         /// Start jobs over, deleting their checkpoints, instead of resuming from the latest.
         #[arg(long)]
         from_scratch: bool,
+        /// A run of `weir verify`: write every sink into the scratch copies this file describes.
+        #[arg(long, hide = true)]
+        scratch: Option<PathBuf>,
+    },
+    /// Check that the jobs of a SQL file are exactly-once: run them once without failures and
+    /// again with crashes (SIGKILL) in every phase of their checkpoints and commits, into
+    /// scratch copies of their sinks, and compare what each sink holds. Exits 1 if a sink
+    /// differs, 2 if the file could not be verified.
+    Verify {
+        /// The SQL file.
+        file: PathBuf,
+        /// Crashes to inject in the second run.
+        #[arg(long, default_value_t = 10)]
+        crashes: u32,
+        /// Events of a generator without a bound ('events').
+        #[arg(long, default_value_t = 10_000)]
+        events: u64,
+        /// Keep the scratch directory (it is printed) instead of removing it.
+        #[arg(long)]
+        keep: bool,
     },
     /// Run sqllogictest files (.slt), or every .slt file under a directory.
     Test {
@@ -52,7 +74,12 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.command {
             None => repl::run(cli.history).await,
-            Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
+            Some(Command::Run { file, from_scratch, scratch }) => {
+                run::run_file(&file, from_scratch, scratch.as_deref()).await
+            }
+            Some(Command::Verify { file, crashes, events, keep }) => {
+                verify::verify_file(&file, verify::Options { crashes, events, keep }).await
+            }
             Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
                 Ok(summary) => {
                     println!("{} passed, {} failed", summary.passed, summary.failed);

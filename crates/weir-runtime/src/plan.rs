@@ -281,6 +281,20 @@ pub enum Node {
 }
 
 impl Node {
+    /// Call `each` with the table of every source of the plan.
+    pub fn visit_sources(&self, each: &mut dyn FnMut(&Arc<TableDef>)) {
+        match self {
+            Node::Source { table, .. } => each(table),
+            Node::Values { .. } => {}
+            Node::Operator { input, .. } | Node::Exchange { input, .. } => input.visit_sources(each),
+            Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.visit_sources(each)),
+            Node::Join { left, right, .. } => {
+                left.visit_sources(each);
+                right.visit_sources(each);
+            }
+        }
+    }
+
     pub fn schema(&self) -> SchemaRef {
         match self {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),

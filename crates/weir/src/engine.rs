@@ -48,6 +48,22 @@ pub struct Engine {
     base_dir: Option<PathBuf>,
     /// Discard existing checkpoints instead of resuming from them.
     from_scratch: bool,
+    /// A `weir verify` run: sinks written into scratch copies, sources bounded.
+    scratch: Option<crate::scratch::Scratch>,
+}
+
+/// An `INSERT` of a script, planned and not started ([`Engine::plan_inserts`]).
+#[derive(Clone)]
+pub struct PlannedInsert {
+    /// Where the statement starts in the script.
+    pub location: weir_core::Location,
+    pub sink: Arc<weir_core::TableDef>,
+    /// The tables it reads, once each.
+    pub sources: Vec<Arc<weir_core::TableDef>>,
+    /// The effective guarantee, and what may make its result differ from one run's.
+    pub guarantee: crate::guarantees::Report,
+    /// Whether the job takes checkpoints.
+    pub checkpointed: bool,
 }
 
 impl Default for Engine {
@@ -83,7 +99,62 @@ impl Engine {
             connectors,
             base_dir: None,
             from_scratch: false,
+            scratch: None,
         }
+    }
+
+    /// Run the statements that follow against scratch copies of their sinks (`weir verify`).
+    pub fn with_scratch(mut self, scratch: crate::scratch::Scratch) -> Self {
+        for (key, value) in scratch.pinned_settings() {
+            self.state.get_mut().settings.pin(key, &value);
+        }
+        self.scratch = Some(scratch);
+        self
+    }
+
+    /// Run a script's statements as [`Engine::execute`] does, except that an `INSERT` is
+    /// planned and not started, and a bare `SELECT` is skipped: the jobs the script would
+    /// start, and what each guarantees.
+    pub async fn plan_inserts(&self, sql: &str) -> Result<Vec<PlannedInsert>> {
+        let mut planned = Vec::new();
+        for statement in self.parse(sql)? {
+            match &statement.statement {
+                Statement::Insert(q) => {
+                    let state = self.state.lock().await;
+                    let at = Some(statement.location);
+                    let plan =
+                        state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
+                    let SinkTarget::Table(sink) = &plan.sink else { continue };
+                    let tables: Vec<&weir_core::TableDef> =
+                        state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+                    let guarantee = crate::guarantees::report(
+                        &plan,
+                        &state.settings,
+                        self.connectors.as_ref(),
+                        &tables,
+                        &state.planner.side_effects,
+                    );
+                    let mut sources = Vec::new();
+                    plan.root.visit_sources(&mut |t| {
+                        if !sources.iter().any(|s: &Arc<weir_core::TableDef>| s.name == t.name) {
+                            sources.push(t.clone());
+                        }
+                    });
+                    planned.push(PlannedInsert {
+                        location: statement.location,
+                        sink: sink.clone(),
+                        sources,
+                        guarantee,
+                        checkpointed: state.settings.checkpoint_config("-", String::new())?.is_some(),
+                    });
+                }
+                Statement::Query(_) => {}
+                _ => {
+                    self.execute(&statement).await?;
+                }
+            }
+        }
+        Ok(planned)
     }
 
     /// Jobs with checkpoints start over instead of resuming from their latest checkpoint
@@ -168,7 +239,7 @@ impl Engine {
         let start = statement.location;
         match &statement.statement {
             Statement::CreateTable(ct) => {
-                let ct = self.resolve_paths(ct);
+                let ct = self.resolve_paths(ct)?;
                 let name = weir_sql::catalog::normalize(&ct.name);
                 Ok(Outcome::Done(if state.planner.create_table(&ct, &statement.text)? {
                     format!("Table '{name}' created.")
@@ -411,8 +482,9 @@ impl Engine {
         Ok(job)
     }
 
-    /// Relative `'path'` options are taken relative to the base directory, if one is set.
-    fn resolve_paths(&self, ct: &CreateTable) -> CreateTable {
+    /// Relative `'path'` options are taken relative to the base directory, if one is set;
+    /// in a `weir verify` run, sinks become their scratch copies.
+    fn resolve_paths(&self, ct: &CreateTable) -> Result<CreateTable> {
         let mut ct = ct.clone();
         if let Some(base) = &self.base_dir {
             for (key, value, _) in &mut ct.options {
@@ -421,7 +493,10 @@ impl Engine {
                 }
             }
         }
-        ct
+        if let Some(scratch) = &self.scratch {
+            scratch.rewrite(&mut ct)?;
+        }
+        Ok(ct)
     }
 }
 

@@ -16,7 +16,7 @@ use crate::settings::Settings;
 /// The setting that accepts non-deterministic values deciding rows in an exactly-once job.
 pub const ALLOW_NONDETERMINISM: &str = "execution.allow-nondeterminism";
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Report {
     /// For `EXPLAIN`, after the plan.
     pub lines: Vec<String>,
@@ -26,6 +26,12 @@ pub struct Report {
     pub error: Option<String>,
     /// The effective guarantee, in a word or two (`SHOW JOBS`).
     pub delivered: String,
+    /// What makes the sink's content differ from that of one run without failures, in a
+    /// phrase each: the likely causes `weir verify` names when two runs differ.
+    pub causes: Vec<String>,
+    /// Columns of the sink whose values depend on when the job runs, though no row, key or
+    /// order does: `weir verify` does not compare them.
+    pub varying_columns: Vec<String>,
 }
 
 impl Report {
@@ -164,6 +170,13 @@ pub fn report(
     };
     report.lines.push(format!("Guarantee: {} into '{}' ({connector})", delivered.name(), table.name));
     report.delivered = delivered.name().to_string();
+    if interval.is_none() && !matches!(connector, "print" | "blackhole") {
+        report.causes.push(
+            "no checkpoints: a run started again after a crash starts over from the beginning of its sources and \
+             writes its rows again"
+                .to_string(),
+        );
+    }
     match interval {
         // Shown, not logged: most jobs without checkpoints are meant so.
         None => report.lines.push(
@@ -203,6 +216,7 @@ pub fn report(
         };
         let restarts = (0..options.restart_attempts).map(|i| options.restart_backoff * 2u32.saturating_pow(i)).sum();
         if let Err(e) = weir_connectors::kafka::check_job(table, checkpoint_timeout, restarts) {
+            report.causes.push(format!("the Kafka transaction timeout of table '{}' is too short", table.name));
             report.fail(e.message);
         }
     }
@@ -233,6 +247,10 @@ pub fn report(
         ));
     }
     if interval.is_some() && delivered == Delivered::AtLeastOnce {
+        report.causes.push(format!(
+            "an at-least-once sink without a key: table '{}' gets the rows a replay writes again",
+            table.name
+        ));
         report.warn(format!(
             "table '{}' is written at least once and not by a key: a replay after a failure writes its rows again \
              (duplicates). Set 'sink.delivery-guarantee' = 'exactly-once', or write by a PRIMARY KEY",
@@ -275,7 +293,13 @@ fn nondeterminism(
         decisions.push(format!("the key of table '{}'", table.name));
     }
     let allowed = settings.value(ALLOW_NONDETERMINISM) == "true";
+    let what = if found.functions.iter().any(|f| f == "PROCTIME()") {
+        format!("processing time ({functions})")
+    } else {
+        format!("a non-deterministic function ({functions})")
+    };
     for d in &decisions {
+        report.causes.push(format!("{what} decides {d}"));
         let text = format!(
             "{} decides {d}: a replay after a failure decides otherwise than the attempt it replaces, so the result \
              is not that of one run. Compute it from the data (an event-time column instead of processing time), or \
@@ -288,6 +312,7 @@ fn nondeterminism(
             report.warn(text);
         }
     }
+    report.varying_columns = columns.iter().map(|c| c.to_string()).collect();
     if decisions.is_empty() && !columns.is_empty() {
         if by_key {
             report.lines.push(format!(

@@ -17,12 +17,13 @@
 //! ```
 
 mod engine;
-mod guarantees;
+pub mod guarantees;
 mod query;
+pub mod scratch;
 mod settings;
 pub mod slt;
 
-pub use engine::{Engine, Outcome};
+pub use engine::{Engine, Outcome, PlannedInsert};
 pub use query::QueryStream;
 pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Materialized, Op, Result, WeirError};
 pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};

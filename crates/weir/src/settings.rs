@@ -56,6 +56,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     values: BTreeMap<String, String>,
+    /// Values that `SET` and `RESET` do not change (a `weir verify` run's scratch settings).
+    pinned: BTreeMap<String, String>,
 }
 
 impl Settings {
@@ -118,8 +120,16 @@ impl Settings {
             ))
             .at(at));
         }
-        self.values.insert(key.to_string(), value.to_string());
+        if !self.pinned.contains_key(key) {
+            self.values.insert(key.to_string(), value.to_string());
+        }
         Ok(())
+    }
+
+    /// Fix a setting to `value` whatever the statements that follow set.
+    pub fn pin(&mut self, key: &str, value: &str) {
+        self.pinned.insert(key.to_string(), value.to_string());
+        self.values.insert(key.to_string(), value.to_string());
     }
 
     pub fn reset(&mut self, key: Option<&str>) {
@@ -129,6 +139,7 @@ impl Settings {
             }
             None => self.values.clear(),
         }
+        self.values.extend(self.pinned.clone());
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {

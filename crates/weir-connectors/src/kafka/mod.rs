@@ -7,6 +7,7 @@
 //! Everything here is plain Kafka protocol through librdkafka (rdkafka), plus the two
 //! requests of [`txn`] for finishing a transaction after a crash.
 
+pub mod admin;
 mod codec;
 mod sink;
 mod source;
@@ -35,6 +36,7 @@ const OPTIONS: &[&str] = &[
     "scan.startup.mode",
     "scan.startup.timestamp-millis",
     "scan.bounded.mode",
+    "scan.bounded.specific-offsets",
     "scan.records-per-second",
     "sink.delivery-guarantee",
     "sink.transactional-id-prefix",
@@ -106,6 +108,7 @@ const UPSERT_OPTIONS: &[&str] = &[
     "key.format",
     "value.format",
     "scan.bounded.mode",
+    "scan.bounded.specific-offsets",
     "format.ignore-parse-errors",
     "sink.delivery-guarantee",
     "sink.transactional-id-prefix",
@@ -220,6 +223,9 @@ pub fn validate(table: &TableDef) -> Result<()> {
         }
     }
     source::startup(table)?;
+    if table.options.get("scan.bounded.mode") == Some("specific-offsets") {
+        source::specific_offsets(table)?;
+    }
     for key in table.metadata.values() {
         source::metadata_key(table, key)?;
     }
@@ -246,6 +252,47 @@ pub fn check_job(table: &TableDef, checkpoint_timeout: Duration, restart_delay: 
         .at(table.options.location("properties.transaction.timeout.ms")));
     }
     Ok(())
+}
+
+/// The offsets every partition of the table's topic ends at now, in the form of
+/// `'scan.bounded.specific-offsets'`: a bounded prefix of the topic that stays the same
+/// however much is written after.
+pub fn end_offsets(table: &TableDef) -> Result<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let topic = match table.options.get("topic") {
+        Some(t) => t.to_string(),
+        None => {
+            return Err(WeirError::user(format!(
+                "table '{}': a bounded prefix needs a single 'topic', not a 'topic-pattern'",
+                table.name
+            )))
+        }
+    };
+    let mut config = client_config(table, &[("enable.auto.commit", "false")])?;
+    config.set("group.id", format!("weir-offsets-{}", table.name));
+    let consumer: BaseConsumer = config.create().map_err(|e| source::kafka_error("cannot create a consumer", e))?;
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(&topic), timeout)
+        .map_err(|e| source::kafka_error(&format!("cannot read the metadata of topic '{topic}'"), e))?;
+    let mut parts: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    parts.sort_unstable();
+    if parts.is_empty() {
+        return Err(WeirError::user(format!("table '{}': topic '{topic}' does not exist or has no partitions", table.name)));
+    }
+    let mut ends = Vec::new();
+    for p in parts {
+        let (_, high) = consumer
+            .fetch_watermarks(&topic, p, timeout)
+            .map_err(|e| source::kafka_error("cannot read the end offsets", e))?;
+        ends.push(format!("partition:{p},offset:{high}"));
+    }
+    Ok(ends.join(";"))
 }
 
 /// Run a blocking librdkafka call (flush, transaction calls) without stalling the other tasks

@@ -64,7 +64,7 @@ pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
     })
 }
 
-fn kafka_error(what: &str, e: KafkaError) -> WeirError {
+pub(crate) fn kafka_error(what: &str, e: KafkaError) -> WeirError {
     WeirError::external(format!("Kafka: {what}: {e}"))
 }
 
@@ -212,22 +212,41 @@ impl KafkaSource {
             source.rate = Some((rate, Instant::now(), 0));
         }
         source.resolve_startup(group.is_some())?;
-        if table.options.get("scan.bounded.mode") == Some("latest-offset") {
-            let mut ends = BTreeMap::new();
-            for (i, (t, p)) in source.parts.iter().enumerate() {
-                let (_, high) = source
-                    .consumer
-                    .fetch_watermarks(t, *p, METADATA_TIMEOUT)
-                    .map_err(|e| kafka_error("cannot read the end offsets", e))?;
-                ends.insert(i as u32, high);
+        match table.options.get("scan.bounded.mode") {
+            None | Some("unbounded") => {}
+            Some("latest-offset") => {
+                let mut ends = BTreeMap::new();
+                for (i, (t, p)) in source.parts.iter().enumerate() {
+                    let (_, high) = source
+                        .consumer
+                        .fetch_watermarks(t, *p, METADATA_TIMEOUT)
+                        .map_err(|e| kafka_error("cannot read the end offsets", e))?;
+                    ends.insert(i as u32, high);
+                }
+                source.ends = Some(ends);
             }
-            source.ends = Some(ends);
-        } else if let Some(mode) = table.options.get("scan.bounded.mode") {
-            return Err(WeirError::user(format!(
-                "table '{}': 'scan.bounded.mode' can only be 'latest-offset', not '{mode}'",
-                table.name
-            ))
-            .at(table.options.location("scan.bounded.mode")));
+            Some("specific-offsets") => {
+                let given = specific_offsets(table)?;
+                let mut ends = BTreeMap::new();
+                for (i, (_, p)) in source.parts.iter().enumerate() {
+                    let end = given.get(p).copied().ok_or_else(|| {
+                        WeirError::user(format!(
+                            "table '{}': 'scan.bounded.specific-offsets' gives no offset for partition {p} of topic '{topic}'",
+                            table.name
+                        ))
+                        .at(table.options.location("scan.bounded.specific-offsets"))
+                    })?;
+                    ends.insert(i as u32, end);
+                }
+                source.ends = Some(ends);
+            }
+            Some(mode) => {
+                return Err(WeirError::user(format!(
+                    "table '{}': 'scan.bounded.mode' must be 'unbounded', 'latest-offset' or 'specific-offsets', not '{mode}'",
+                    table.name
+                ))
+                .at(table.options.location("scan.bounded.mode")))
+            }
         }
         Ok(source)
     }
@@ -599,4 +618,35 @@ impl KafkaSource {
         }
         Ok(())
     }
+}
+
+/// `'scan.bounded.specific-offsets'`, Flink's `partition:0,offset:42;partition:1,offset:300`:
+/// the offset each partition ends before.
+pub(crate) fn specific_offsets(table: &TableDef) -> Result<BTreeMap<i32, i64>> {
+    let key = "scan.bounded.specific-offsets";
+    let text = table.options.required(&table.name, key)?;
+    if table.options.get("topic").is_none() {
+        return Err(WeirError::user(format!("table '{}': '{key}' needs a single 'topic'", table.name))
+            .at(table.options.location(key)));
+    }
+    let bad = |part: &str| {
+        WeirError::user(format!(
+            "table '{}': '{key}' must read like 'partition:0,offset:42;partition:1,offset:300', not '{part}'",
+            table.name
+        ))
+        .at(table.options.location(key))
+    };
+    let mut ends = BTreeMap::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (partition, offset) = part.split_once(',').ok_or_else(|| bad(part))?;
+        let partition = partition.trim().strip_prefix("partition:").and_then(|p| p.trim().parse::<i32>().ok());
+        let offset = offset.trim().strip_prefix("offset:").and_then(|o| o.trim().parse::<i64>().ok());
+        match (partition, offset) {
+            (Some(p), Some(o)) if p >= 0 && o >= 0 => {
+                ends.insert(p, o);
+            }
+            _ => return Err(bad(part)),
+        }
+    }
+    Ok(ends)
 }

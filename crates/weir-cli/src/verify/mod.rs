@@ -1,0 +1,336 @@
+//! `weir verify FILE.sql`: is the user's own job exactly-once? The file runs once without
+//! failures and again with crashes (SIGKILL) in every phase of its checkpoints and commits,
+//! each run into scratch copies of its sinks ([`weir::scratch`]) over the same bounded
+//! input; then each sink's content, the changelog applied, is compared between the runs.
+//! A difference, or a pitfall the plan shows that makes one possible, is a failure named
+//! with its likely cause.
+
+mod content;
+mod crashes;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use weir::scratch::{Scratch, SCRATCH_CONNECTORS};
+use weir::{Engine, PlannedInsert};
+
+use content::Content;
+use crashes::{Ended, Phase, Plan, Runner};
+
+pub struct Options {
+    pub crashes: u32,
+    pub events: u64,
+    pub keep: bool,
+}
+
+/// Rows shown of each side of a difference.
+const SHOWN: usize = 5;
+/// Runs of the file with crashes, at most (a run that ends before its crashes have all
+/// landed leaves its output complete; the next one starts on a new scratch copy).
+const CRASH_RUNS: u32 = 4;
+
+pub async fn verify_file(file: &Path, options: Options) -> ExitCode {
+    match tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(verify(file, &options))) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("{}: cannot verify: {e}", file.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rows(n: u64) -> String {
+    format!("{} row{}", thousands(n), if n == 1 { "" } else { "s" })
+}
+
+/// The fault hook of a sink's connector (`weir_core::fault` names).
+fn hook(connector: &str) -> &'static str {
+    match connector {
+        "kafka" | "upsert-kafka" => "kafka",
+        "jdbc" => "postgres",
+        _ => "file",
+    }
+}
+
+fn connector(table: &weir::connector::TableDef) -> &str {
+    table.options.get("connector").unwrap_or("?")
+}
+
+struct Job {
+    planned: PlannedInsert,
+    /// The run without crashes' content of the sink.
+    reference: Content,
+}
+
+async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
+    let sql = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
+    let base = file.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf);
+    let located = |e: weir::WeirError| match e.location {
+        Some(at) => format!("{}:{}:{}: {}", file.display(), at.line, at.column, e.message),
+        None => e.message,
+    };
+    let engine = match &base {
+        Some(dir) => Engine::new().with_base_dir(dir),
+        None => Engine::new(),
+    };
+    let planned = engine.plan_inserts(&sql).await.map_err(located)?;
+    if planned.is_empty() {
+        return Err("the file has no INSERT INTO: no job to verify".into());
+    }
+    let sinks: BTreeSet<String> = planned.iter().map(|p| p.sink.name.clone()).collect();
+    let mut kafka_ends = BTreeMap::new();
+    for p in &planned {
+        let c = connector(&p.sink);
+        if !SCRATCH_CONNECTORS.contains(&c) || c == "jdbc" {
+            return Err(format!(
+                "table '{}': verify cannot make a scratch copy of a '{c}' table; it copies filesystem, kafka, \
+                 upsert-kafka, print and blackhole tables",
+                p.sink.name
+            ));
+        }
+        for source in &p.sources {
+            if sinks.contains(&source.name) {
+                return Err(format!(
+                    "table '{}' is both written and read by the file's jobs: verify runs them on a bounded \
+                     input and cannot bound what another of its jobs writes",
+                    source.name
+                ));
+            }
+            let kafka = matches!(connector(source), "kafka" | "upsert-kafka");
+            if kafka && source.options.get("scan.bounded.mode") != Some("specific-offsets") {
+                // The same prefix in every run, however much is written meanwhile.
+                let ends = weir_connectors::kafka::end_offsets(source).map_err(located)?;
+                kafka_ends.insert(source.name.clone(), ends);
+            }
+        }
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0);
+    let id = format!("{}-{}", std::process::id(), stamp % 1_000_000_000);
+    let root = std::env::temp_dir().join(format!("weir-verify-{id}"));
+    let scratch = |tag: &str| Scratch {
+        dir: root.join(tag),
+        sinks: sinks.clone(),
+        prefix: format!("weir-verify-{id}-{tag}-"),
+        schema: format!("weir_verify_{}_{tag}", id.replace('-', "_")),
+        events: options.events,
+        kafka_ends: kafka_ends.clone(),
+        read_back: false,
+    };
+    let mut hooks: Vec<&'static str> = planned.iter().map(|p| hook(connector(&p.sink))).collect();
+    hooks.sort_unstable();
+    hooks.dedup();
+    let consoles = planned.iter().all(|p| matches!(connector(&p.sink), "print" | "blackhole") && !p.checkpointed);
+    let runner = |tag: &str| Runner {
+        file: file.to_path_buf(),
+        scratch: scratch(tag),
+        hooks: hooks.clone(),
+        fresh_each_run: consoles,
+    };
+
+    println!("Verifying {}: {} job(s), scratch copies under {}", file.display(), planned.len(), root.display());
+    for p in &planned {
+        println!(
+            "  line {}: INSERT INTO {} ({}): {}{}",
+            p.location.line,
+            p.sink.name,
+            connector(&p.sink),
+            p.guarantee.delivered,
+            if p.checkpointed { "" } else { ", no checkpoints (a restart starts over)" }
+        );
+    }
+
+    let result = verify_runs(file, &sql, options, &planned, &runner).await;
+    let keep = options.keep || !matches!(result, Ok(true));
+    if keep {
+        println!("Scratch copies kept in {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    let mut topics: BTreeMap<String, (weir::connector::TableDef, Vec<String>)> = BTreeMap::new();
+    for p in planned.iter().filter(|p| matches!(connector(&p.sink), "kafka" | "upsert-kafka")) {
+        let brokers = p.sink.options.get("properties.bootstrap.servers").unwrap_or_default().to_string();
+        let entry = topics.entry(brokers).or_insert_with(|| ((*p.sink).clone(), Vec::new()));
+        let topic = p.sink.options.get("topic").unwrap_or_default();
+        for tag in std::iter::once("reference".to_string()).chain((1..=CRASH_RUNS).map(|n| format!("crashes-{n}"))) {
+            entry.1.push(format!("{}{topic}", scratch(&tag).prefix));
+        }
+    }
+    if !keep {
+        for (table, names) in topics.values() {
+            // Topics never made are refused one by one; the others go.
+            let _ = weir_connectors::kafka::admin::delete_topics(table, names).await;
+        }
+    }
+    result
+}
+
+/// The runs and the verdicts: `true` if every sink is exactly-once.
+async fn verify_runs(
+    file: &Path,
+    sql: &str,
+    options: &Options,
+    planned: &[PlannedInsert],
+    runner: &dyn Fn(&str) -> Runner,
+) -> Result<bool, String> {
+    let reference = runner("reference");
+    prepare(&reference.scratch, planned).await?;
+    let started = Instant::now();
+    match reference.run(Duration::from_secs(600)) {
+        Ended::Finished => {}
+        Ended::Failed(e) => return Err(format!("the run without crashes failed: {e}")),
+        Ended::Killed => return Err("the run without crashes was killed".into()),
+    }
+    let typical = started.elapsed();
+    let mut jobs = Vec::new();
+    for p in planned {
+        let content = content::read(file, sql, &reference.scratch, &p.sink.name, &p.guarantee.varying_columns)
+            .await
+            .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
+        jobs.push(Job { planned: p.clone(), reference: content });
+    }
+    println!(
+        "Run without crashes: {:.1}s, {}",
+        typical.as_secs_f64(),
+        jobs.iter().map(|j| format!("{} in {}", rows(j.reference.total()), j.planned.sink.name)).collect::<Vec<_>>().join(", ")
+    );
+
+    let mut phases = vec![Phase::Processing];
+    if planned.iter().any(|p| p.checkpointed) {
+        phases.extend([Phase::PreCommitted, Phase::Committing, Phase::Restoring]);
+        if planned.iter().any(|p| connector(&p.sink) == "jdbc") {
+            phases.push(Phase::BetweenCommits);
+        }
+    }
+    let seed = Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64 ^ typical.as_nanos() as u64;
+    let mut plan = Plan::new(&phases, options.crashes, typical, seed);
+    let mut differences: BTreeMap<String, (Content, u32)> = BTreeMap::new();
+    let mut run = 0;
+    while run < CRASH_RUNS && differences.is_empty() {
+        run += 1;
+        let crashing = runner(&format!("crashes-{run}"));
+        prepare(&crashing.scratch, planned).await?;
+        let ended_early = tokio::task::block_in_place(|| plan.inject(&crashing))?;
+        if !ended_early {
+            match crashing.run(Duration::from_secs(600)) {
+                Ended::Finished => {}
+                Ended::Failed(e) => return Err(format!("the run after {} failed: {e}", plan.crashes.describe())),
+                Ended::Killed => return Err("a run after the crashes was killed".into()),
+            }
+        }
+        for job in &jobs {
+            let p = &job.planned;
+            let content = content::read(file, sql, &crashing.scratch, &p.sink.name, &p.guarantee.varying_columns)
+                .await
+                .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
+            if content != job.reference {
+                differences.insert(p.sink.name.clone(), (content, plan.crashes.total()));
+            }
+        }
+        if plan.done() {
+            break;
+        }
+    }
+    let crashes = &plan.crashes;
+    println!("Runs with crashes: {}", crashes.describe());
+    for phase in &crashes.unreached {
+        println!("  phase '{}' never came (the sinks have no such step)", phase.name());
+    }
+    let mut all_good = true;
+    for job in &jobs {
+        let p = &job.planned;
+        let name = &p.sink.name;
+        let c = connector(&p.sink);
+        let causes = &p.guarantee.causes;
+        match differences.get(name) {
+            Some((after, at)) => {
+                all_good = false;
+                println!(
+                    "table '{name}' ({c}): NOT exactly-once: after {at} crash(es), {} differ: {} without crashes, {} \
+                     with",
+                    rows(after.excess_over(&job.reference, 0).1 + job.reference.excess_over(after, 0).1),
+                    rows(job.reference.total()),
+                    rows(after.total())
+                );
+                show_excess("only with crashes", after, &job.reference);
+                show_excess("only without crashes", &job.reference, after);
+                match causes.is_empty() {
+                    false => causes.iter().for_each(|c| println!("  likely cause: {c}")),
+                    true => println!(
+                        "  likely cause: none the plan shows: a source that does not give the same records again, or \
+                         a function declared deterministic that is not (a UDF?)"
+                    ),
+                }
+            }
+            None if !causes.is_empty() => {
+                all_good = false;
+                println!(
+                    "table '{name}' ({c}): NOT exactly-once: identical this time ({} crash(es), {}), but a replay can \
+                     differ:",
+                    crashes.total(),
+                    rows(job.reference.total())
+                );
+                causes.iter().for_each(|c| println!("  cause: {c}"));
+            }
+            None if crashes.total() == 0 => {
+                return Err("no crash landed: the runs ended too soon; give more input (--events)".into());
+            }
+            None => {
+                println!(
+                    "table '{name}' ({c}): exactly-once: {}, {} identical",
+                    crashes.describe(),
+                    rows(job.reference.total())
+                );
+                if !p.guarantee.varying_columns.is_empty() {
+                    println!(
+                        "  not compared: column(s) {} (their values depend on when the job runs; the sink writes them \
+                         by key)",
+                        p.guarantee.varying_columns.join(", ")
+                    );
+                }
+                if matches!(c, "print" | "blackhole") {
+                    println!(
+                        "  (the rows it is sent, checked in files: a console itself shows rows again after a restart)"
+                    );
+                }
+            }
+        }
+    }
+    Ok(all_good)
+}
+
+fn show_excess(what: &str, of: &Content, other: &Content) {
+    let (shown, all) = of.excess_over(other, SHOWN);
+    if all == 0 {
+        return;
+    }
+    println!("  {what} ({}):", rows(all));
+    for (row, n) in shown {
+        println!("    {row}{}", if n > 1 { format!(" ×{n}") } else { String::new() });
+    }
+}
+
+/// Make the scratch copies a run writes into: its Kafka topics.
+async fn prepare(scratch: &Scratch, planned: &[PlannedInsert]) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(&scratch.dir);
+    std::fs::create_dir_all(&scratch.dir).map_err(|e| format!("cannot create {}: {e}", scratch.dir.display()))?;
+    for p in planned.iter().filter(|p| matches!(connector(&p.sink), "kafka" | "upsert-kafka")) {
+        let topic = format!("{}{}", scratch.prefix, p.sink.options.get("topic").unwrap_or_default());
+        weir_connectors::kafka::admin::copy_topic(&p.sink, &topic).await.map_err(|e| e.message)?;
+    }
+    Ok(())
+}
