@@ -213,6 +213,11 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
         OperatorSpec::Select { indices, .. } => {
             out.columns = indices.iter().map(|i| a.column(*i)).collect();
         }
+        OperatorSpec::ProcessingTimeWatermark { .. } => {
+            // The windows it closes are the decision (`WindowAssign`, over the same column).
+            out.columns = a.columns.clone();
+            out.functions.insert("PROCTIME()".to_string());
+        }
         OperatorSpec::WindowAssign { kind, time_column, .. } => {
             let t = a.column(*time_column);
             out.columns = a.columns.iter().copied().chain(std::iter::repeat_n(t, width.saturating_sub(a.columns.len()))).collect();

@@ -13,7 +13,7 @@ use crate::operators::{
     Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
     TableLookupJoin,
     SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
-    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
+    ProcessingTimeWatermark, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -29,6 +29,9 @@ pub enum OperatorSpec {
     Limit { skip: usize, fetch: Option<usize> },
     /// Derive watermarks from `expr`, the table's `WATERMARK FOR … AS expr`.
     Watermark { expr: Arc<dyn PhysicalExpr>, display: String },
+    /// Watermarks of processing time (the wall clock) for windows over `PROCTIME()` column
+    /// `time_column`, in place of the source's.
+    ProcessingTimeWatermark { time_column: usize },
     /// Add `window_start`, `window_end`, `window_time` (a row per window it belongs to).
     WindowAssign { kind: WindowKind, time_column: usize, schema: SchemaRef },
     /// Aggregate each window's groups; emit a window when the watermark passes its end.
@@ -140,6 +143,7 @@ impl OperatorSpec {
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
+            OperatorSpec::ProcessingTimeWatermark { time_column } => Box::new(ProcessingTimeWatermark::new(time_column)),
             OperatorSpec::WindowAssign { kind, time_column, schema } => {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }
@@ -222,6 +226,7 @@ impl OperatorSpec {
                 None => format!("Limit: skip {skip}"),
             },
             OperatorSpec::Watermark { display, .. } => format!("Watermark: {display}"),
+            OperatorSpec::ProcessingTimeWatermark { .. } => "Watermark: processing time (the wall clock)".to_string(),
             OperatorSpec::WindowAssign { kind, .. } => format!("Window: {}", kind.describe()),
             OperatorSpec::WindowAggregate { display, .. } => format!("WindowAggregate: {display}"),
             OperatorSpec::SessionAggregate { display, .. } => format!("SessionAggregate: {display}"),
@@ -607,6 +612,7 @@ impl OperatorSpec {
             OperatorSpec::Select { indices, .. } => format!("select {indices:?}"),
             OperatorSpec::Limit { skip, fetch } => format!("limit {skip} {fetch:?}"),
             OperatorSpec::Watermark { .. } => "watermark".into(),
+            OperatorSpec::ProcessingTimeWatermark { .. } => "processing-time watermark".into(),
             OperatorSpec::WindowAssign { kind, time_column, .. } => format!("window {kind:?} {time_column}"),
             OperatorSpec::WindowAggregate { spec, .. } => format!("window aggregate {}", aggregates(spec)),
             OperatorSpec::SessionAggregate { spec, .. } => {

@@ -74,6 +74,10 @@ pub struct Planner {
     connectors: Arc<dyn ConnectorFactory>,
     /// Table schemas for the window table functions, which run inside DataFusion's planner.
     schemas: TableSchemas,
+    /// View schemas for the window table functions (windows over a `PROCTIME()` column).
+    view_schemas: TableSchemas,
+    /// Each view's logical plan, for a window table function that reads the view.
+    view_plans: std::collections::BTreeMap<String, LogicalPlan>,
     /// Set while planning the input of a session window aggregate: the only place a
     /// `SESSION` window table function may appear.
     session_input: std::sync::atomic::AtomicBool,
@@ -104,13 +108,14 @@ impl Planner {
         config.options_mut().sql_parser.enable_ident_normalization = false;
         let ctx = SessionContext::new_with_config(config);
         let schemas = TableSchemas::default();
+        let view_schemas = TableSchemas::default();
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::DateFormat::default()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::ProcTime::default()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::now()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::local()));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
-            ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone() }));
+            ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone(), views: view_schemas.clone() }));
         }
         Self {
             ctx,
@@ -118,6 +123,8 @@ impl Planner {
             state_ttl: None,
             connectors,
             schemas,
+            view_schemas,
+            view_plans: Default::default(),
             session_input: Default::default(),
             whole_rows: Default::default(),
             side_effects: Default::default(),
@@ -262,7 +269,11 @@ impl Planner {
         node.check_changelog().map_err(|e| place(e, tokens, start))?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.ctx.deregister_table(name.as_str())?;
-        self.ctx.register_table(name.as_str(), Arc::new(ViewTable::new(plan, Some(query_text.to_string()))))?;
+        self.ctx.register_table(name.as_str(), Arc::new(ViewTable::new(plan.clone(), Some(query_text.to_string()))))?;
+        if let Ok(mut views) = self.view_schemas.write() {
+            views.insert(name.clone(), schema.clone());
+        }
+        self.view_plans.insert(name.clone(), plan);
         self.catalog.views.insert(
             name.clone(),
             ViewDef { name: name.clone(), schema, definition: format!("CREATE VIEW {name} AS {query_text}") },
@@ -293,6 +304,10 @@ impl Planner {
         if let Ok(mut schemas) = self.schemas.write() {
             schemas.remove(&name);
         }
+        if let Ok(mut views) = self.view_schemas.write() {
+            views.remove(&name);
+        }
+        self.view_plans.remove(&name);
         Ok(true)
     }
 

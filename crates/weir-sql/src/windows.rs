@@ -70,6 +70,8 @@ planned_only_table!(WindowTable, TableType::View);
 pub struct WindowFunction {
     pub kind: &'static str,
     pub tables: TableSchemas,
+    /// Views, whose windows are over a `PROCTIME()` column (a view has no watermark).
+    pub views: TableSchemas,
 }
 
 fn plan_err(message: String) -> DataFusionError {
@@ -112,13 +114,14 @@ impl TableFunctionImpl for WindowFunction {
         }
         let table = string_arg(&kind, &exprs[0])?;
         let column = string_arg(&kind, &exprs[1])?;
-        let schema = self
-            .tables
-            .read()
-            .map_err(|_| DataFusionError::Internal("table schemas lock poisoned".into()))?
-            .get(&table)
-            .cloned()
-            .ok_or_else(|| plan_err(format!("table '{table}' not found (window functions read tables, not views)")))?;
+        let find = |schemas: &TableSchemas| -> DfResult<Option<SchemaRef>> {
+            let schemas = schemas.read().map_err(|_| DataFusionError::Internal("schemas lock poisoned".into()))?;
+            Ok(schemas.get(&table).cloned())
+        };
+        let schema = match find(&self.tables)? {
+            Some(s) => s,
+            None => find(&self.views)?.ok_or_else(|| plan_err(format!("table or view '{table}' not found")))?,
+        };
         match schema.field_with_name(&column).map(|f| f.data_type()) {
             Ok(DataType::Timestamp(..)) => {}
             Ok(other) => {

@@ -78,11 +78,9 @@ impl Planner {
                 "SESSION windows outside a window aggregate (GROUP BY window_start, window_end, partition keys)",
             ));
         }
-        let table = self
-            .catalog
-            .tables
-            .get(&window.table)
-            .ok_or_else(|| WeirError::user(format!("table '{}' not found", window.table)))?;
+        let Some(table) = self.catalog.tables.get(&window.table) else {
+            return self.processing_time_window(window, scan);
+        };
         if table.watermark.as_ref().map(|w| &w.column) != Some(&window.time_column) {
             return Err(WeirError::user(format!(
                 "the DESCRIPTOR column '{}' of a window must be the event time column of table '{}' \
@@ -126,6 +124,33 @@ impl Planner {
         let indices = wanted_all.iter().chain(&extra).map(position).collect();
         let schema = Arc::new(window.schema.project(&[wanted_all, extra].concat())?);
         Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
+    }
+
+    /// A window table function over a view, whose DESCRIPTOR column is `PROCTIME()`: the
+    /// view's rows, watermarks of the wall clock, then window assignment (Nexmark q12).
+    fn processing_time_window(&self, window: &WindowTable, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
+        let plan = self
+            .view_plans
+            .get(&window.table)
+            .ok_or_else(|| WeirError::user(format!("table or view '{}' not found", window.table)))?;
+        let time = plan.schema().as_arrow().index_of(&window.time_column)?;
+        if !matches!(self.time_attribute(plan, time), Some(super::joins::TimeAttribute::Processing)) {
+            return Err(WeirError::user(format!(
+                "the DESCRIPTOR column '{}' of a window over view '{}' must be PROCTIME() (processing time): a view \
+                 has no watermark. For event time, window the table itself (its WATERMARK FOR column)",
+                window.time_column, window.table
+            )));
+        }
+        let node = self.to_node(&self.ctx.state().optimize(plan)?)?;
+        let node = node.with_operator(OperatorSpec::ProcessingTimeWatermark { time_column: time });
+        let node = node.with_operator(OperatorSpec::WindowAssign {
+            kind: window.kind,
+            time_column: time,
+            schema: window.schema.clone(),
+        });
+        let wanted = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
+        let schema = Arc::new(window.schema.project(&wanted)?);
+        Ok(node.with_operator(OperatorSpec::Select { indices: wanted, schema }))
     }
 
     /// `GROUP BY window_start, window_end, keys…` over a window table function (or over the
