@@ -17,6 +17,7 @@ mod slt;
 mod stop;
 mod table_sink;
 mod updating;
+mod verify;
 mod windows;
 
 use std::path::PathBuf;
