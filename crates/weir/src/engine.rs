@@ -112,6 +112,11 @@ impl Engine {
         self
     }
 
+    /// A table of the catalog, as created (a `weir verify` run's scratch copy included).
+    pub async fn table(&self, name: &str) -> Option<Arc<weir_core::TableDef>> {
+        self.state.lock().await.planner.catalog.tables.get(name).cloned()
+    }
+
     /// Run a script's statements as [`Engine::execute`] does, except that an `INSERT` is
     /// planned and not started, and a bare `SELECT` is skipped: the jobs the script would
     /// start, and what each guarantees.

@@ -225,13 +225,19 @@ impl Plan {
         while !self.done() && self.round < 8 * self.wanted as usize + 8 {
             let phase = self.live[self.round % self.live.len()];
             self.round += 1;
+            let started = Instant::now();
             let ended = if phase == Phase::Processing {
-                let span = (self.typical.as_millis() as u64 * 9 / 10).max(20);
-                let at = Duration::from_millis(10 + self.random(span));
+                let span = (self.typical.as_millis() as u64 * 9 / 10).max(5);
+                let at = Duration::from_millis(2 + self.random(span));
                 runner.run_in(Some(phase), Some(limit), |elapsed| elapsed >= at)
             } else {
                 runner.run_in(Some(phase), Some(limit), |_| runner.in_phase(phase))
             };
+            if matches!(ended, Ended::Finished) && phase == Phase::Processing {
+                // Runs are shorter than the first one was (a restart has less left, or the
+                // machine is less busy): kill sooner.
+                self.typical = self.typical.min(started.elapsed());
+            }
             match ended {
                 Ended::Killed => *self.crashes.by_phase.entry(phase).or_default() += 1,
                 Ended::Failed(e) => return Err(e),

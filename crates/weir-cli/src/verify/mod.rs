@@ -27,9 +27,10 @@ pub struct Options {
 
 /// Rows shown of each side of a difference.
 const SHOWN: usize = 5;
-/// Runs of the file with crashes, at most (a run that ends before its crashes have all
-/// landed leaves its output complete; the next one starts on a new scratch copy).
-const CRASH_RUNS: u32 = 4;
+/// Runs of the file with crashes, at most, beyond one per crash asked (a run that ends
+/// before its crashes have all landed leaves its output complete; the next one starts on a
+/// new scratch copy).
+const EXTRA_RUNS: u32 = 4;
 
 pub async fn verify_file(file: &Path, options: Options) -> ExitCode {
     match tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(verify(file, &options))) {
@@ -96,11 +97,11 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
     let mut kafka_ends = BTreeMap::new();
     for p in &planned {
         let c = connector(&p.sink);
-        if !SCRATCH_CONNECTORS.contains(&c) || c == "jdbc" {
+        if !SCRATCH_CONNECTORS.contains(&c) {
             return Err(format!(
-                "table '{}': verify cannot make a scratch copy of a '{c}' table; it copies filesystem, kafka, \
-                 upsert-kafka, print and blackhole tables",
-                p.sink.name
+                "table '{}': verify cannot make a scratch copy of a '{c}' table; it copies {} tables",
+                p.sink.name,
+                SCRATCH_CONNECTORS.join(", ")
             ));
         }
         for source in &p.sources {
@@ -126,7 +127,7 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
         dir: root.join(tag),
         sinks: sinks.clone(),
         prefix: format!("weir-verify-{id}-{tag}-"),
-        schema: format!("weir_verify_{}_{tag}", id.replace('-', "_")),
+        schema: format!("weir_verify_{}_{}", id.replace('-', "_"), tag.replace('-', "_")),
         events: options.events,
         kafka_ends: kafka_ends.clone(),
         read_back: false,
@@ -157,7 +158,12 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
     let result = verify_runs(file, &sql, options, &planned, &runner).await;
     let keep = options.keep || !matches!(result, Ok(true));
     if keep {
-        println!("Scratch copies kept in {}", root.display());
+        println!(
+            "Scratch copies kept: files and checkpoints in {}, Kafka topics weir-verify-{id}-*, PostgreSQL schemas \
+             weir_verify_{}_*",
+            root.display(),
+            id.replace('-', "_")
+        );
     } else {
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -166,7 +172,8 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
         let brokers = p.sink.options.get("properties.bootstrap.servers").unwrap_or_default().to_string();
         let entry = topics.entry(brokers).or_insert_with(|| ((*p.sink).clone(), Vec::new()));
         let topic = p.sink.options.get("topic").unwrap_or_default();
-        for tag in std::iter::once("reference".to_string()).chain((1..=CRASH_RUNS).map(|n| format!("crashes-{n}"))) {
+        let runs = options.crashes + EXTRA_RUNS;
+        for tag in std::iter::once("reference".to_string()).chain((1..=runs).map(|n| format!("crashes-{n}"))) {
             entry.1.push(format!("{}{topic}", scratch(&tag).prefix));
         }
     }
@@ -174,6 +181,15 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
         for (table, names) in topics.values() {
             // Topics never made are refused one by one; the others go.
             let _ = weir_connectors::kafka::admin::delete_topics(table, names).await;
+        }
+        let tags = std::iter::once("reference".to_string())
+            .chain((1..=options.crashes + EXTRA_RUNS).map(|n| format!("crashes-{n}")));
+        let jdbc: Vec<&PlannedInsert> = planned.iter().filter(|p| connector(&p.sink) == "jdbc").collect();
+        for tag in tags {
+            let s = scratch(&tag);
+            for p in &jdbc {
+                let _ = weir_connectors::jdbc::scratch::drop_schema(&p.sink, &s.schema, &s.prefix).await;
+            }
         }
     }
     result
@@ -220,7 +236,7 @@ async fn verify_runs(
     let mut plan = Plan::new(&phases, options.crashes, typical, seed);
     let mut differences: BTreeMap<String, (Content, u32)> = BTreeMap::new();
     let mut run = 0;
-    while run < CRASH_RUNS && differences.is_empty() {
+    while run < options.crashes + EXTRA_RUNS && differences.is_empty() {
         run += 1;
         let crashing = runner(&format!("crashes-{run}"));
         prepare(&crashing.scratch, planned).await?;
@@ -331,6 +347,9 @@ async fn prepare(scratch: &Scratch, planned: &[PlannedInsert]) -> Result<(), Str
     for p in planned.iter().filter(|p| matches!(connector(&p.sink), "kafka" | "upsert-kafka")) {
         let topic = format!("{}{}", scratch.prefix, p.sink.options.get("topic").unwrap_or_default());
         weir_connectors::kafka::admin::copy_topic(&p.sink, &topic).await.map_err(|e| e.message)?;
+    }
+    for p in planned.iter().filter(|p| connector(&p.sink) == "jdbc") {
+        weir_connectors::jdbc::scratch::copy_table(&p.sink, &scratch.schema).await.map_err(|e| e.message)?;
     }
     Ok(())
 }

@@ -106,3 +106,59 @@ GROUP BY bidder, window_start, window_end";
     // Every run wrote into its own scratch topics: the jobs' own topic is as it was.
     assert_eq!(broker.read_committed("out"), Vec::<String>::new());
 }
+
+/// Kafka bids into PostgreSQL: per-auction upserts by key, exactly once and at least once
+/// (idempotent: enough), both pass with crashes in every phase, between commits included;
+/// bids appended at least once without a key fail. Scratch schemas are dropped afterwards
+/// and the real table stays empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_copies_postgres_tables_into_scratch_schemas() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 4_000).await;
+    let pg = crate::postgres::Postgres::start(&dir);
+    pg.psql("CREATE TABLE per_auction (auction bigint PRIMARY KEY, bids bigint NOT NULL, top bigint)");
+    pg.psql("CREATE TABLE bid_log (auction bigint, bidder bigint, price bigint)");
+    let job = |name: &str, table: &str, columns: &str, delivery: &str, select: &str| {
+        let sql = format!(
+            "SET 'parallelism' = '2';
+SET 'checkpoint.interval' = '100ms';
+SET 'checkpoint.dir' = '{ck}';
+CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+  WITH ('connector' = 'kafka', 'topic' = 'bids', 'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'json',
+        'scan.startup.mode' = 'earliest-offset', 'scan.records-per-second' = '1500');
+CREATE TABLE {table} ({columns})
+  WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = '{table}', 'username' = 'weir',
+        'sink.delivery-guarantee' = '{delivery}', 'sink.buffer-flush.max-rows' = '20');
+INSERT INTO {table} {select};
+",
+            ck = dir.join("checkpoints").display(),
+            bootstrap = broker.bootstrap,
+            url = pg.url(),
+        );
+        write_sql(&dir, name, sql)
+    };
+    let per_auction = "SELECT auction, COUNT(*), MAX(price) FROM bids GROUP BY auction";
+    let keyed = "auction BIGINT, bids BIGINT, top BIGINT, PRIMARY KEY (auction) NOT ENFORCED";
+    for delivery in ["exactly-once", "at-least-once"] {
+        let (code, out) = verify(&job(&format!("{delivery}.sql"), "per_auction", keyed, delivery, per_auction), 10);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("table 'per_auction' (jdbc): exactly-once: 10 crashes in "), "{out}");
+        assert!(out.contains(", 237 rows identical"), "{out}");
+    }
+    let appended = "SELECT auction, bidder, price FROM bids";
+    let columns = "auction BIGINT, bidder BIGINT, price BIGINT";
+    let (code, out) = verify(&job("log.sql", "bid_log", columns, "at-least-once", appended), 6);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("cause: an at-least-once sink without a key: table 'bid_log'"), "{out}");
+
+    assert_eq!(pg.count("per_auction"), 0);
+    assert_eq!(pg.count("bid_log"), 0);
+    // The failed run's schemas are kept for a look; the passing runs' are gone.
+    let left = pg.psql(
+        "SELECT count(DISTINCT split_part(nspname, '_', 3) || '_' || split_part(nspname, '_', 4)) FROM pg_namespace \
+         WHERE nspname LIKE 'weir\\_verify\\_%'",
+    );
+    assert_eq!(left, vec!["1".to_string()], "schemas of the failed verify only: {left:?}");
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_prepared_xacts"), vec!["0".to_string()]);
+}

@@ -9,6 +9,7 @@
 mod check;
 mod endpoint;
 mod lookup;
+pub mod scratch;
 mod sink;
 mod types;
 mod write;
