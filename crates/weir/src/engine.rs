@@ -35,7 +35,7 @@ struct State {
     settings: Settings,
     jobs: Vec<JobHandle>,
     /// Each job's guarantee, by job id, as `SHOW JOBS` shows it.
-    guarantees: std::collections::HashMap<u64, String>,
+    guarantees: std::collections::HashMap<u64, crate::guarantees::Report>,
     queries: u64,
 }
 
@@ -351,7 +351,10 @@ impl Engine {
                 };
                 let status = found.status();
                 let batch = match &statement.statement {
-                    Statement::ShowJob { .. } => operators_batch(&status)?,
+                    Statement::ShowJob { .. } => {
+                        let lines = state.guarantees.get(&found.id()).map(|r| r.lines.as_slice()).unwrap_or_default();
+                        operators_batch(&status, lines)?
+                    }
                     _ => checkpoints_batch(&status)?,
                 };
                 Ok(Outcome::Table(vec![batch]))
@@ -411,7 +414,7 @@ impl Engine {
                     log::warn!("{warning}");
                 }
                 let job = self.start_insert(&mut state, plan)?;
-                state.guarantees.insert(job.id(), report.delivered.clone());
+                state.guarantees.insert(job.id(), report);
                 if state.settings.dml_sync() {
                     drop(state);
                     job.wait().await?;
@@ -507,7 +510,7 @@ impl Engine {
 
 fn jobs_batch(
     jobs: &[weir_runtime::JobStatus],
-    guarantees: &std::collections::HashMap<u64, String>,
+    guarantees: &std::collections::HashMap<u64, crate::guarantees::Report>,
 ) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
@@ -515,7 +518,7 @@ fn jobs_batch(
         Field::new("state", DataType::Utf8, false),
         Field::new("rows_read", DataType::Int64, false),
         Field::new("rows_written", DataType::Int64, false),
-        Field::new("records_skipped", DataType::Int64, false),
+        Field::new("records_skipped", DataType::Int64, true),
         Field::new("error", DataType::Utf8, true),
         Field::new("guarantee", DataType::Utf8, false),
     ]));
@@ -534,36 +537,41 @@ fn jobs_batch(
         }))),
         // A query's rows go to its caller, as they come: nothing is replayed.
         Arc::new(StringArray::from_iter_values(
-            jobs.iter().map(|j| guarantees.get(&j.id).map_or("none (to the caller)", String::as_str)),
+            jobs.iter().map(|j| guarantees.get(&j.id).map_or("none (to the caller)", |r| r.delivered.as_str())),
         )),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// One row per operator task of a job.
-fn operators_batch(status: &weir_runtime::JobStatus) -> Result<RecordBatch> {
+/// Each operator's metrics, then the job's guarantee as `EXPLAIN INSERT` shows it (one line
+/// a row, in the first column).
+fn operators_batch(status: &weir_runtime::JobStatus, guarantee: &[String]) -> Result<RecordBatch> {
     let ops = &status.operators;
     let schema = Arc::new(Schema::new(vec![
         Field::new("operator", DataType::Utf8, false),
-        Field::new("rows_in", DataType::Int64, false),
-        Field::new("rows_out", DataType::Int64, false),
-        Field::new("batches_in", DataType::Int64, false),
-        Field::new("batches_out", DataType::Int64, false),
+        Field::new("rows_in", DataType::Int64, true),
+        Field::new("rows_out", DataType::Int64, true),
+        Field::new("batches_in", DataType::Int64, true),
+        Field::new("batches_out", DataType::Int64, true),
         Field::new("watermark", DataType::Utf8, true),
-        Field::new("backpressure_ms", DataType::Int64, false),
-        Field::new("records_skipped", DataType::Int64, false),
-        Field::new("late_rows", DataType::Int64, false),
+        Field::new("backpressure_ms", DataType::Int64, true),
+        Field::new("records_skipped", DataType::Int64, true),
+        Field::new("late_rows", DataType::Int64, true),
     ]));
+    let blank = || std::iter::repeat_n(None, guarantee.len());
     let int = |f: &dyn Fn(&weir_core::metrics::MetricsSnapshot) -> u64| {
-        Arc::new(Int64Array::from_iter_values(ops.iter().map(|o| f(o) as i64))) as ArrayRef
+        Arc::new(Int64Array::from_iter(ops.iter().map(|o| Some(f(o) as i64)).chain(blank()))) as ArrayRef
     };
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(ops.iter().map(|o| o.name.as_str()))),
+        Arc::new(StringArray::from_iter_values(
+            ops.iter().map(|o| o.name.as_str()).chain(guarantee.iter().map(String::as_str)),
+        )),
         int(&|o| o.rows_in),
         int(&|o| o.rows_out),
         int(&|o| o.batches_in),
         int(&|o| o.batches_out),
-        Arc::new(StringArray::from_iter(ops.iter().map(|o| o.watermark.map(watermark_text)))),
+        Arc::new(StringArray::from_iter(ops.iter().map(|o| o.watermark.map(watermark_text)).chain(std::iter::repeat_n(None, guarantee.len())))),
         int(&|o| o.backpressure_ms),
         int(&|o| o.records_skipped),
         int(&|o| o.late_rows),
