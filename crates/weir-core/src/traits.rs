@@ -348,6 +348,14 @@ pub trait ConnectorFactory: Send + Sync {
         )))
     }
 
+    /// Whether the source of `table` can rewind to a checkpoint's position
+    /// ([`Source::position`]): every built-in one can. A source that cannot (a socket, a
+    /// queue that forgets what it delivered) says so, and an exactly-once job reading it is
+    /// refused before it starts instead of failing at its first checkpoint.
+    fn source_rewinds(&self, _table: &TableDef) -> bool {
+        true
+    }
+
     /// Whether the source of `table` ends (a file, a bounded Kafka read): a lookup join
     /// loads such a table whole.
     fn source_bounded(&self, _table: &TableDef) -> bool {

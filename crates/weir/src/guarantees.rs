@@ -220,6 +220,27 @@ pub fn report(
             report.fail(e.message);
         }
     }
+    if interval.is_some() {
+        let mut unsafe_sources = Vec::new();
+        plan.root.visit_sources(&mut |t| {
+            if !connectors.source_rewinds(t) && !unsafe_sources.contains(&t.name) {
+                unsafe_sources.push(t.name.clone());
+            }
+        });
+        for source in unsafe_sources {
+            report.causes.push(format!("table '{source}' is read by a source that cannot rewind"));
+            let text = format!(
+                "table '{source}' is read by a source that cannot rewind to a checkpoint's position: after a failure \
+                 the rows it gave since the last checkpoint are gone, and the job cannot take a checkpoint at all. \
+                 Land its records in a log first (a Kafka topic) and read them from there"
+            );
+            if exactly_once {
+                report.fail(text);
+            } else {
+                report.warn(text);
+            }
+        }
+    }
     let mut dirty = Vec::new();
     dirty_reads(&plan.root, catalog, &mut dirty);
     for (source, writer) in dirty {

@@ -64,3 +64,71 @@ async fn declared_functions_are_checked_for_exactly_once() {
     assert!(effects.contains("warning: notify() has side effects: a replay after a failure calls it again"), "{effects}");
     assert!(!effects.contains("error:"), "{effects}");
 }
+
+/// The built-in connectors, and `'connector' = 'socket'`: a source of the embedding program
+/// that cannot rewind (what it delivered is gone), as it declares.
+struct WithSocket;
+
+impl weir::connector::ConnectorFactory for WithSocket {
+    fn validate(&self, table: &weir::connector::TableDef) -> weir::Result<()> {
+        match table.options.get("connector") {
+            Some("socket") => Ok(()),
+            _ => weir::connector::Connectors.validate(table),
+        }
+    }
+
+    fn source(
+        &self,
+        table: &weir::connector::TableDef,
+        projection: Option<Vec<usize>>,
+        split: weir::connector::Split,
+    ) -> weir::Result<Box<dyn weir::connector::Source>> {
+        weir::connector::Connectors.source(table, projection, split)
+    }
+
+    fn sink(
+        &self,
+        table: &weir::connector::TableDef,
+        schema: weir::arrow::datatypes::SchemaRef,
+        split: weir::connector::Split,
+    ) -> weir::Result<Box<dyn weir::connector::Sink>> {
+        weir::connector::Connectors.sink(table, schema, split)
+    }
+
+    fn source_rewinds(&self, table: &weir::connector::TableDef) -> bool {
+        table.options.get("connector") != Some("socket")
+    }
+
+    fn sink_guarantee(&self, table: &weir::connector::TableDef) -> weir::connector::SinkGuarantee {
+        weir::connector::Connectors.sink_guarantee(table)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_cannot_rewind_is_refused_under_an_exactly_once_sink() {
+    let dir = crate::slt::tempdir();
+    let engine = Engine::with_connectors(Arc::new(WithSocket));
+    engine
+        .execute_all(&format!(
+            "SET 'checkpoint.interval' = '1s';
+             SET 'checkpoint.dir' = '{ck}';
+             CREATE TABLE clicks (auction BIGINT, price BIGINT) WITH ('connector' = 'socket');
+             CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '1000');
+             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');",
+            ck = dir.join("ck").display(),
+            out = dir.join("out").display()
+        ))
+        .await
+        .expect("setup");
+    let found = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM clicks").await;
+    assert!(
+        found.contains("error: table 'clicks' is read by a source that cannot rewind to a checkpoint's position"),
+        "{found}"
+    );
+    let refused = engine.execute_all("INSERT INTO out SELECT auction, price FROM clicks").await;
+    let error = refused.err().expect("the INSERT was refused").to_string();
+    assert!(error.contains("Land its records in a log first"), "{error}");
+    // Read from a source that rewinds, the same job is exactly-once.
+    let fixed = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen").await;
+    assert!(fixed.contains("Guarantee: exactly-once into 'out'") && !fixed.contains("error:"), "{fixed}");
+}
