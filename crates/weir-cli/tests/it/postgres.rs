@@ -96,19 +96,19 @@ SET 'restart.attempts' = '0';",
 
 /// The Kafka topic of bids, read to its end (paced, so that a run lasts long enough to be
 /// killed in every phase).
-fn bids(broker: &Broker, rate: Option<u32>) -> String {
+pub(crate) fn bids(broker: &Broker, rate: Option<u32>) -> String {
     let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
     format!("{};", bids_table(&broker.bootstrap, "bids", &rate))
 }
 
 /// A broker with the bids, and a PostgreSQL server.
-async fn servers(dir: &Path) -> (Broker, Postgres) {
+pub(crate) async fn servers(dir: &Path) -> (Broker, Postgres) {
     let broker = Broker::start(dir);
     load_bids(&broker, 20_000).await;
     (broker, Postgres::start(dir))
 }
 
-fn sink(pg: &Postgres, name: &str, columns: &str, delivery: &str) -> String {
+pub(crate) fn sink(pg: &Postgres, name: &str, columns: &str, delivery: &str) -> String {
     format!(
         "CREATE TABLE {name} ({columns})
   WITH ('connector' = 'jdbc', 'url' = '{}', 'table-name' = '{name}', 'username' = 'weir',

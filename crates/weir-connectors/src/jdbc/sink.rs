@@ -47,6 +47,17 @@ struct Opener {
 impl Opener {
     async fn open(&self) -> Result<Conn, Failure> {
         let client = self.settings.endpoint.connect(&self.application).await?;
+        // A sink's transaction stays open, between writes, until its checkpoint's barrier;
+        // the server's timeouts for idle (and, from PostgreSQL 17, any) transactions would end
+        // it, each time, and a retry would write the whole checkpoint again. The session
+        // lifts them (a user may set both); prepared transactions never time out.
+        client
+            .batch_execute(
+                "SET idle_in_transaction_session_timeout = 0; \
+                 SELECT set_config('transaction_timeout', '0', false) \
+                 WHERE current_setting('server_version_num')::int >= 170000",
+            )
+            .await?;
         let target = check_with(&client, &self.table, &self.settings).await?;
         let statements = Statements::new(&target);
         Ok(Conn { client, target, statements })
