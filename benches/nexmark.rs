@@ -89,6 +89,13 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
               AND AuctionBids.endtime = MaxBids.endtime \
               AND AuctionBids.num >= MaxBids.maxn",
         ),
+        // Nexmark q12 (Flink's text): processing-time windows over view `B`'s `PROCTIME()`.
+        "q12" => (
+            "bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP(3), endtime TIMESTAMP(3)",
+            "SELECT bidder, count(*) as bid_count, window_start AS starttime, window_end AS endtime \
+             FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND)) \
+             GROUP BY bidder, window_start, window_end",
+        ),
         // Nexmark q17 (Flink's text, with this table's column names): an unbounded group
         // aggregate, updating.
         "q17" => (
@@ -214,6 +221,9 @@ async fn child(
             "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
             bid_table(source)?
         );
+        if select.contains("TABLE B,") {
+            setup.push_str("; CREATE VIEW B AS SELECT *, PROCTIME() AS p_time FROM bid");
+        }
         if select.contains(" auction AS A") {
             setup.push_str(&format!("; {}", auction_table(source)?));
         }
