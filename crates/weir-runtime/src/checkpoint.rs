@@ -132,6 +132,27 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
     WeirError::external(format!("checkpoint: cannot {what} '{}': {e}", path.display()))
 }
 
+/// Whether a checkpoint of a job under `root` (a `checkpoint.dir`, one directory per job) is
+/// being written: a `chk-*` directory with state parts and no manifest yet. Crash tests and
+/// `weir verify` kill a process in that phase.
+pub fn being_written(root: &Path) -> bool {
+    let Ok(jobs) = std::fs::read_dir(root) else { return false };
+    jobs.flatten().any(|job| {
+        std::fs::read_dir(job.path()).is_ok_and(|mut checkpoints| {
+            checkpoints.any(|c| {
+                c.is_ok_and(|c| {
+                    let path = c.path();
+                    path.is_dir()
+                        && !path.join("manifest.json").exists()
+                        && std::fs::read_dir(&path).is_ok_and(|mut files| {
+                            files.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().starts_with("state-")))
+                        })
+                })
+            })
+        })
+    })
+}
+
 /// Checkpoints in a local directory: `chk-<n>/` holds one file per task state part and a
 /// `manifest.json` listing them with sizes and checksums. The manifest is written last, to a
 /// temporary name, synced and renamed: a checkpoint without it does not exist.

@@ -3,7 +3,7 @@
 //! a process down in that phase and mark it with a file.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -104,7 +104,7 @@ impl Runner {
         let marked = |suffix: &str| self.hooks.iter().any(|h| self.faults().join(format!("{h}_{suffix}")).exists());
         match phase {
             Phase::Processing => false,
-            Phase::PreCommitted => checkpoint_in_progress(&self.scratch.checkpoint_dir()),
+            Phase::PreCommitted => weir::checkpoint_being_written(&self.scratch.checkpoint_dir()),
             Phase::Committing => marked("commit"),
             Phase::BetweenCommits => marked("committed"),
             Phase::Restoring => marked("restore"),
@@ -254,22 +254,4 @@ impl Plan {
         }
         Ok(false)
     }
-}
-
-/// Whether a checkpoint of a job under `checkpoints` is being written (no manifest yet).
-fn checkpoint_in_progress(checkpoints: &Path) -> bool {
-    let Ok(jobs) = std::fs::read_dir(checkpoints) else { return false };
-    jobs.flatten().any(|job| {
-        std::fs::read_dir(job.path())
-            .map(|d| {
-                d.flatten().any(|c| {
-                    c.path().is_dir()
-                        && !c.path().join("manifest.json").exists()
-                        && std::fs::read_dir(c.path()).is_ok_and(|files| {
-                            files.flatten().any(|f| f.file_name().to_string_lossy().starts_with("state-"))
-                        })
-                })
-            })
-            .unwrap_or(false)
-    })
 }

@@ -92,24 +92,6 @@ fn published(dir: &Path) -> (Vec<String>, Vec<String>) {
     (rows, hidden)
 }
 
-/// A checkpoint directory whose manifest is not written yet: a write in progress.
-pub(crate) fn checkpoint_in_progress(checkpoints: &Path) -> bool {
-    let Ok(jobs) = std::fs::read_dir(checkpoints) else { return false };
-    jobs.flatten().any(|job| {
-        std::fs::read_dir(job.path())
-            .map(|d| {
-                d.flatten().any(|c| {
-                    c.path().is_dir()
-                        && !c.path().join("manifest.json").exists()
-                        && std::fs::read_dir(c.path()).is_ok_and(|files| {
-                            files.flatten().any(|f| f.file_name().to_string_lossy().starts_with("state-"))
-                        })
-                })
-            })
-            .unwrap_or(false)
-    })
-}
-
 #[test]
 fn killed_and_restarted_runs_publish_exactly_the_rows_of_an_uninterrupted_run() {
     crash_test("memory");
@@ -152,7 +134,7 @@ fn crash_test(backend: &str) {
             _ => Moment::Random,
         };
         let caught = |moment: Moment| match moment {
-            Moment::ManifestWrite => checkpoint_in_progress(&dir.join("checkpoints")),
+            Moment::ManifestWrite => weir::checkpoint_being_written(&dir.join("checkpoints")),
             Moment::Upload => upload_in_progress(&dir.join("state")),
             Moment::Random => false,
         };

@@ -45,7 +45,7 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
 pub fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path, sink: &str) -> bool {
     match phase {
         Phase::Processing => false,
-        Phase::PreCommitted => crate::crash::checkpoint_in_progress(checkpoints),
+        Phase::PreCommitted => weir::checkpoint_being_written(checkpoints),
         Phase::Committing => faults.join(format!("{sink}_commit")).exists(),
         Phase::DuringCommit => faults.join(format!("{sink}_committed")).exists(),
         Phase::Restoring => faults.join(format!("{sink}_restore")).exists(),

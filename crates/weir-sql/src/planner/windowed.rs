@@ -141,16 +141,30 @@ impl Planner {
                 window.time_column, window.table
             )));
         }
-        let node = self.to_node(&self.ctx.state().optimize(plan)?)?;
-        let node = node.with_operator(OperatorSpec::ProcessingTimeWatermark { time_column: time });
-        let node = node.with_operator(OperatorSpec::WindowAssign {
-            kind: window.kind,
-            time_column: time,
-            schema: window.schema.clone(),
-        });
-        let wanted = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
-        let schema = Arc::new(window.schema.project(&wanted)?);
-        Ok(node.with_operator(OperatorSpec::Select { indices: wanted, schema }))
+        // Only the view's columns the query reads, and the time: the source reads no more.
+        let base = plan.schema().fields().len();
+        let wanted_all = scan.projection.clone().unwrap_or_else(|| (0..window.schema.fields().len()).collect());
+        let mut wanted: Vec<usize> = wanted_all.iter().copied().filter(|i| *i < base).collect();
+        if !wanted.contains(&time) {
+            wanted.push(time);
+        }
+        let columns = wanted.iter().map(|i| Expr::Column(datafusion::common::Column::from(plan.schema().qualified_field(*i))));
+        let pruned = datafusion::logical_expr::LogicalPlanBuilder::from(plan.clone()).project(columns)?.build()?;
+        let node = self.to_node(&self.ctx.state().optimize(&pruned)?)?;
+        let time_column =
+            wanted.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
+        let window_fields = (base..window.schema.fields().len()).collect::<Vec<_>>();
+        let assigned = Arc::new(window.schema.project(&[wanted.clone(), window_fields].concat())?);
+        let node = node.with_operator(OperatorSpec::ProcessingTimeWatermark { time_column });
+        let node = node.with_operator(OperatorSpec::WindowAssign { kind: window.kind, time_column, schema: assigned });
+        // Back to exactly the columns the scan asked for, in its order.
+        let position = |i: &usize| match wanted.iter().position(|w| w == i) {
+            Some(p) => p,
+            None => wanted.len() + (i - base),
+        };
+        let indices = wanted_all.iter().map(position).collect();
+        let schema = Arc::new(window.schema.project(&wanted_all)?);
+        Ok(node.with_operator(OperatorSpec::Select { indices, schema }))
     }
 
     /// `GROUP BY window_start, window_end, keys…` over a window table function (or over the
