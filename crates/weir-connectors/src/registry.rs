@@ -1,7 +1,9 @@
 //! Which connector a table names, the options each accepts, and building its source or sink.
 
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_core::{Changelog, ConnectorFactory, Delivered, Result, Sink, SinkGuarantee, Source, Split, TableDef, WeirError};
+use weir_core::{
+    Changelog, ConnectorFactory, Delivered, Result, Sink, SinkGuarantee, Source, Split, TableDef, WeirError,
+};
 
 use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
@@ -86,7 +88,12 @@ impl ConnectorFactory for Connectors {
         table.options.get("connector") == Some("jdbc")
     }
 
-    fn lookup(&self, table: &TableDef, projection: Option<Vec<usize>>, keys: Vec<usize>) -> Result<weir_core::LookupFactory> {
+    fn lookup(
+        &self,
+        table: &TableDef,
+        projection: Option<Vec<usize>>,
+        keys: Vec<usize>,
+    ) -> Result<weir_core::LookupFactory> {
         if table.options.get("connector") != Some("jdbc") {
             return Err(WeirError::not_supported(format!("looking up rows of table '{}' by key", table.name)));
         }
@@ -94,7 +101,8 @@ impl ConnectorFactory for Connectors {
         crate::jdbc::JdbcLookup::check(table, projection.as_deref(), &keys)?;
         let table = table.clone();
         Ok(std::sync::Arc::new(move || {
-            Ok(Box::new(crate::jdbc::JdbcLookup::new(&table, projection.as_deref(), &keys)?) as Box<dyn weir_core::Lookup>)
+            Ok(Box::new(crate::jdbc::JdbcLookup::new(&table, projection.as_deref(), &keys)?)
+                as Box<dyn weir_core::Lookup>)
         }))
     }
 

@@ -127,7 +127,8 @@ pub fn analyze(node: &Node) -> Nondeterminism {
                 for (o, c) in out.columns.iter_mut().zip(&a.columns) {
                     *o |= *c;
                 }
-                out.decisions.extend(a.decisions.into_iter().filter(|d| !out.decisions.contains(d)).collect::<Vec<_>>());
+                out.decisions
+                    .extend(a.decisions.into_iter().filter(|d| !out.decisions.contains(d)).collect::<Vec<_>>());
                 out.functions.extend(a.functions);
             }
             out
@@ -220,12 +221,18 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
         }
         OperatorSpec::WindowAssign { kind, time_column, .. } => {
             let t = a.column(*time_column);
-            out.columns = a.columns.iter().copied().chain(std::iter::repeat_n(t, width.saturating_sub(a.columns.len()))).collect();
+            out.columns = a
+                .columns
+                .iter()
+                .copied()
+                .chain(std::iter::repeat_n(t, width.saturating_sub(a.columns.len())))
+                .collect();
             if t {
                 out.decide(format!("the windows of {} (over a time that is not in the data)", kind.describe()));
             }
         }
-        OperatorSpec::WindowAggregate { spec: w, display } | OperatorSpec::SessionAggregate { spec: crate::operators::SessionSpec { spec: w, .. }, display } => {
+        OperatorSpec::WindowAggregate { spec: w, display }
+        | OperatorSpec::SessionAggregate { spec: crate::operators::SessionSpec { spec: w, .. }, display } => {
             let keys: Vec<bool> = w.group_exprs.iter().map(|e| expr_varies(e, &a, &mut out.functions)).collect();
             if keys.iter().any(|k| *k) {
                 out.decide(format!("the groups of {display}"));
@@ -238,7 +245,10 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
                 out.decide(format!("an aggregate's FILTER in {display}"));
             }
             out.columns = cols.into_iter().chain(std::iter::repeat(false)).take(width).collect();
-            if matches!(spec, OperatorSpec::SessionAggregate { .. }) && a.any() && !out.decisions.iter().any(|d| d.contains(display)) {
+            if matches!(spec, OperatorSpec::SessionAggregate { .. })
+                && a.any()
+                && !out.decisions.iter().any(|d| d.contains(display))
+            {
                 // A session's bounds come from its rows' times, which the spec does not name.
                 out.decide(format!("the sessions of {display}"));
             }

@@ -10,10 +10,10 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, Project, RankKind, Select,
-    TableLookupJoin,
-    SessionAggregate, SessionSpec, StateContext, StreamJoin, TopN, TopNSpec, UpsertNormalize, UpsertSpec,
-    ProcessingTimeWatermark, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
+    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, ProcessingTimeWatermark,
+    Project, RankKind, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TopN,
+    TopNSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
+    WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -143,7 +143,9 @@ impl OperatorSpec {
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
-            OperatorSpec::ProcessingTimeWatermark { time_column } => Box::new(ProcessingTimeWatermark::new(time_column)),
+            OperatorSpec::ProcessingTimeWatermark { time_column } => {
+                Box::new(ProcessingTimeWatermark::new(time_column))
+            }
             OperatorSpec::WindowAssign { kind, time_column, schema } => {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }

@@ -115,7 +115,10 @@ impl Planner {
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::local()));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
-            ctx.register_udtf(&format!("__weir_{kind}"), Arc::new(WindowFunction { kind, tables: schemas.clone(), views: view_schemas.clone() }));
+            ctx.register_udtf(
+                &format!("__weir_{kind}"),
+                Arc::new(WindowFunction { kind, tables: schemas.clone(), views: view_schemas.clone() }),
+            );
         }
         Self {
             ctx,

@@ -117,7 +117,12 @@ impl WallClock {
 
     /// `LOCALTIMESTAMP`: `TIMESTAMP(3)` in UTC, the session's zone.
     pub fn local() -> Self {
-        Self { name: "localtimestamp", aliases: Vec::new(), zoned: false, signature: Signature::nullary(Volatility::Volatile) }
+        Self {
+            name: "localtimestamp",
+            aliases: Vec::new(),
+            zoned: false,
+            signature: Signature::nullary(Volatility::Volatile),
+        }
     }
 }
 

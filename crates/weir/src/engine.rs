@@ -367,8 +367,17 @@ impl Engine {
                     _ => return Err(WeirError::not_supported("EXPLAIN of anything but SELECT and INSERT")),
                 };
                 let mut text = plan.explain();
-                let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                for line in crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects).lines {
+                let tables: Vec<&weir_core::TableDef> =
+                    state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+                for line in crate::guarantees::report(
+                    &plan,
+                    &state.settings,
+                    self.connectors.as_ref(),
+                    &tables,
+                    &state.planner.side_effects,
+                )
+                .lines
+                {
                     text.push_str(&line);
                     text.push('\n');
                 }
@@ -405,8 +414,15 @@ impl Engine {
                         weir_connectors::jdbc::check_table(table).await?;
                     }
                 }
-                let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                let report = crate::guarantees::report(&plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects);
+                let tables: Vec<&weir_core::TableDef> =
+                    state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+                let report = crate::guarantees::report(
+                    &plan,
+                    &state.settings,
+                    self.connectors.as_ref(),
+                    &tables,
+                    &state.planner.side_effects,
+                );
                 if let Some(e) = report.refusal() {
                     return Err(e.at(Some(start)));
                 }
@@ -443,7 +459,8 @@ impl Engine {
         };
         let connectors = self.connectors.clone();
         let mut target = table.clone();
-        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none() {
+        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none()
+        {
             // Prepared transactions are named after the job: stable across its restarts,
             // apart from other jobs' (whose leftovers a start rolls back).
             let mut named = (**table).clone();
@@ -571,7 +588,9 @@ fn operators_batch(status: &weir_runtime::JobStatus, guarantee: &[String]) -> Re
         int(&|o| o.rows_out),
         int(&|o| o.batches_in),
         int(&|o| o.batches_out),
-        Arc::new(StringArray::from_iter(ops.iter().map(|o| o.watermark.map(watermark_text)).chain(std::iter::repeat_n(None, guarantee.len())))),
+        Arc::new(StringArray::from_iter(
+            ops.iter().map(|o| o.watermark.map(watermark_text)).chain(std::iter::repeat_n(None, guarantee.len())),
+        )),
         int(&|o| o.backpressure_ms),
         int(&|o| o.records_skipped),
         int(&|o| o.late_rows),

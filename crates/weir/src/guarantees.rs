@@ -300,14 +300,8 @@ fn nondeterminism(
     settings: &Settings,
 ) {
     let functions = found.functions.iter().cloned().collect::<Vec<_>>().join(", ");
-    let columns: Vec<&str> = table
-        .schema
-        .fields()
-        .iter()
-        .zip(&found.columns)
-        .filter(|(_, n)| **n)
-        .map(|(f, _)| f.name().as_str())
-        .collect();
+    let columns: Vec<&str> =
+        table.schema.fields().iter().zip(&found.columns).filter(|(_, n)| **n).map(|(f, _)| f.name().as_str()).collect();
     let mut decisions = found.decisions.clone();
     let key_varies = table.primary_key.iter().any(|k| columns.contains(&k.as_str()));
     if by_key && key_varies {
@@ -325,7 +319,11 @@ fn nondeterminism(
             "{} decides {d}: a replay after a failure decides otherwise than the attempt it replaces, so the result \
              is not that of one run. Compute it from the data (an event-time column instead of processing time), or \
              set '{ALLOW_NONDETERMINISM}' = 'true' to accept it",
-            if functions.is_empty() { "a value that depends on when the job runs".to_string() } else { functions.clone() }
+            if functions.is_empty() {
+                "a value that depends on when the job runs".to_string()
+            } else {
+                functions.clone()
+            }
         );
         if exactly_once && !allowed {
             report.fail(text);

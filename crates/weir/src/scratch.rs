@@ -52,7 +52,13 @@ impl Scratch {
 
     /// The text a child process reads back with [`Scratch::parse`].
     pub fn to_text(&self) -> String {
-        let mut text = format!("dir\t{}\nprefix\t{}\nschema\t{}\nevents\t{}\n", self.dir.display(), self.prefix, self.schema, self.events);
+        let mut text = format!(
+            "dir\t{}\nprefix\t{}\nschema\t{}\nevents\t{}\n",
+            self.dir.display(),
+            self.prefix,
+            self.schema,
+            self.events
+        );
         for sink in &self.sinks {
             text.push_str(&format!("sink\t{sink}\n"));
         }

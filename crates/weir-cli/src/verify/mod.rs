@@ -47,7 +47,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -222,7 +222,10 @@ async fn verify_runs(
     println!(
         "Run without crashes: {:.1}s, {}",
         typical.as_secs_f64(),
-        jobs.iter().map(|j| format!("{} in {}", rows(j.reference.total()), j.planned.sink.name)).collect::<Vec<_>>().join(", ")
+        jobs.iter()
+            .map(|j| format!("{} in {}", rows(j.reference.total()), j.planned.sink.name))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 
     let mut phases = vec![Phase::Processing];

@@ -18,7 +18,11 @@ fn udf(name: &str, volatility: Volatility) -> datafusion::logical_expr::ScalarUD
         volatility,
         Arc::new(|args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
-            let xs = arrays[0].as_any().downcast_ref::<Int64Array>().cloned().unwrap_or_else(|| Int64Array::from(Vec::<i64>::new()));
+            let xs = arrays[0]
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .unwrap_or_else(|| Int64Array::from(Vec::<i64>::new()));
             let out: BooleanArray = xs.iter().map(|x| x.map(|x| x % 2 == 0)).collect();
             Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
         }),
@@ -61,7 +65,10 @@ async fn declared_functions_are_checked_for_exactly_once() {
     assert!(error.contains("COIN() decides the filter"), "{error}");
     // Declared with side effects: a warning that they repeat on replay.
     let effects = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen WHERE notify(price)").await;
-    assert!(effects.contains("warning: notify() has side effects: a replay after a failure calls it again"), "{effects}");
+    assert!(
+        effects.contains("warning: notify() has side effects: a replay after a failure calls it again"),
+        "{effects}"
+    );
     assert!(!effects.contains("error:"), "{effects}");
 }
 

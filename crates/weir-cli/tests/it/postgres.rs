@@ -227,12 +227,15 @@ async fn exactly_once_upserts_and_deletes_under_sigkill_in_every_phase() {
 
     // The reader saw rows while transactions were prepared and not committed, and every row
     // version it saw was written by a transaction that committed (none later rolled back).
-    println!("reader: {polls} polls, {} row versions' transactions, {} prepared transactions seen", xids.len(), prepared.len());
+    println!(
+        "reader: {polls} polls, {} row versions' transactions, {} prepared transactions seen",
+        xids.len(),
+        prepared.len()
+    );
     assert!(polls > 50 && !prepared.is_empty(), "the reader never saw a prepared transaction ({polls} polls)");
     let list = xids.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(",");
-    let statuses = pg.psql(&format!(
-        "SELECT pg_xact_status(x::xid8), count(*) FROM unnest(ARRAY[{list}]::text[]) x GROUP BY 1"
-    ));
+    let statuses =
+        pg.psql(&format!("SELECT pg_xact_status(x::xid8), count(*) FROM unnest(ARRAY[{list}]::text[]) x GROUP BY 1"));
     assert_eq!(statuses, vec![format!("committed|{}", xids.len())], "row versions of transactions not committed");
 }
 
@@ -257,7 +260,12 @@ async fn at_least_once_upserts_by_key_are_idempotent_under_sigkill() {
         "{}\n{}\n{}\nINSERT INTO counts SELECT auction, COUNT(*), MAX(date_time) FROM bids GROUP BY auction;",
         settings(&checkpoints),
         bids(&broker, Some(700)),
-        sink(&pg, "counts", "auction BIGINT, n BIGINT, last_bid TIMESTAMP(3), PRIMARY KEY (auction) NOT ENFORCED", "at-least-once")
+        sink(
+            &pg,
+            "counts",
+            "auction BIGINT, n BIGINT, last_bid TIMESTAMP(3), PRIMARY KEY (auction) NOT ENFORCED",
+            "at-least-once"
+        )
     );
     let sql = write_sql(&dir, "job.sql", sql);
     let faults = dir.join("faults");
@@ -440,7 +448,8 @@ INSERT INTO counts SELECT k, COUNT(*) FROM v GROUP BY k;",
             sink(&pg, "counts", "k BIGINT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED", delivery)
         )
     };
-    let out = Command::new(weir_bin()).arg("run").arg(write_sql(&dir, "eo.sql", job("exactly-once"))).output().expect("run");
+    let out =
+        Command::new(weir_bin()).arg("run").arg(write_sql(&dir, "eo.sql", job("exactly-once"))).output().expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -521,7 +530,9 @@ fn exactly_once_resumes_at_another_parallelism() {
             Some(status) if p == 1 => {
                 assert!(status.success(), "p=1 failed: {}", std::fs::read_to_string(&log).unwrap_or_default());
             }
-            Some(_) => panic!("p={p} ended before it was killed: {}", std::fs::read_to_string(&log).unwrap_or_default()),
+            Some(_) => {
+                panic!("p={p} ended before it was killed: {}", std::fs::read_to_string(&log).unwrap_or_default())
+            }
             None => {
                 child.kill().expect("SIGKILL");
                 child.wait().expect("reap");
@@ -555,7 +566,9 @@ async fn a_lookup_join_asks_postgres_for_each_key() {
          LEFT JOIN auction_dim d ON b.auction = d.id ORDER BY 1, 2, 3, 4, 5, 6",
     );
     assert!(want.iter().any(|r| r.ends_with("|||")), "no bid without its auction");
-    for (name, cache) in [("uncached", ""), ("cached", ", 'lookup.cache.max-rows' = '300', 'lookup.cache.ttl' = '10min'")] {
+    for (name, cache) in
+        [("uncached", ""), ("cached", ", 'lookup.cache.max-rows' = '300', 'lookup.cache.ttl' = '10min'")]
+    {
         pg.psql(&format!(
             "CREATE TABLE joined_{name} (auction bigint, price bigint, seller bigint, item text, reserve numeric(12, 2),
                listed timestamp)"
@@ -708,8 +721,10 @@ INSERT INTO seen_{name} SELECT E.n, D.v FROM (SELECT *, PROCTIME() AS p FROM eve
 JOIN d FOR SYSTEM_TIME AS OF E.p AS D ON E.k = D.k;",
             broker.bootstrap,
             pg.url(),
-            sink(&pg, &format!("seen_{name}"), "n BIGINT, v STRING", "at-least-once")
-                .replace("'sink.delivery-guarantee'", "'sink.buffer-flush.interval' = '50ms', 'sink.delivery-guarantee'")
+            sink(&pg, &format!("seen_{name}"), "n BIGINT, v STRING", "at-least-once").replace(
+                "'sink.delivery-guarantee'",
+                "'sink.buffer-flush.interval' = '50ms', 'sink.delivery-guarantee'"
+            )
         );
         let child = Command::new(weir_bin())
             .arg("run")
@@ -745,7 +760,11 @@ JOIN d FOR SYSTEM_TIME AS OF E.p AS D ON E.k = D.k;",
     let count = |name: &str, v: &str| pg.psql(&format!("SELECT count(*) FROM seen_{name} WHERE v = '{v}'"));
     assert_eq!((count("long", "old"), count("long", "new")), (vec!["20".to_string()], vec!["0".to_string()]));
     for name in ["short", "none"] {
-        assert_eq!((count(name, "old"), count(name, "new")), (vec!["10".to_string()], vec!["10".to_string()]), "{name}");
+        assert_eq!(
+            (count(name, "old"), count(name, "new")),
+            (vec!["10".to_string()], vec!["10".to_string()]),
+            "{name}"
+        );
     }
 }
 

@@ -26,7 +26,10 @@ fn verify(sql: &Path, crashes: u32) -> (i32, String) {
 fn verify_passes_on_the_shipped_example() {
     let (code, out) = verify(&repo().join("examples/quickstart.sql"), 4);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("table 'console' (print): exactly-once: 4 crashes in 1 phase (processing 4), 16 rows identical"), "{out}");
+    assert!(
+        out.contains("table 'console' (print): exactly-once: 4 crashes in 1 phase (processing 4), 16 rows identical"),
+        "{out}"
+    );
     // The console itself was not written: the rows went to scratch files.
     assert!(!out.contains("+I["), "{out}");
 }
@@ -71,7 +74,10 @@ async fn verify_proves_a_kafka_window_job_and_names_the_cause_of_each_pitfall() 
     assert_eq!(code, 0, "{out}");
     // Which phases a crash lands in depends on timing; each is tried in turn.
     assert!(out.contains("table 'out' (kafka): exactly-once: 8 crashes in "), "{out}");
-    assert!(out.contains("pre-committed") && out.contains("committing") && out.contains(", 450 rows identical"), "{out}");
+    assert!(
+        out.contains("pre-committed") && out.contains("committing") && out.contains(", 450 rows identical"),
+        "{out}"
+    );
 
     // Bids appended to Kafka at least once, without a key: replays duplicate rows.
     let at_least_once = ", 'sink.delivery-guarantee' = 'at-least-once'";
@@ -81,7 +87,10 @@ async fn verify_proves_a_kafka_window_job_and_names_the_cause_of_each_pitfall() 
     let (code, out) = verify(&sql, 8);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("table 'out' (kafka): NOT exactly-once"), "{out}");
-    assert!(out.contains("cause: an at-least-once sink without a key: table 'out' gets the rows a replay writes again"), "{out}");
+    assert!(
+        out.contains("cause: an at-least-once sink without a key: table 'out' gets the rows a replay writes again"),
+        "{out}"
+    );
 
     // A filter on RANDOM(): another half of the bids each run.
     let sampled = "SELECT auction, bidder, price, date_time FROM bids WHERE RANDOM() < 0.5";

@@ -40,11 +40,16 @@ fn pg_error(settings: &Settings, table: &TableDef, e: tokio_postgres::Error) -> 
 /// PostgreSQL table and, for a column, both types.
 pub async fn check_table(table: &TableDef) -> Result<Target> {
     let settings = Settings::from_table(table)?;
-    let client = settings.endpoint.connect("weir-check").await.map_err(|e| e.context(format!("table '{}'", table.name)))?;
+    let client =
+        settings.endpoint.connect("weir-check").await.map_err(|e| e.context(format!("table '{}'", table.name)))?;
     check_with(&client, table, &settings).await
 }
 
-pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef, settings: &Settings) -> Result<Target> {
+pub(super) async fn check_with(
+    client: &tokio_postgres::Client,
+    table: &TableDef,
+    settings: &Settings,
+) -> Result<Target> {
     let err = |e| pg_error(settings, table, e);
     let found = client
         .query_opt(
@@ -85,9 +90,8 @@ pub(super) async fn check_with(client: &tokio_postgres::Client, table: &TableDef
     let mut types = Vec::new();
     let mut used = vec![false; pg.len()];
     for field in table.schema.fields() {
-        let t = PgType::of(field.data_type()).ok_or_else(|| {
-            WeirError::internal(format!("column '{}' has no PostgreSQL type", field.name()))
-        })?;
+        let t = PgType::of(field.data_type())
+            .ok_or_else(|| WeirError::internal(format!("column '{}' has no PostgreSQL type", field.name())))?;
         // Flink's dialect writes names unquoted, which PostgreSQL folds to lower case.
         let at = pg
             .iter()

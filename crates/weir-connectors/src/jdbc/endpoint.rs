@@ -103,19 +103,9 @@ impl Endpoint {
             password = Some(p.to_string());
         }
         let user = user.ok_or_else(|| {
-            WeirError::user(format!(
-                "table '{}' needs the option 'username' (or a user in its 'url')",
-                table.name
-            ))
+            WeirError::user(format!("table '{}' needs the option 'username' (or a user in its 'url')", table.name))
         })?;
-        Ok(Self {
-            host: host.to_string(),
-            port,
-            database: database.to_string(),
-            user,
-            password,
-            connect_timeout,
-        })
+        Ok(Self { host: host.to_string(), port, database: database.to_string(), user, password, connect_timeout })
     }
 
     /// `user@host:port/database`, for messages.

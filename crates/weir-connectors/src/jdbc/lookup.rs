@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array,
+};
 use datafusion::arrow::compute::{cast, concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -111,7 +113,11 @@ impl JdbcLookup {
         Ok(Self { requests: tx, schema, keys: RowConverter::new(fields)?, cache })
     }
 
-    fn plan(table: &TableDef, projection: Option<&[usize]>, keys: &[usize]) -> Result<(Query, SchemaRef, Vec<SortField>, Cache)> {
+    fn plan(
+        table: &TableDef,
+        projection: Option<&[usize]>,
+        keys: &[usize],
+    ) -> Result<(Query, SchemaRef, Vec<SortField>, Cache)> {
         let settings = super::Settings::from_table(table)?;
         let all: Vec<usize> = (0..table.schema.fields().len()).collect();
         let columns = projection.unwrap_or(&all);
@@ -187,7 +193,8 @@ impl JdbcLookup {
             retries: number("lookup.max-retries")?.unwrap_or(3).min(100) as u32,
             table: table.name.clone(),
         };
-        let fields: Vec<SortField> = keys.iter().map(|k| SortField::new(schema.field(*k).data_type().clone())).collect();
+        let fields: Vec<SortField> =
+            keys.iter().map(|k| SortField::new(schema.field(*k).data_type().clone())).collect();
         let cache = Cache {
             max: number("lookup.cache.max-rows")?.unwrap_or(0) as usize,
             ttl,
@@ -211,7 +218,8 @@ impl Lookup for JdbcLookup {
             return self.ask(keys.clone());
         }
         let rows = self.keys.convert_columns(keys.columns())?;
-        let mut found: Vec<Option<RecordBatch>> = (0..keys.num_rows()).map(|i| self.cache.get(rows.row(i).data())).collect();
+        let mut found: Vec<Option<RecordBatch>> =
+            (0..keys.num_rows()).map(|i| self.cache.get(rows.row(i).data())).collect();
         let missing: Vec<u32> = (0..keys.num_rows() as u32).filter(|i| found[*i as usize].is_none()).collect();
         if !missing.is_empty() {
             let asked = take_record_batch(keys, &UInt32Array::from(missing.clone()))?;
@@ -315,7 +323,11 @@ impl From<datafusion::arrow::error::ArrowError> for Failure {
 }
 
 /// One query for `keys`: the rows found, and the key (row of `keys`) of each.
-async fn run(client: &tokio_postgres::Client, query: &Query, keys: &RecordBatch) -> Result<(RecordBatch, Vec<u32>), Failure> {
+async fn run(
+    client: &tokio_postgres::Client,
+    query: &Query,
+    keys: &RecordBatch,
+) -> Result<(RecordBatch, Vec<u32>), Failure> {
     let params: Vec<Param<'_>> =
         keys.columns().iter().zip(&query.key_types).map(|(a, t)| param(a, *t)).collect::<Result<_>>()?;
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
@@ -328,13 +340,17 @@ async fn run(client: &tokio_postgres::Client, query: &Query, keys: &RecordBatch)
                 rows.iter().map(|r| r.try_get::<_, Option<String>>(c)).collect::<Result<Vec<_>, _>>()?,
             )),
             Read::Bytes => std::sync::Arc::new(BinaryArray::from(
-                rows.iter().map(|r| r.try_get::<_, Option<Vec<u8>>>(c)).collect::<Result<Vec<_>, _>>()?
+                rows.iter()
+                    .map(|r| r.try_get::<_, Option<Vec<u8>>>(c))
+                    .collect::<Result<Vec<_>, _>>()?
                     .iter()
                     .map(|v| v.as_deref())
                     .collect::<Vec<_>>(),
             )),
             Read::Micros => {
-                let v = Int64Array::from(rows.iter().map(|r| r.try_get::<_, Option<i64>>(c)).collect::<Result<Vec<_>, _>>()?);
+                let v = Int64Array::from(
+                    rows.iter().map(|r| r.try_get::<_, Option<i64>>(c)).collect::<Result<Vec<_>, _>>()?,
+                );
                 let tz = match field.data_type() {
                     DataType::Timestamp(_, tz) => tz.clone(),
                     _ => None,
@@ -357,10 +373,8 @@ async fn run(client: &tokio_postgres::Client, query: &Query, keys: &RecordBatch)
         }
         columns.push(column);
     }
-    let owners: Vec<u32> = rows
-        .iter()
-        .map(|r| r.try_get::<_, i32>(n).map(|o| (o - 1).max(0) as u32))
-        .collect::<Result<_, _>>()?;
+    let owners: Vec<u32> =
+        rows.iter().map(|r| r.try_get::<_, i32>(n).map(|o| (o - 1).max(0) as u32)).collect::<Result<_, _>>()?;
     let batch = RecordBatch::try_new_with_options(
         query.schema.clone(),
         columns,

@@ -38,8 +38,8 @@ const OPTIONS: &[&str] = &[
     "sink.transactional-id-prefix",
 ];
 
-pub use crate::delivery::Delivery;
 use crate::delivery::delivery;
+pub use crate::delivery::Delivery;
 
 /// A sink table's settings, read once from its options.
 #[derive(Debug, Clone)]
@@ -93,7 +93,6 @@ impl Settings {
         })
     }
 }
-
 
 /// A `jdbc` table at `CREATE TABLE`: its options, its URL and a PostgreSQL type for every
 /// column. Nothing is connected to yet; the table itself is checked when a job starts.

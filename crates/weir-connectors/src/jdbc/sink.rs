@@ -170,9 +170,8 @@ impl JdbcSink {
     /// The bookkeeping of prepared transactions, in the target table's schema.
     async fn xa(&mut self) -> Result<Xa> {
         let opener = &self.opener;
-        let schema = with_retries!(&mut self.conn, opener, "connecting", |c, _attempt| async {
-            Ok(c.target.schema.clone())
-        })?;
+        let schema =
+            with_retries!(&mut self.conn, opener, "connecting", |c, _attempt| async { Ok(c.target.schema.clone()) })?;
         Ok(Xa::new(&self.opener.settings.prefix, &schema))
     }
 
@@ -331,7 +330,12 @@ impl JdbcSink {
 
     fn parse_state(&self, state: Option<&[u8]>) -> Result<Vec<(u64, String)>> {
         let Some(state) = state else { return Ok(Vec::new()) };
-        let damaged = || WeirError::internal(format!("the state of the sink of '{}' in a checkpoint is damaged", self.opener.table.name));
+        let damaged = || {
+            WeirError::internal(format!(
+                "the state of the sink of '{}' in a checkpoint is damaged",
+                self.opener.table.name
+            ))
+        };
         let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
         value["pending"]
             .as_array()

@@ -5,11 +5,11 @@
 //! Every statement takes whole columns as array parameters and `unnest`s them: one round trip
 //! and one binary value per column for thousands of rows.
 
-use std::collections::HashSet;
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
+use std::collections::HashSet;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 use weir_core::{Chunk, Op, Result, WeirError};
@@ -40,7 +40,8 @@ impl Statements {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let aliases = |cols: &[usize]| -> String { cols.iter().map(|c| format!("p{c}")).collect::<Vec<_>>().join(", ") };
+        let aliases =
+            |cols: &[usize]| -> String { cols.iter().map(|c| format!("p{c}")).collect::<Vec<_>>().join(", ") };
         // Numerics travel as text: cast back where they are used.
         let value = |c: usize, from: &str| -> String {
             match target.types[c] {
@@ -58,8 +59,10 @@ impl Statements {
             aliases(&all)
         );
         let keys: Vec<String> = target.key.iter().map(|k| target.columns[*k].clone()).collect();
-        let rest: Vec<String> =
-            (0..n).filter(|c| !target.key.contains(c)).map(|c| format!("{0} = EXCLUDED.{0}", target.columns[c])).collect();
+        let rest: Vec<String> = (0..n)
+            .filter(|c| !target.key.contains(c))
+            .map(|c| format!("{0} = EXCLUDED.{0}", target.columns[c]))
+            .collect();
         let upsert = match rest.is_empty() {
             true => format!("{insert} ON CONFLICT ({}) DO NOTHING", keys.join(", ")),
             false => format!("{insert} ON CONFLICT ({}) DO UPDATE SET {}", keys.join(", "), rest.join(", ")),
@@ -69,7 +72,12 @@ impl Statements {
             target.table,
             arrays(&target.key),
             aliases(&target.key),
-            target.key.iter().map(|k| format!("w.{} = {}", target.columns[*k], value(*k, "d"))).collect::<Vec<_>>().join(" AND ")
+            target
+                .key
+                .iter()
+                .map(|k| format!("w.{} = {}", target.columns[*k], value(*k, "d")))
+                .collect::<Vec<_>>()
+                .join(" AND ")
         );
         let delete_one = format!(
             "DELETE FROM {0} AS w WHERE w.ctid = (SELECT v.ctid FROM {0} AS v, unnest({1}) AS d({2}) WHERE {3} LIMIT 1)",
@@ -162,7 +170,8 @@ pub async fn flush<C: GenericClient>(
 /// The rows that hold each key's last change: those to upsert (`+I`, `+U`) and those to
 /// delete (`-D`). A `-U` is passed over: the `+U` after it writes the key.
 fn last_per_key(batch: &RecordBatch, ops: &[Op], key: &[usize]) -> Result<(Vec<u32>, Vec<u32>)> {
-    let fields: Vec<SortField> = key.iter().map(|k| SortField::new(batch.schema().field(*k).data_type().clone())).collect();
+    let fields: Vec<SortField> =
+        key.iter().map(|k| SortField::new(batch.schema().field(*k).data_type().clone())).collect();
     let converter = RowConverter::new(fields)?;
     let columns: Vec<_> = key.iter().map(|k| batch.column(*k).clone()).collect();
     let rows = converter.convert_columns(&columns)?;

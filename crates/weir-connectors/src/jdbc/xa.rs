@@ -171,8 +171,10 @@ impl Xa {
                     self.commit(client, gid).await?;
                 }
             }
-            let committed: Vec<&str> =
-                parts.iter().flat_map(|p| p.prepared.iter().filter(|(e, _)| *e <= restored).map(|(_, g)| g.as_str())).collect();
+            let committed: Vec<&str> = parts
+                .iter()
+                .flat_map(|p| p.prepared.iter().filter(|(e, _)| *e <= restored).map(|(_, g)| g.as_str()))
+                .collect();
             for (gid, task, epoch) in self.prepared(client).await? {
                 let ours = parts.iter().any(|p| p.task == task) && epoch > restored;
                 let orphan = rollback_from.is_some_and(|f| task >= f);
@@ -200,7 +202,11 @@ impl Xa {
         );
         let mut out = Vec::new();
         for part in parts.iter().filter(|p| p.fence) {
-            match client.query_one(&sql, &[&self.prefix, &(part.task as i32)]).await.and_then(|r| r.try_get::<_, i64>(0)) {
+            match client
+                .query_one(&sql, &[&self.prefix, &(part.task as i32)])
+                .await
+                .and_then(|r| r.try_get::<_, i64>(0))
+            {
                 Ok(generation) => out.push((part.task, generation)),
                 Err(e) => {
                     let _ = client.batch_execute("ROLLBACK").await;
@@ -215,10 +221,8 @@ impl Xa {
     /// The first statement of every transaction: a shared lock on the task's row at
     /// `generation`, kept until the transaction ends. `false`: another instance took over.
     pub async fn hold(&self, client: &Client, task: usize, generation: i64) -> Result<bool, tokio_postgres::Error> {
-        let sql = format!(
-            "SELECT 1 FROM {} WHERE sink = $1 AND task = $2 AND generation = $3 FOR SHARE",
-            self.state_table
-        );
+        let sql =
+            format!("SELECT 1 FROM {} WHERE sink = $1 AND task = $2 AND generation = $3 FOR SHARE", self.state_table);
         Ok(client.query_opt(&sql, &[&self.prefix, &(task as i32), &generation]).await?.is_some())
     }
 

@@ -42,8 +42,8 @@ const OPTIONS: &[&str] = &[
     "sink.transactional-id-prefix",
 ];
 
-pub use crate::delivery::Delivery;
 pub(crate) use crate::delivery::delivery;
+pub use crate::delivery::Delivery;
 
 /// The topic, or for a source reading `'topic-pattern'`, the pattern (for messages).
 pub(crate) fn topic(table: &TableDef) -> Result<String> {
@@ -63,7 +63,6 @@ pub(crate) fn topic(table: &TableDef) -> Result<String> {
 pub(crate) fn bootstrap(table: &TableDef) -> Result<String> {
     Ok(table.options.required(&table.name, "properties.bootstrap.servers")?.to_string())
 }
-
 
 /// librdkafka settings: `properties.*` options passed through, then `fixed` (what the
 /// connector's correctness depends on, which a user cannot override).
@@ -283,7 +282,10 @@ pub fn end_offsets(table: &TableDef) -> Result<String> {
         .collect();
     parts.sort_unstable();
     if parts.is_empty() {
-        return Err(WeirError::user(format!("table '{}': topic '{topic}' does not exist or has no partitions", table.name)));
+        return Err(WeirError::user(format!(
+            "table '{}': topic '{topic}' does not exist or has no partitions",
+            table.name
+        )));
     }
     let mut ends = Vec::new();
     for p in parts {

@@ -505,7 +505,9 @@ impl Operator for TableLookupJoin {
 
     fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
-            return Err(WeirError::not_supported("a lookup join of an updating stream (it looks rows up as they come)"));
+            return Err(WeirError::not_supported(
+                "a lookup join of an updating stream (it looks rows up as they come)",
+            ));
         }
         let batch = &chunk.batch;
         let columns: Vec<ArrayRef> = self.joiner.spec.keys[0].iter().map(|k| batch.column(*k).clone()).collect();

@@ -148,7 +148,8 @@ impl Planner {
         if !wanted.contains(&time) {
             wanted.push(time);
         }
-        let columns = wanted.iter().map(|i| Expr::Column(datafusion::common::Column::from(plan.schema().qualified_field(*i))));
+        let columns =
+            wanted.iter().map(|i| Expr::Column(datafusion::common::Column::from(plan.schema().qualified_field(*i))));
         let pruned = datafusion::logical_expr::LogicalPlanBuilder::from(plan.clone()).project(columns)?.build()?;
         let node = self.to_node(&self.ctx.state().optimize(&pruned)?)?;
         let time_column =
