@@ -9,6 +9,7 @@ mod kills;
 mod parallel;
 mod partition_commit;
 mod postgres;
+mod postgres_crashes;
 mod postgres_timeouts;
 mod quickstart;
 mod repl;
