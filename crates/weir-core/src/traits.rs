@@ -159,6 +159,18 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// When the operator wants [`Operator::on_timer`] called if nothing comes first (the
+    /// wall clock's watermark of processing-time windows on a quiet stream). `None` by
+    /// default: never.
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// The time [`Operator::next_timer`] gave has come; what it emits goes down the chain.
+    fn on_timer(&mut self, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
+
     /// The input ended: emit what is still pending. `End` itself is forwarded by the runtime.
     fn finish(&mut self, _out: &mut Vec<Message>) -> Result<()> {
         Ok(())

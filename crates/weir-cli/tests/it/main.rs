@@ -11,6 +11,7 @@ mod partition_commit;
 mod postgres;
 mod postgres_crashes;
 mod postgres_timeouts;
+mod proctime;
 mod quickstart;
 mod repl;
 mod rescale;

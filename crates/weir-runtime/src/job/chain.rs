@@ -106,6 +106,29 @@ impl Chain {
         Ok(true)
     }
 
+    /// The earliest time an operator of the chain wants its timer called.
+    pub(super) fn next_timer(&self) -> Option<tokio::time::Instant> {
+        self.ops.iter().filter_map(|(op, _)| op.next_timer()).min().map(tokio::time::Instant::from_std)
+    }
+
+    /// Call the timers that are due; what each operator emits goes through the ones after it.
+    pub(super) async fn on_timer(&mut self) -> Result<bool> {
+        let now = std::time::Instant::now();
+        for i in 0..self.ops.len() {
+            if !self.ops[i].0.next_timer().is_some_and(|at| at <= now) {
+                continue;
+            }
+            let mut out = Vec::new();
+            self.ops[i].0.on_timer(&mut out)?;
+            for msg in out {
+                if !self.push_through(msg, 0, i + 1).await? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// [`Chain::push`] for a chunk from input `input` of the first operator (a join).
     pub(super) async fn push_from(&mut self, msg: Message, input: usize) -> Result<bool> {
         self.push_through(msg, input, 0).await

@@ -84,8 +84,14 @@ pub(super) async fn run_source(
             tokio::pin!(read);
             loop {
                 let idle_at = idle_timeout.filter(|_| !idle).map(|t| last_data + t);
+                let timer = chain.next_timer();
                 tokio::select! {
                     r = &mut read => break Some(r),
+                    () = sleep_until(timer) => {
+                        if !chain.on_timer().await? {
+                            return Ok(());
+                        }
+                    }
                     () = sleep_until(idle_at) => {
                         idle = true;
                         if !chain.push(Message::Idle).await? {
@@ -163,7 +169,8 @@ pub(super) async fn run_merge(
     let mut open = [left_inputs, inputs.len() - left_inputs];
     loop {
         // Poll the readable inputs, starting after the last one served so none starves.
-        let (i, msg) = std::future::poll_fn(|cx| {
+        let timer = chain.next_timer();
+        let polled = std::future::poll_fn(|cx| {
             let n = inputs.len();
             for k in 0..n {
                 let i = (next_first + k) % n;
@@ -175,8 +182,16 @@ pub(super) async fn run_merge(
                 }
             }
             Poll::Pending
-        })
-        .await;
+        });
+        let (i, msg) = tokio::select! {
+            next = polled => next,
+            () = sleep_until(timer) => {
+                if !chain.on_timer().await? {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
         next_first = (i + 1) % inputs.len();
         // A closed channel without `End` means that input's task stopped; the supervisor
         // reports its error, if it had one.

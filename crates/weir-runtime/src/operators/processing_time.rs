@@ -5,9 +5,10 @@ use weir_core::{Barrier, Chunk, Message, Operator, Result, Watermark};
 
 use super::window::millis;
 
-/// Stamps the stream with the wall clock: after each chunk, and at each barrier or watermark
-/// from upstream (which it replaces: event time means nothing to these windows), a
-/// watermark just below the latest `PROCTIME()` seen or the clock now. Rows that come later
+/// Stamps the stream with the wall clock: after each chunk, at each barrier or watermark from
+/// upstream (which it replaces: event time means nothing to these windows), and every
+/// [`TICK`] of a quiet input (a timer), a watermark just below the latest `PROCTIME()` seen or
+/// the clock now. Rows that come later
 /// are stamped later, so no window fires before its last row. The end of a bounded input
 /// (`END_OF_TIME`) passes as it is.
 ///
@@ -17,11 +18,17 @@ use super::window::millis;
 pub struct ProcessingTimeWatermark {
     time_column: usize,
     current: Watermark,
+    /// When the watermark last moved: a quiet input moves it again after [`TICK`].
+    moved: std::time::Instant,
 }
+
+/// How often the watermark of a quiet input follows the clock: how late, at most, a window
+/// closes after its end when no row comes (or on a task that has none).
+const TICK: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl ProcessingTimeWatermark {
     pub fn new(time_column: usize) -> Self {
-        Self { time_column, current: Watermark::MIN }
+        Self { time_column, current: Watermark::MIN, moved: std::time::Instant::now() }
     }
 
     fn now() -> i64 {
@@ -31,6 +38,7 @@ impl ProcessingTimeWatermark {
     /// Emit `at - 1` if it is above the watermark already emitted (the clock may step back).
     fn advance(&mut self, at: i64, out: &mut Vec<Message>) {
         let next = Watermark(at.saturating_sub(1));
+        self.moved = std::time::Instant::now();
         if next > self.current {
             self.current = next;
             out.push(Message::Watermark(next));
@@ -59,6 +67,15 @@ impl Operator for ProcessingTimeWatermark {
         } else {
             self.advance(Self::now(), out);
         }
+        Ok(())
+    }
+
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        (self.current != Watermark::END_OF_TIME).then_some(self.moved + TICK)
+    }
+
+    fn on_timer(&mut self, out: &mut Vec<Message>) -> Result<()> {
+        self.advance(Self::now(), out);
         Ok(())
     }
 
