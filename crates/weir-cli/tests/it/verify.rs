@@ -79,6 +79,22 @@ async fn verify_proves_a_kafka_window_job_and_names_the_cause_of_each_pitfall() 
         "{out}"
     );
 
+    // Per auction into upsert-kafka at least once: replays rewrite each key's value, and the
+    // changelog read back (each key's last value) is the same. A bare SELECT in the file is
+    // not run.
+    let upsert =
+        kafka_job(&broker, &dir, "SELECT auction, COUNT(*), MAX(price) FROM bids GROUP BY auction", "", "", "")
+            .replace(
+                "CREATE TABLE out ()\n  WITH ('connector' = 'kafka', 'topic' = 'out',",
+                "CREATE TABLE out (auction BIGINT, n BIGINT, top BIGINT, PRIMARY KEY (auction) NOT ENFORCED)\n  WITH \
+             ('connector' = 'upsert-kafka', 'topic' = 'out', 'key.format' = 'json', 'value.format' = 'json',",
+            )
+            .replace(", 'format' = 'json');", ");\nSELECT * FROM bids;");
+    let (code, out) = verify(&write_sql(&dir, "upsert.sql", upsert), 6);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("table 'out' (upsert-kafka): exactly-once: 6 crashes in "), "{out}");
+    assert!(out.contains(", 237 rows identical"), "{out}");
+
     // Bids appended to Kafka at least once, without a key: replays duplicate rows.
     let at_least_once = ", 'sink.delivery-guarantee' = 'at-least-once'";
     let copied = "SELECT auction, bidder, price, date_time FROM bids";
