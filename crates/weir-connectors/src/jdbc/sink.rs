@@ -102,7 +102,7 @@ fn give_up(conn: &mut Option<Conn>, opener: &Opener, failure: Failure, attempt: 
     let error = match conn.as_ref() {
         Some(c) => failure.into_error(&c.target),
         None => match failure {
-            Failure::Weir(e) => e,
+            Failure::Lost(e) | Failure::Weir(e) => e,
             Failure::Pg(e) => WeirError::external(format!("PostgreSQL: {e}")),
         },
     };

@@ -270,18 +270,20 @@ pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
 #[derive(Debug)]
 pub enum Failure {
     Pg(tokio_postgres::Error),
+    /// A lost connection, told with the statement that met it.
+    Lost(WeirError),
     Weir(WeirError),
 }
 
 impl Failure {
     pub fn retryable(&self) -> bool {
-        matches!(self, Failure::Pg(e) if is_connection_error(e))
+        matches!(self, Failure::Pg(e) if is_connection_error(e)) || matches!(self, Failure::Lost(_))
     }
 
     pub fn into_error(self, target: &Target) -> WeirError {
         match self {
             Failure::Pg(e) => statement_error(target, e),
-            Failure::Weir(e) => e,
+            Failure::Lost(e) | Failure::Weir(e) => e,
         }
     }
 }

@@ -24,7 +24,13 @@
 use std::time::Duration;
 
 use tokio_postgres::Client;
-use weir_core::{Result, WeirError};
+use weir_core::WeirError;
+
+use super::write::{is_connection_error, Failure};
+
+/// What the calls here give: a lost connection stays one (the sink retries it on a new
+/// connection) even once it carries the statement that met it.
+type Result<T, E = Failure> = std::result::Result<T, E>;
 
 /// Name of the bookkeeping table, in the target's schema.
 const STATE_TABLE: &str = "weir_sink_state";
@@ -55,11 +61,18 @@ fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-fn pg(what: &str, e: tokio_postgres::Error) -> WeirError {
-    WeirError::external(format!(
+fn pg(what: &str, e: tokio_postgres::Error) -> Failure {
+    let error = WeirError::external(format!(
         "PostgreSQL: {what}: {}",
         e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string())
-    ))
+    ));
+    // A server ending the session (57P01) can answer before the socket closes: the error
+    // alone must say that the connection is lost.
+    if is_connection_error(&e) {
+        Failure::Lost(error)
+    } else {
+        Failure::Weir(error)
+    }
 }
 
 fn code(e: &tokio_postgres::Error) -> &str {
@@ -190,7 +203,7 @@ impl Xa {
                 Err(e) => return Err(pg("cannot raise the sink's generation", e)),
             }
         }
-        Err(WeirError::internal("take-over loop ended"))
+        Err(WeirError::internal("take-over loop ended").into())
     }
 
     async fn raise(&self, client: &Client, parts: &[TakeOver]) -> Result<Vec<(usize, i64)>, tokio_postgres::Error> {
