@@ -130,15 +130,7 @@ impl Engine {
                     let plan =
                         state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
                     let SinkTarget::Table(sink) = &plan.sink else { continue };
-                    let tables: Vec<&weir_core::TableDef> =
-                        state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                    let guarantee = crate::guarantees::report(
-                        &plan,
-                        &state.settings,
-                        self.connectors.as_ref(),
-                        &tables,
-                        &state.planner.side_effects,
-                    );
+                    let guarantee = self.guarantee(&state, &plan);
                     let mut sources = Vec::new();
                     plan.root.visit_sources(&mut |t| {
                         if !sources.iter().any(|s: &Arc<weir_core::TableDef>| s.name == t.name) {
@@ -367,17 +359,7 @@ impl Engine {
                     _ => return Err(WeirError::not_supported("EXPLAIN of anything but SELECT and INSERT")),
                 };
                 let mut text = plan.explain();
-                let tables: Vec<&weir_core::TableDef> =
-                    state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                for line in crate::guarantees::report(
-                    &plan,
-                    &state.settings,
-                    self.connectors.as_ref(),
-                    &tables,
-                    &state.planner.side_effects,
-                )
-                .lines
-                {
+                for line in self.guarantee(&state, &plan).lines {
                     text.push_str(&line);
                     text.push('\n');
                 }
@@ -419,15 +401,7 @@ impl Engine {
                         weir_connectors::jdbc::check_table(table).await?;
                     }
                 }
-                let tables: Vec<&weir_core::TableDef> =
-                    state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-                let report = crate::guarantees::report(
-                    &plan,
-                    &state.settings,
-                    self.connectors.as_ref(),
-                    &tables,
-                    &state.planner.side_effects,
-                );
+                let report = self.guarantee(&state, &plan);
                 if let Some(e) = report.refusal() {
                     return Err(e.at(Some(start)));
                 }
@@ -449,6 +423,12 @@ impl Engine {
                 Ok(Outcome::Job(job))
             }
         }
+    }
+
+    /// What the job of `plan` guarantees, and the pitfalls found in it, in this session.
+    fn guarantee(&self, state: &State, plan: &StreamPlan) -> crate::guarantees::Report {
+        let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
+        crate::guarantees::report(plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects)
     }
 
     fn start_insert(&self, state: &mut State, plan: StreamPlan) -> Result<JobHandle> {

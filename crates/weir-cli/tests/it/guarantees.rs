@@ -29,6 +29,21 @@ fn udf(name: &str, volatility: Volatility) -> datafusion::logical_expr::ScalarUD
     )
 }
 
+/// Checkpoints every second; `gen`, 1,000 Nexmark events' bids; `out`, a CSV file table.
+async fn setup(engine: &Engine, dir: &std::path::Path) {
+    engine
+        .execute_all(&format!(
+            "SET 'checkpoint.interval' = '1s';
+             SET 'checkpoint.dir' = '{ck}';
+             CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '1000');
+             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');",
+            ck = dir.join("ck").display(),
+            out = dir.join("out").display()
+        ))
+        .await
+        .expect("setup");
+}
+
 async fn explain(engine: &Engine, sql: &str) -> String {
     let outcome = engine.execute_all(sql).await.expect("explain").pop().expect("an outcome");
     let Outcome::Table(batches) = outcome else { panic!("EXPLAIN gave no table") };
@@ -42,17 +57,7 @@ async fn declared_functions_are_checked_for_exactly_once() {
     engine.register_function(udf("even", Volatility::Immutable), false).await;
     engine.register_function(udf("coin", Volatility::Volatile), false).await;
     engine.register_function(udf("notify", Volatility::Immutable), true).await;
-    engine
-        .execute_all(&format!(
-            "SET 'checkpoint.interval' = '1s';
-             SET 'checkpoint.dir' = '{ck}';
-             CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '1000');
-             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');",
-            ck = dir.join("ck").display(),
-            out = dir.join("out").display()
-        ))
-        .await
-        .expect("setup");
+    setup(&engine, &dir).await;
     // Deterministic and without effects: nothing to say.
     let plain = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM gen WHERE even(price)").await;
     assert!(plain.contains("Guarantee: exactly-once into 'out'"), "{plain}");
@@ -115,18 +120,11 @@ impl weir::connector::ConnectorFactory for WithSocket {
 async fn a_source_that_cannot_rewind_is_refused_under_an_exactly_once_sink() {
     let dir = crate::slt::tempdir();
     let engine = Engine::with_connectors(Arc::new(WithSocket));
+    setup(&engine, &dir).await;
     engine
-        .execute_all(&format!(
-            "SET 'checkpoint.interval' = '1s';
-             SET 'checkpoint.dir' = '{ck}';
-             CREATE TABLE clicks (auction BIGINT, price BIGINT) WITH ('connector' = 'socket');
-             CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '1000');
-             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');",
-            ck = dir.join("ck").display(),
-            out = dir.join("out").display()
-        ))
+        .execute_all("CREATE TABLE clicks (auction BIGINT, price BIGINT) WITH ('connector' = 'socket')")
         .await
-        .expect("setup");
+        .expect("socket table");
     let found = explain(&engine, "EXPLAIN INSERT INTO out SELECT auction, price FROM clicks").await;
     assert!(
         found.contains("error: table 'clicks' is read by a source that cannot rewind to a checkpoint's position"),
