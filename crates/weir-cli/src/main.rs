@@ -6,7 +6,6 @@ mod print;
 mod repl;
 mod run;
 mod updating;
-mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,9 +31,6 @@ enum Command {
         /// Start jobs over, deleting their checkpoints, instead of resuming from the latest.
         #[arg(long)]
         from_scratch: bool,
-        /// A run of `weir verify`: write every sink into the scratch copies this file describes.
-        #[arg(long, hide = true)]
-        scratch: Option<PathBuf>,
     },
     /// Check that the jobs of a SQL file are exactly-once: run them once without failures and
     /// again with crashes (SIGKILL) in every phase of their checkpoints and commits, into
@@ -72,14 +68,14 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // A run of `weir verify`'s (this program again): the file into its scratch copies.
+        if let Some(code) = weir::verify::child(weir::Engine::new).await {
+            return ExitCode::from(code as u8);
+        }
         match cli.command {
             None => repl::run(cli.history).await,
-            Some(Command::Run { file, from_scratch, scratch }) => {
-                run::run_file(&file, from_scratch, scratch.as_deref()).await
-            }
-            Some(Command::Verify { file, crashes, events, keep }) => {
-                verify::verify_file(&file, verify::Options { crashes, events, keep }).await
-            }
+            Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
+            Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
             Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
                 Ok(summary) => {
                     println!("{} passed, {} failed", summary.passed, summary.failed);
@@ -96,4 +92,20 @@ fn main() -> ExitCode {
             },
         }
     })
+}
+
+/// `weir verify`: 0 every sink exactly-once, 1 one is not, 2 the file cannot be verified.
+async fn verify_file(file: &std::path::Path, crashes: u32, events: u64, keep: bool) -> ExitCode {
+    let verdict = match weir::verify::Options::new(crashes, events, keep) {
+        Ok(options) => weir::verify::verify(file, &options).await,
+        Err(e) => Err(format!("cannot find this program to run it again: {e}")),
+    };
+    match verdict {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("{}: cannot verify: {e}", file.display());
+            ExitCode::from(2)
+        }
+    }
 }

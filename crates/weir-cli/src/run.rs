@@ -14,7 +14,7 @@ fn report(file: &Path, e: &WeirError) {
     }
 }
 
-pub async fn run_file(file: &Path, from_scratch: bool, scratch: Option<&Path>) -> ExitCode {
+pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
     let sql = match std::fs::read_to_string(file) {
         Ok(s) => s,
         Err(e) => {
@@ -29,21 +29,6 @@ pub async fn run_file(file: &Path, from_scratch: bool, scratch: Option<&Path>) -
         None => Engine::new(),
     }
     .with_from_scratch(from_scratch);
-    // A run of `weir verify`: every sink written into its scratch copy.
-    let engine = match scratch.map(|p| std::fs::read_to_string(p).map_err(|e| e.to_string())) {
-        None => engine,
-        Some(Ok(text)) => match weir::scratch::Scratch::parse(&text) {
-            Ok(s) => engine.with_scratch(s),
-            Err(e) => {
-                report(file, &e);
-                return ExitCode::FAILURE;
-            }
-        },
-        Some(Err(e)) => {
-            eprintln!("error: cannot read the scratch description: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let statements = match engine.parse(&sql) {
         Ok(s) => s,
         Err(e) => {

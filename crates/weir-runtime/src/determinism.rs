@@ -55,6 +55,13 @@ impl Nondeterminism {
 }
 
 /// Functions of `names` that the expressions of `node` call.
+/// The functions among `names` (lowercase) that the plan calls, as `NAME()`.
+pub fn called(node: &Node, names: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    calls(node, names, &mut out);
+    out.into_iter().map(|n| n.to_uppercase()).collect()
+}
+
 fn calls(node: &Node, names: &BTreeSet<String>, out: &mut BTreeSet<String>) {
     fn visit(e: &Arc<dyn PhysicalExpr>, names: &BTreeSet<String>, out: &mut BTreeSet<String>) {
         if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() {

@@ -69,6 +69,8 @@ pub struct Planner {
     pub catalog: Catalog,
     /// Functions registered as having side effects (a replay runs them again).
     pub side_effects: std::collections::BTreeSet<String>,
+    /// Every function the embedding program registered.
+    pub functions: std::collections::BTreeSet<String>,
     /// `'table.exec.state.ttl'`: how long, in event time, group aggregates keep a key.
     pub state_ttl: Option<std::time::Duration>,
     connectors: Arc<dyn ConnectorFactory>,
@@ -131,6 +133,7 @@ impl Planner {
             session_input: Default::default(),
             whole_rows: Default::default(),
             side_effects: Default::default(),
+            functions: Default::default(),
             temporal_times: Default::default(),
         }
     }
@@ -335,6 +338,7 @@ impl Planner {
     /// whether it is deterministic (`Volatile`: its value may differ between calls, as
     /// `RANDOM()`); `side_effects` that it acts on the world (a replay runs it again).
     pub fn register_function(&mut self, udf: datafusion::logical_expr::ScalarUDF, side_effects: bool) {
+        self.functions.insert(udf.name().to_ascii_lowercase());
         if side_effects {
             self.side_effects.insert(udf.name().to_ascii_lowercase());
         } else {

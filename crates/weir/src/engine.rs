@@ -176,6 +176,13 @@ impl Engine {
         self.state.lock().await.planner.register_function(udf, side_effects);
     }
 
+    /// [`Engine::register_function`] while the engine is being made (a program's engines for
+    /// `weir verify`, say).
+    pub fn with_function(mut self, udf: datafusion::logical_expr::ScalarUDF, side_effects: bool) -> Self {
+        self.state.get_mut().planner.register_function(udf, side_effects);
+        self
+    }
+
     /// Split a script into statements, with their positions.
     pub fn parse(&self, sql: &str) -> Result<Vec<ParsedStatement>> {
         parse_script(sql)
@@ -428,7 +435,9 @@ impl Engine {
     /// What the job of `plan` guarantees, and the pitfalls found in it, in this session.
     fn guarantee(&self, state: &State, plan: &StreamPlan) -> crate::guarantees::Report {
         let tables: Vec<&weir_core::TableDef> = state.planner.catalog.tables.values().map(|t| t.as_ref()).collect();
-        crate::guarantees::report(plan, &state.settings, self.connectors.as_ref(), &tables, &state.planner.side_effects)
+        let planner = &state.planner;
+        let connectors = self.connectors.as_ref();
+        crate::guarantees::report(plan, &state.settings, connectors, &tables, &planner.side_effects, &planner.functions)
     }
 
     fn start_insert(&self, state: &mut State, plan: StreamPlan) -> Result<JobHandle> {

@@ -32,6 +32,9 @@ pub struct Report {
     /// Columns of the sink whose values depend on when the job runs, though no row, key or
     /// order does: `weir verify` does not compare them.
     pub varying_columns: Vec<String>,
+    /// Functions of the embedding program the job calls, declared deterministic: what
+    /// `weir verify` suspects when runs differ and nothing else explains it.
+    pub program_functions: Vec<String>,
 }
 
 impl Report {
@@ -153,6 +156,7 @@ pub fn report(
     connectors: &dyn ConnectorFactory,
     catalog: &[&TableDef],
     side_effects: &std::collections::BTreeSet<String>,
+    program_functions: &std::collections::BTreeSet<String>,
 ) -> Report {
     let mut report = Report::default();
     let SinkTarget::Table(table) = &plan.sink else { return report };
@@ -256,6 +260,10 @@ pub fn report(
         }
     }
     let found = determinism::analyze_with(&plan.root, side_effects);
+    report.program_functions = determinism::called(&plan.root, program_functions)
+        .into_iter()
+        .filter(|f| !found.functions.contains(f))
+        .collect();
     nondeterminism(&mut report, &found, table, guarantee.by_key, exactly_once, settings);
     if interval.is_some() && !found.side_effects.is_empty() {
         report.warn(format!(

@@ -22,6 +22,7 @@ mod query;
 pub mod scratch;
 mod settings;
 pub mod slt;
+pub mod verify;
 
 pub use engine::{Engine, Outcome, PlannedInsert};
 pub use query::QueryStream;

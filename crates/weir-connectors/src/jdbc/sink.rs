@@ -207,7 +207,7 @@ impl JdbcSink {
         let rollback_from = (restored == 0 && me == 0).then_some(self.split.count);
         let opener = &self.opener;
         let generations = with_retries!(&mut self.conn, opener, "taking over", |c, _attempt| async {
-            Ok(xa.take_over(&c.client, &parts, restored, rollback_from).await?)
+            xa.take_over(&c.client, &parts, restored, rollback_from).await
         })?;
         let mine = generations.iter().find(|(t, _)| *t == me).map(|(_, g)| *g);
         self.generation = Some(mine.ok_or_else(|| WeirError::internal("no generation for this task"))?);
@@ -231,7 +231,7 @@ impl JdbcSink {
             log::info!("checkpoint {e} was given up: its transaction '{}' is rolled back and written again", p.gid);
             let opener = &self.opener;
             with_retries!(&mut self.conn, opener, "rolling back", |c, _attempt| async {
-                Ok(xa.rollback_one(&c.client, &p.gid).await?)
+                xa.rollback_one(&c.client, &p.gid).await
             })?;
             rows.append(p.rows);
         }
@@ -424,7 +424,7 @@ impl Sink for JdbcSink {
             let Some(p) = self.pending.get(&e) else { continue };
             let opener = &self.opener;
             with_retries!(&mut self.conn, opener, "committing", |c, _attempt| async {
-                Ok(xa.commit(&c.client, &p.gid).await?)
+                xa.commit(&c.client, &p.gid).await
             })?;
             weir_core::fault::pause("postgres_committed");
             self.pending.remove(&e);

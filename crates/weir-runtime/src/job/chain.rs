@@ -115,7 +115,7 @@ impl Chain {
     pub(super) async fn on_timer(&mut self) -> Result<bool> {
         let now = std::time::Instant::now();
         for i in 0..self.ops.len() {
-            if !self.ops[i].0.next_timer().is_some_and(|at| at <= now) {
+            if self.ops[i].0.next_timer().is_none_or(|at| at > now) {
                 continue;
             }
             let mut out = Vec::new();

@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use weir::arrow::record_batch::RecordBatch;
-use weir::arrow::util::display::ArrayFormatter;
-use weir::scratch::Scratch;
-use weir::{Engine, Result, WeirError};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::ArrayFormatter;
+use weir_core::{Result, WeirError};
+
+use crate::scratch::Scratch;
+use crate::Engine;
 
 /// Between the values of a row's key (a character no value shows).
 const SEPARATOR: char = '\u{1f}';
@@ -41,7 +43,7 @@ impl Content {
     }
 
     fn add(&mut self, batch: &RecordBatch, compared: &[usize]) -> Result<()> {
-        let options = weir::display_options();
+        let options = weir_core::display_options();
         let formatters = compared
             .iter()
             .map(|i| ArrayFormatter::try_new(batch.column(*i).as_ref(), &options))
@@ -55,12 +57,19 @@ impl Content {
 }
 
 /// What table `sink` holds after the run that wrote into `scratch`: the file's tables created
-/// again by a fresh engine, the sink as its scratch copy, and read whole (every committed
+/// again by a fresh engine (of `engines`), the sink as its scratch copy, and read whole (every committed
 /// record, the changelog applied). Columns named in `skipped` are not compared.
-pub async fn read(file: &Path, sql: &str, scratch: &Scratch, sink: &str, skipped: &[String]) -> Result<Content> {
+pub async fn read(
+    file: &Path,
+    sql: &str,
+    engines: &(dyn Fn() -> Engine + Send + Sync),
+    scratch: &Scratch,
+    sink: &str,
+    skipped: &[String],
+) -> Result<Content> {
     let mut reading = scratch.clone();
     reading.read_back = true;
-    let engine = Engine::new().with_scratch(reading);
+    let engine = engines().with_scratch(reading);
     let engine = match file.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) => engine.with_base_dir(dir),
         None => engine,

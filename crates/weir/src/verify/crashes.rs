@@ -1,4 +1,4 @@
-//! Runs of the file as child `weir run` processes, and crashes: SIGKILL in each phase of a
+//! Runs of the file as child processes (the program again, [`super::child`]), and crashes: SIGKILL in each phase of a
 //! checkpoint and its commits, found through the fault hooks (`weir_core::fault`) that slow
 //! a process down in that phase and mark it with a file.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir::scratch::Scratch;
+use crate::scratch::Scratch;
 
 /// Where a kill lands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,6 +42,8 @@ const HOLD_MS: &str = "300";
 /// One run of the file into one scratch copy.
 pub struct Runner {
     pub file: PathBuf,
+    /// The program a run is (it calls `verify::child` first) and its arguments.
+    pub command: Vec<std::ffi::OsString>,
     pub scratch: Scratch,
     /// The fault hooks of the file's sinks: `file`, `kafka`, `postgres`.
     pub hooks: Vec<&'static str>,
@@ -80,8 +82,12 @@ impl Runner {
         let _ = std::fs::remove_dir_all(self.faults());
         std::fs::create_dir_all(self.faults())?;
         let log = std::fs::File::create(self.log())?;
-        let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("run").arg("--scratch").arg(self.spec()).arg(&self.file);
+        let (program, args) = self
+            .command
+            .split_first()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no program to run"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args).env(super::child::SCRATCH, self.spec()).env(super::child::FILE, &self.file);
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).env("WEIR_FAULT_DIR", self.faults());
         let hook = |cmd: &mut Command, suffix: &str| {
             for h in &self.hooks {
@@ -104,7 +110,7 @@ impl Runner {
         let marked = |suffix: &str| self.hooks.iter().any(|h| self.faults().join(format!("{h}_{suffix}")).exists());
         match phase {
             Phase::Processing => false,
-            Phase::PreCommitted => weir::checkpoint_being_written(&self.scratch.checkpoint_dir()),
+            Phase::PreCommitted => crate::checkpoint_being_written(&self.scratch.checkpoint_dir()),
             Phase::Committing => marked("commit"),
             Phase::BetweenCommits => marked("committed"),
             Phase::Restoring => marked("restore"),

@@ -1,28 +1,66 @@
 //! `weir verify FILE.sql`: is the user's own job exactly-once? The file runs once without
 //! failures and again with crashes (SIGKILL) in every phase of its checkpoints and commits,
-//! each run into scratch copies of its sinks ([`weir::scratch`]) over the same bounded
-//! input; then each sink's content, the changelog applied, is compared between the runs.
-//! A difference, or a pitfall the plan shows that makes one possible, is a failure named
-//! with its likely cause.
+//! each run a child process writing into scratch copies of its sinks ([`crate::scratch`])
+//! over the same bounded input; then each sink's content, the changelog applied, is compared
+//! between the runs. A difference, or a pitfall the plan shows that makes one possible, is a
+//! failure named with its likely cause.
+//!
+//! The `weir` command verifies with the built-in functions. An embedding program verifies
+//! its own jobs, functions included, by calling [`child`] first thing in its `main` (a run
+//! of verify's is that program again) and [`verify`] with its engines.
 
+mod child;
 mod content;
 mod crashes;
 
+pub use child::child;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use weir::scratch::{Scratch, SCRATCH_CONNECTORS};
-use weir::{Engine, PlannedInsert};
+use crate::scratch::{Scratch, SCRATCH_CONNECTORS};
+use crate::{Engine, PlannedInsert};
 
 use content::Content;
 use crashes::{Ended, Phase, Plan, Runner};
 
+/// How to verify.
 pub struct Options {
+    /// Crashes to inject in the second run.
     pub crashes: u32,
+    /// Events of a generator without a bound (`'events'`).
     pub events: u64,
+    /// Keep the scratch copies even when every sink is exactly-once.
     pub keep: bool,
+    /// A new engine as the program makes its own: with its connectors and functions (the
+    /// file is planned and read back with it; a child run makes its own with [`child`]).
+    pub engines: std::sync::Arc<dyn Fn() -> Engine + Send + Sync>,
+    /// The program a run is (it calls [`child`] first): its path, then any arguments.
+    pub command: Vec<std::ffi::OsString>,
+    /// Where the report's lines go, as they come.
+    pub say: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Options {
+    /// Verify with `weir`'s own engine, this program as the child, the report on stdout.
+    pub fn new(crashes: u32, events: u64, keep: bool) -> std::io::Result<Self> {
+        Ok(Options {
+            crashes,
+            events,
+            keep,
+            engines: std::sync::Arc::new(Engine::new),
+            command: vec![std::env::current_exe()?.into_os_string()],
+            say: std::sync::Arc::new(|line| println!("{line}")),
+        })
+    }
+}
+
+/// A line of the report.
+macro_rules! say {
+    ($options:expr, $($arg:tt)*) => {
+        ($options.say)(&format!($($arg)*))
+    };
 }
 
 /// Rows shown of each side of a difference.
@@ -31,17 +69,6 @@ const SHOWN: usize = 5;
 /// before its crashes have all landed leaves its output complete; the next one starts on a
 /// new scratch copy).
 const EXTRA_RUNS: u32 = 4;
-
-pub async fn verify_file(file: &Path, options: Options) -> ExitCode {
-    match tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(verify(file, &options))) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("{}: cannot verify: {e}", file.display());
-            ExitCode::from(2)
-        }
-    }
-}
 
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -68,7 +95,7 @@ fn hook(connector: &str) -> &'static str {
     }
 }
 
-fn connector(table: &weir::connector::TableDef) -> &str {
+fn connector(table: &weir_core::TableDef) -> &str {
     table.options.get("connector").unwrap_or("?")
 }
 
@@ -78,16 +105,23 @@ struct Job {
     reference: Content,
 }
 
-async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
+/// Verify the jobs of `file`: `true` if every sink is exactly-once, `false` if one is not (the
+/// report says which and why); an error if the file cannot be verified. Blocks the thread
+/// it runs on while child runs go (call it from a multi-threaded runtime).
+pub async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(verify_inner(file, options)))
+}
+
+async fn verify_inner(file: &Path, options: &Options) -> Result<bool, String> {
     let sql = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
     let base = file.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf);
-    let located = |e: weir::WeirError| match e.location {
+    let located = |e: crate::WeirError| match e.location {
         Some(at) => format!("{}:{}:{}: {}", file.display(), at.line, at.column, e.message),
         None => e.message,
     };
     let engine = match &base {
-        Some(dir) => Engine::new().with_base_dir(dir),
-        None => Engine::new(),
+        Some(dir) => (options.engines)().with_base_dir(dir),
+        None => (options.engines)(),
     };
     let planned = engine.plan_inserts(&sql).await.map_err(located)?;
     if planned.is_empty() {
@@ -138,14 +172,16 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
     let consoles = planned.iter().all(|p| matches!(connector(&p.sink), "print" | "blackhole") && !p.checkpointed);
     let runner = |tag: &str| Runner {
         file: file.to_path_buf(),
+        command: options.command.clone(),
         scratch: scratch(tag),
         hooks: hooks.clone(),
         fresh_each_run: consoles,
     };
 
-    println!("Verifying {}: {} job(s), scratch copies under {}", file.display(), planned.len(), root.display());
+    say!(options, "Verifying {}: {} job(s), scratch copies under {}", file.display(), planned.len(), root.display());
     for p in &planned {
-        println!(
+        say!(
+            options,
             "  line {}: INSERT INTO {} ({}): {}{}",
             p.location.line,
             p.sink.name,
@@ -158,7 +194,8 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
     let result = verify_runs(file, &sql, options, &planned, &runner).await;
     let keep = options.keep || !matches!(result, Ok(true));
     if keep {
-        println!(
+        say!(
+            options,
             "Scratch copies kept: files and checkpoints in {}, Kafka topics weir-verify-{id}-*, PostgreSQL schemas \
              weir_verify_{}_*",
             root.display(),
@@ -167,7 +204,7 @@ async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
     } else {
         let _ = std::fs::remove_dir_all(&root);
     }
-    let mut topics: BTreeMap<String, (weir::connector::TableDef, Vec<String>)> = BTreeMap::new();
+    let mut topics: BTreeMap<String, (weir_core::TableDef, Vec<String>)> = BTreeMap::new();
     for p in planned.iter().filter(|p| matches!(connector(&p.sink), "kafka" | "upsert-kafka")) {
         let brokers = p.sink.options.get("properties.bootstrap.servers").unwrap_or_default().to_string();
         let entry = topics.entry(brokers).or_insert_with(|| ((*p.sink).clone(), Vec::new()));
@@ -214,12 +251,14 @@ async fn verify_runs(
     let typical = started.elapsed();
     let mut jobs = Vec::new();
     for p in planned {
-        let content = content::read(file, sql, &reference.scratch, &p.sink.name, &p.guarantee.varying_columns)
-            .await
-            .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
+        let content =
+            content::read(file, sql, &*options.engines, &reference.scratch, &p.sink.name, &p.guarantee.varying_columns)
+                .await
+                .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
         jobs.push(Job { planned: p.clone(), reference: content });
     }
-    println!(
+    say!(
+        options,
         "Run without crashes: {:.1}s, {}",
         typical.as_secs_f64(),
         jobs.iter()
@@ -253,9 +292,16 @@ async fn verify_runs(
         }
         for job in &jobs {
             let p = &job.planned;
-            let content = content::read(file, sql, &crashing.scratch, &p.sink.name, &p.guarantee.varying_columns)
-                .await
-                .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
+            let content = content::read(
+                file,
+                sql,
+                &*options.engines,
+                &crashing.scratch,
+                &p.sink.name,
+                &p.guarantee.varying_columns,
+            )
+            .await
+            .map_err(|e| format!("cannot read back table '{}': {}", p.sink.name, e.message))?;
             if content != job.reference {
                 differences.insert(p.sink.name.clone(), (content, plan.crashes.total()));
             }
@@ -265,9 +311,9 @@ async fn verify_runs(
         }
     }
     let crashes = &plan.crashes;
-    println!("Runs with crashes: {}", crashes.describe());
+    say!(options, "Runs with crashes: {}", crashes.describe());
     for phase in &crashes.unreached {
-        println!("  phase '{}' never came (the sinks have no such step)", phase.name());
+        say!(options, "  phase '{}' never came (the sinks have no such step)", phase.name());
     }
     let mut all_good = true;
     for job in &jobs {
@@ -278,51 +324,65 @@ async fn verify_runs(
         match differences.get(name) {
             Some((after, at)) => {
                 all_good = false;
-                println!(
+                say!(
+                    options,
                     "table '{name}' ({c}): NOT exactly-once: after {at} crash(es), {} differ: {} without crashes, {} \
                      with",
                     rows(after.excess_over(&job.reference, 0).1 + job.reference.excess_over(after, 0).1),
                     rows(job.reference.total()),
                     rows(after.total())
                 );
-                show_excess("only with crashes", after, &job.reference);
-                show_excess("only without crashes", &job.reference, after);
-                match causes.is_empty() {
-                    false => causes.iter().for_each(|c| println!("  likely cause: {c}")),
-                    true => println!(
+                show_excess(options, "only with crashes", after, &job.reference);
+                show_excess(options, "only without crashes", &job.reference, after);
+                let functions = &p.guarantee.program_functions;
+                match (causes.is_empty(), functions.is_empty()) {
+                    (false, _) => causes.iter().for_each(|c| say!(options, "  likely cause: {c}")),
+                    (true, false) => say!(
+                        options,
+                        "  likely cause: a function of the program, declared deterministic, whose results differ \
+                         between runs: {} (declare it Volatility::Volatile, or make it deterministic)",
+                        functions.join(", ")
+                    ),
+                    (true, true) => {
+                        say!(options,
                         "  likely cause: none the plan shows: a source that does not give the same records again, or \
                          a function declared deterministic that is not (a UDF?)"
-                    ),
+                    )
+                    }
                 }
             }
             None if !causes.is_empty() => {
                 all_good = false;
-                println!(
+                say!(
+                    options,
                     "table '{name}' ({c}): NOT exactly-once: identical this time ({} crash(es), {}), but a replay can \
                      differ:",
                     crashes.total(),
                     rows(job.reference.total())
                 );
-                causes.iter().for_each(|c| println!("  cause: {c}"));
+                causes.iter().for_each(|c| say!(options, "  cause: {c}"));
             }
             None if crashes.total() == 0 => {
                 return Err("no crash landed: the runs ended too soon; give more input (--events)".into());
             }
             None => {
-                println!(
+                say!(
+                    options,
                     "table '{name}' ({c}): exactly-once: {}, {} identical",
                     crashes.describe(),
                     rows(job.reference.total())
                 );
                 if !p.guarantee.varying_columns.is_empty() {
-                    println!(
+                    say!(
+                        options,
                         "  not compared: column(s) {} (their values depend on when the job runs; the sink writes them \
                          by key)",
                         p.guarantee.varying_columns.join(", ")
                     );
                 }
                 if matches!(c, "print" | "blackhole") {
-                    println!(
+                    say!(
+                        options,
                         "  (the rows it is sent, checked in files: a console itself shows rows again after a restart)"
                     );
                 }
@@ -332,14 +392,14 @@ async fn verify_runs(
     Ok(all_good)
 }
 
-fn show_excess(what: &str, of: &Content, other: &Content) {
+fn show_excess(options: &Options, what: &str, of: &Content, other: &Content) {
     let (shown, all) = of.excess_over(other, SHOWN);
     if all == 0 {
         return;
     }
-    println!("  {what} ({}):", rows(all));
+    say!(options, "  {what} ({}):", rows(all));
     for (row, n) in shown {
-        println!("    {row}{}", if n > 1 { format!(" ×{n}") } else { String::new() });
+        say!(options, "    {row}{}", if n > 1 { format!(" ×{n}") } else { String::new() });
     }
 }
 
