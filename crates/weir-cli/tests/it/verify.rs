@@ -78,6 +78,8 @@ async fn verify_proves_a_kafka_window_job_and_names_the_cause_of_each_pitfall() 
         out.contains("pre-committed") && out.contains("committing") && out.contains(", 450 rows identical"),
         "{out}"
     );
+    // A pass removes its scratch topics.
+    assert_eq!(scratch_topics(&broker), Vec::<String>::new());
 
     // Per auction into upsert-kafka at least once: replays rewrite each key's value, and the
     // changelog read back (each key's last value) is the same. A bare SELECT in the file is
@@ -186,4 +188,16 @@ INSERT INTO {table} {select};
     );
     assert_eq!(left, vec!["1".to_string()], "schemas of the failed verify only: {left:?}");
     assert_eq!(pg.psql("SELECT count(*) FROM pg_prepared_xacts"), vec!["0".to_string()]);
+}
+
+/// The broker's topics that `weir verify` made (`weir-verify-…`).
+fn scratch_topics(broker: &Broker) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", "weir-test-topics")
+        .create()
+        .expect("consumer");
+    let metadata = consumer.fetch_metadata(None, std::time::Duration::from_secs(10)).expect("metadata");
+    metadata.topics().iter().map(|t| t.name().to_string()).filter(|n| n.starts_with("weir-verify-")).collect()
 }
