@@ -302,6 +302,17 @@ impl Node {
         }
     }
 
+    /// The tables the plan reads, once each, in the order met.
+    pub fn source_tables(&self) -> Vec<Arc<TableDef>> {
+        let mut tables: Vec<Arc<TableDef>> = Vec::new();
+        self.visit_sources(&mut |t| {
+            if !tables.iter().any(|s| s.name == t.name) {
+                tables.push(t.clone());
+            }
+        });
+        tables
+    }
+
     pub fn schema(&self) -> SchemaRef {
         match self {
             Node::Source { schema, .. } | Node::Values { schema, .. } | Node::Union { schema, .. } => schema.clone(),

@@ -131,12 +131,7 @@ impl Engine {
                         state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
                     let SinkTarget::Table(sink) = &plan.sink else { continue };
                     let guarantee = self.guarantee(&state, &plan);
-                    let mut sources = Vec::new();
-                    plan.root.visit_sources(&mut |t| {
-                        if !sources.iter().any(|s: &Arc<weir_core::TableDef>| s.name == t.name) {
-                            sources.push(t.clone());
-                        }
-                    });
+                    let sources = plan.root.source_tables();
                     planned.push(PlannedInsert {
                         location: statement.location,
                         sink: sink.clone(),

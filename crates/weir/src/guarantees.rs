@@ -5,6 +5,7 @@
 //!
 //! A pure function of the plan, the settings and what connectors say of their sinks.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use weir_core::{ConnectorFactory, Delivered, TableDef, WeirError};
@@ -67,25 +68,6 @@ fn human(d: Duration) -> String {
     }
 }
 
-/// The sources a plan reads, as `connector 'table'`.
-fn sources(node: &Node, out: &mut Vec<String>) {
-    match node {
-        Node::Source { table, .. } => {
-            let s = format!("{} '{}'", table.options.get("connector").unwrap_or("?"), table.name);
-            if !out.contains(&s) {
-                out.push(s);
-            }
-        }
-        Node::Values { .. } => {}
-        Node::Operator { input, .. } | Node::Exchange { input, .. } => sources(input, out),
-        Node::Union { inputs, .. } => inputs.iter().for_each(|i| sources(i, out)),
-        Node::Join { left, right, .. } => {
-            sources(left, out);
-            sources(right, out);
-        }
-    }
-}
-
 /// Operators whose state has no bound: (what, the operator).
 fn unbounded_state(node: &Node, out: &mut Vec<String>) {
     let spec = match node {
@@ -119,34 +101,26 @@ fn unbounded_state(node: &Node, out: &mut Vec<String>) {
     }
 }
 
-/// Kafka sources of `node` that read uncommitted records of a topic an exactly-once Kafka
-/// table of the catalog writes: (source table, writing table).
-fn dirty_reads(node: &Node, catalog: &[&TableDef], out: &mut Vec<(String, String)>) {
-    match node {
-        Node::Source { table, .. } => {
-            let kafka = |t: &TableDef| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka"));
-            let uncommitted = table.options.get("properties.isolation.level") == Some("read_uncommitted");
-            if !(kafka(table) && uncommitted) {
-                return;
-            }
-            fn at(t: &TableDef) -> (Option<&str>, Option<&str>) {
-                (t.options.get("topic"), t.options.get("properties.bootstrap.servers"))
-            }
-            for writer in catalog {
-                let exactly_once = writer.options.get("sink.delivery-guarantee") == Some("exactly-once");
-                if writer.name != table.name && kafka(writer) && exactly_once && at(writer) == at(table) {
-                    out.push((table.name.clone(), writer.name.clone()));
-                }
-            }
+/// Kafka tables among `sources` that read uncommitted records of a topic an exactly-once
+/// Kafka table of the catalog writes: (source table, writing table).
+fn dirty_reads(sources: &[Arc<TableDef>], catalog: &[&TableDef]) -> Vec<(String, String)> {
+    let kafka = |t: &TableDef| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka"));
+    fn at(t: &TableDef) -> (Option<&str>, Option<&str>) {
+        (t.options.get("topic"), t.options.get("properties.bootstrap.servers"))
+    }
+    let mut out = Vec::new();
+    for table in sources {
+        if !kafka(table) || table.options.get("properties.isolation.level") != Some("read_uncommitted") {
+            continue;
         }
-        Node::Values { .. } => {}
-        Node::Operator { input, .. } | Node::Exchange { input, .. } => dirty_reads(input, catalog, out),
-        Node::Union { inputs, .. } => inputs.iter().for_each(|i| dirty_reads(i, catalog, out)),
-        Node::Join { left, right, .. } => {
-            dirty_reads(left, catalog, out);
-            dirty_reads(right, catalog, out);
+        for writer in catalog {
+            let exactly_once = writer.options.get("sink.delivery-guarantee") == Some("exactly-once");
+            if writer.name != table.name && kafka(writer) && exactly_once && at(writer) == at(table) {
+                out.push((table.name.clone(), writer.name.clone()));
+            }
         }
     }
+    out
 }
 
 /// The report of `plan` under `settings`; `catalog` holds every table of the session.
@@ -164,8 +138,10 @@ pub fn report(
     let interval = interval_of(settings);
     let aligned = settings.value("checkpoint.mode") != "at-least-once";
     let connector = table.options.get("connector").unwrap_or("?");
-    let mut read = Vec::new();
-    sources(&plan.root, &mut read);
+    // The tables the plan reads, once each.
+    let sources = plan.root.source_tables();
+    let read: Vec<String> =
+        sources.iter().map(|t| format!("{} '{}'", t.options.get("connector").unwrap_or("?"), t.name)).collect();
     let delivered = match interval {
         None => Delivered::None,
         // Unaligned barriers let rows of the next checkpoint in before one is taken.
@@ -225,13 +201,7 @@ pub fn report(
         }
     }
     if interval.is_some() {
-        let mut unsafe_sources = Vec::new();
-        plan.root.visit_sources(&mut |t| {
-            if !connectors.source_rewinds(t) && !unsafe_sources.contains(&t.name) {
-                unsafe_sources.push(t.name.clone());
-            }
-        });
-        for source in unsafe_sources {
+        for source in sources.iter().filter(|t| !connectors.source_rewinds(t)).map(|t| &t.name) {
             report.causes.push(format!("table '{source}' is read by a source that cannot rewind"));
             let text = format!(
                 "table '{source}' is read by a source that cannot rewind to a checkpoint's position: after a failure \
@@ -245,9 +215,7 @@ pub fn report(
             }
         }
     }
-    let mut dirty = Vec::new();
-    dirty_reads(&plan.root, catalog, &mut dirty);
-    for (source, writer) in dirty {
+    for (source, writer) in dirty_reads(&sources, catalog) {
         let text = format!(
             "table '{source}' reads with 'properties.isolation.level' = 'read_uncommitted' the topic that table \
              '{writer}' writes exactly once: it sees records of transactions that are later aborted, and their \

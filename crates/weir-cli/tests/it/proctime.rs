@@ -11,22 +11,37 @@ use crate::weir_bin;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processing_time_windows_close_on_a_quiet_stream() {
+    windows_close("SELECT *, PROCTIME() AS p_time FROM clicks").await;
+}
+
+/// The same after a union, whose other input never has a row: the watermark is stamped in
+/// the task that merges them, which waits on its timer beside its inputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processing_time_windows_close_after_a_union_with_an_empty_input() {
+    windows_close("SELECT *, PROCTIME() AS p_time FROM (SELECT * FROM clicks UNION ALL SELECT * FROM quiet)").await;
+}
+
+async fn windows_close(view: &str) {
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     broker.create_topic("clicks", 1).await;
+    broker.create_topic("quiet", 1).await;
     let records: Vec<(&str, i32, String, Option<i64>)> =
         (0..5).map(|i| ("clicks", 0, format!("{{\"user_id\": {}}}", i % 2), None)).collect();
     broker.produce(&records);
     let sql = format!(
         "SET 'parallelism' = '2';
 CREATE TABLE clicks (user_id BIGINT)
-  WITH ('connector' = 'kafka', 'topic' = 'clicks', 'properties.bootstrap.servers' = '{}', 'format' = 'json',
+  WITH ('connector' = 'kafka', 'topic' = 'clicks', 'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'json',
         'scan.startup.mode' = 'earliest-offset');
-CREATE VIEW seen AS SELECT *, PROCTIME() AS p_time FROM clicks;
+CREATE TABLE quiet (user_id BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = 'quiet', 'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'json',
+        'scan.startup.mode' = 'earliest-offset');
+CREATE VIEW seen AS {view};
 CREATE TABLE counts (user_id BIGINT, n BIGINT) WITH ('connector' = 'print');
 INSERT INTO counts SELECT user_id, COUNT(*) FROM TABLE(TUMBLE(TABLE seen, DESCRIPTOR(p_time), INTERVAL '1' SECOND))
 GROUP BY user_id, window_start, window_end;",
-        broker.bootstrap
+        bootstrap = broker.bootstrap
     );
     let out = dir.join("out.txt");
     let mut child = Command::new(weir_bin())

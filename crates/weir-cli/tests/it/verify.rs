@@ -34,6 +34,31 @@ fn verify_passes_on_the_shipped_example() {
     assert!(!out.contains("+I["), "{out}");
 }
 
+/// Files verify cannot check exit 2 with the reason; nothing is run.
+#[test]
+fn verify_refuses_what_it_cannot_check() {
+    let dir = crate::slt::tempdir();
+    let file = |name: &str, sql: &str| write_sql(&dir, name, sql.to_string());
+    let tables = format!(
+        "CREATE TABLE gen (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '100');
+CREATE TABLE a (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{a}', 'format' = 'csv');
+CREATE TABLE b (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{b}', 'format' = 'csv');",
+        a = dir.join("a").display(),
+        b = dir.join("b").display()
+    );
+    let (code, out) = verify(&file("none.sql", &format!("{tables}\nSELECT * FROM gen;")), 2);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("cannot verify: the file has no INSERT INTO: no job to verify"), "{out}");
+    let chained = format!("{tables}\nINSERT INTO a SELECT * FROM gen;\nINSERT INTO b SELECT * FROM a;");
+    let (code, out) = verify(&file("chained.sql", &chained), 2);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("cannot verify: table 'a' is both written and read by the file's jobs"), "{out}");
+    let (code, out) = verify(&file("typo.sql", &format!("{tables}\nINSERT INTO a SELECT nosuch FROM gen;")), 2);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("typo.sql:4:22: INSERT INTO a: Schema error: No field named nosuch"), "{out}");
+    assert!(!dir.join("a").exists() && !dir.join("b").exists());
+}
+
 /// Kafka `bids` (3,680 bids over 2 partitions, read at 1,500 records/s per task) through
 /// `select`, into Kafka table `out` declared with `sink`; checkpoints every 100 ms.
 fn kafka_job(broker: &Broker, dir: &Path, select: &str, out_columns: &str, sink: &str, views: &str) -> String {

@@ -125,15 +125,20 @@ impl Runner {
     }
 
     /// Run to the end, or fail after `limit`.
-    pub fn run(&self, limit: Duration) -> Ended {
-        self.run_in(None, Some(limit), |_| false)
+    pub fn run(&self, limit: Duration) -> Result<(), String> {
+        match self.run_in(None, Some(limit), |_| false) {
+            Ended::Finished => Ok(()),
+            Ended::Failed(e) => Err(e),
+            // Never asked to: a run past its limit is `Failed`.
+            Ended::Killed => Err("the run was killed".into()),
+        }
     }
 
     /// Run in `phase` until `kill_now` says so (SIGKILL), the run ends, or `limit` passes.
     fn run_in(&self, phase: Option<Phase>, limit: Option<Duration>, kill_now: impl Fn(Duration) -> bool) -> Ended {
         let mut child = match self.start(phase) {
             Ok(c) => c,
-            Err(e) => return Ended::Failed(format!("cannot start weir: {e}")),
+            Err(e) => return Ended::Failed(format!("cannot start the run: {e}")),
         };
         let started = Instant::now();
         loop {

@@ -23,7 +23,7 @@ use crate::scratch::{Scratch, SCRATCH_CONNECTORS};
 use crate::{Engine, PlannedInsert};
 
 use content::Content;
-use crashes::{Ended, Phase, Plan, Runner};
+use crashes::{Phase, Plan, Runner};
 
 /// How to verify.
 pub struct Options {
@@ -69,6 +69,9 @@ const SHOWN: usize = 5;
 /// before its crashes have all landed leaves its output complete; the next one starts on a
 /// new scratch copy).
 const EXTRA_RUNS: u32 = 4;
+/// A run that has not ended after this long fails verify (an unbounded source it could
+/// not bound).
+const RUN_LIMIT: Duration = Duration::from_secs(600);
 
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -204,28 +207,25 @@ async fn verify_inner(file: &Path, options: &Options) -> Result<bool, String> {
     } else {
         let _ = std::fs::remove_dir_all(&root);
     }
-    let mut topics: BTreeMap<String, (weir_core::TableDef, Vec<String>)> = BTreeMap::new();
-    for p in planned.iter().filter(|p| matches!(connector(&p.sink), "kafka" | "upsert-kafka")) {
-        let brokers = p.sink.options.get("properties.bootstrap.servers").unwrap_or_default().to_string();
-        let entry = topics.entry(brokers).or_insert_with(|| ((*p.sink).clone(), Vec::new()));
-        let topic = p.sink.options.get("topic").unwrap_or_default();
-        let runs = options.crashes + EXTRA_RUNS;
-        for tag in std::iter::once("reference".to_string()).chain((1..=runs).map(|n| format!("crashes-{n}"))) {
-            entry.1.push(format!("{}{topic}", scratch(&tag).prefix));
-        }
-    }
     if !keep {
-        for (table, names) in topics.values() {
-            // Topics never made are refused one by one; the others go.
-            let _ = weir_connectors::kafka::admin::delete_topics(table, names).await;
-        }
+        // Every run's copies, of the runs there may have been (a copy never made is refused,
+        // and that is fine).
         let tags = std::iter::once("reference".to_string())
             .chain((1..=options.crashes + EXTRA_RUNS).map(|n| format!("crashes-{n}")));
-        let jdbc: Vec<&PlannedInsert> = planned.iter().filter(|p| connector(&p.sink) == "jdbc").collect();
-        for tag in tags {
-            let s = scratch(&tag);
-            for p in &jdbc {
-                let _ = weir_connectors::jdbc::scratch::drop_schema(&p.sink, &s.schema, &s.prefix).await;
+        let runs: Vec<Scratch> = tags.map(|tag| scratch(&tag)).collect();
+        for p in &planned {
+            match connector(&p.sink) {
+                "kafka" | "upsert-kafka" => {
+                    let topic = p.sink.options.get("topic").unwrap_or_default();
+                    let names: Vec<String> = runs.iter().map(|s| format!("{}{topic}", s.prefix)).collect();
+                    let _ = weir_connectors::kafka::admin::delete_topics(&p.sink, &names).await;
+                }
+                "jdbc" => {
+                    for s in &runs {
+                        let _ = weir_connectors::jdbc::scratch::drop_schema(&p.sink, &s.schema, &s.prefix).await;
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -243,11 +243,7 @@ async fn verify_runs(
     let reference = runner("reference");
     prepare(&reference.scratch, planned).await?;
     let started = Instant::now();
-    match reference.run(Duration::from_secs(600)) {
-        Ended::Finished => {}
-        Ended::Failed(e) => return Err(format!("the run without crashes failed: {e}")),
-        Ended::Killed => return Err("the run without crashes was killed".into()),
-    }
+    reference.run(RUN_LIMIT).map_err(|e| format!("the run without crashes failed: {e}"))?;
     let typical = started.elapsed();
     let mut jobs = Vec::new();
     for p in planned {
@@ -274,7 +270,7 @@ async fn verify_runs(
             phases.push(Phase::BetweenCommits);
         }
     }
-    let seed = Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64 ^ typical.as_nanos() as u64;
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64);
     let mut plan = Plan::new(&phases, options.crashes, typical, seed);
     let mut differences: BTreeMap<String, (Content, u32)> = BTreeMap::new();
     let mut run = 0;
@@ -284,11 +280,7 @@ async fn verify_runs(
         prepare(&crashing.scratch, planned).await?;
         let ended_early = tokio::task::block_in_place(|| plan.inject(&crashing))?;
         if !ended_early {
-            match crashing.run(Duration::from_secs(600)) {
-                Ended::Finished => {}
-                Ended::Failed(e) => return Err(format!("the run after {} failed: {e}", plan.crashes.describe())),
-                Ended::Killed => return Err("a run after the crashes was killed".into()),
-            }
+            crashing.run(RUN_LIMIT).map_err(|e| format!("the run after {} failed: {e}", plan.crashes.describe()))?;
         }
         for job in &jobs {
             let p = &job.planned;
