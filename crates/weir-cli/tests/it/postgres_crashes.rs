@@ -194,8 +194,10 @@ async fn at_least_once_appends_without_a_key_duplicate_after_restarts() {
     assert!(total > distinct, "no duplicate after kills before checkpoints completed");
 }
 
-/// A second instance on the same checkpoint directory takes over; the first, paused in the
-/// middle and resumed, cannot commit and stops, and the table is exact.
+/// A second instance, restored from a copy of the first's checkpoints (as on another
+/// machine), takes over; the first, paused in the middle and resumed, cannot commit and
+/// stops, and the table is exact. On a copy, only PostgreSQL can fence the first: on the same
+/// directory its checkpoint store may stop it first, and the test would not show which did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_fences_the_first() {
     let dir = crate::slt::tempdir();
@@ -233,7 +235,13 @@ async fn a_second_instance_fences_the_first() {
     }
     let pid = first.id().to_string();
     assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("SIGSTOP").success());
-    run_to_end(&sql);
+    let copied = dir.join("checkpoints-copy");
+    crate::rescale::copy_dir(&checkpoints, &copied);
+    let second = std::fs::read_to_string(&sql).expect("read the job").replace(
+        &format!("'{}'", checkpoints.display()),
+        &format!("'{}'", copied.display()),
+    );
+    run_to_end(&write_sql(&dir, "second.sql", second));
     assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("SIGCONT").success());
     let status = first.wait().expect("wait for the first instance");
     let mut stderr = String::new();

@@ -57,7 +57,7 @@ fn rows(dir: &Path) -> Vec<String> {
     rows
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create copy");
     for entry in std::fs::read_dir(from).expect("read dir").flatten() {
         let target = to.join(entry.file_name());
