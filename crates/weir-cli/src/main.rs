@@ -49,6 +49,20 @@ enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Run this process as one worker of a SQL file's jobs. Workers of the same file, on any
+    /// machines, share the work through the Kafka cluster (consumer groups, repartition
+    /// topics, transactions) and the checkpoint directory; a worker that dies hands its tasks
+    /// to the others. Runs until every task has ended (bounded inputs), or Ctrl-C.
+    Worker {
+        /// The SQL file (the same on every worker).
+        file: PathBuf,
+    },
+    /// Show the tasks of a SQL file's jobs run by workers: which worker runs each, the
+    /// checkpoint it last committed, its consumer lag. Read from the Kafka cluster.
+    Status {
+        /// The SQL file.
+        file: PathBuf,
+    },
     /// Run sqllogictest files (.slt), or every .slt file under a directory.
     Test {
         /// Files or directories.
@@ -75,6 +89,8 @@ fn main() -> ExitCode {
         match cli.command {
             None => repl::run(cli.history).await,
             Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
+            Some(Command::Worker { file }) => run::worker_file(&file, false).await,
+            Some(Command::Status { file }) => run::worker_file(&file, true).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
             Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
                 Ok(summary) => {

@@ -92,3 +92,31 @@ pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// `weir worker`: this process as one worker of the file's jobs (see `weir::workers`);
+/// `weir status`: what the workers of the file's jobs are doing.
+pub async fn worker_file(file: &Path, status_only: bool) -> ExitCode {
+    let sql = match std::fs::read_to_string(file) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot read '{}': {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let base = file.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    let engine = match base {
+        Some(dir) => Engine::new().with_base_dir(dir),
+        None => Engine::new(),
+    };
+    let outcome = match status_only {
+        true => weir::workers::status(&engine, &sql).await.map(|text| print!("{text}")),
+        false => weir::workers::run(&engine, &sql).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report(file, &e);
+            ExitCode::FAILURE
+        }
+    }
+}

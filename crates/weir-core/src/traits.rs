@@ -69,6 +69,19 @@ pub trait Source: Send {
         Err(crate::WeirError::not_supported("restoring this source from a checkpoint"))
     }
 
+    /// Kafka sources: the next offset to read of each partition read, as (topic, partition,
+    /// offset). A worker's task commits them in its transaction with each checkpoint.
+    fn offsets(&self) -> Vec<(String, i32, i64)> {
+        Vec::new()
+    }
+
+    /// A source that carries event time itself (a repartition topic's watermark markers):
+    /// the watermark after the last batch, which the task sends on when it advances. A
+    /// batch without rows may come just to move it.
+    fn watermark(&self) -> Option<crate::Watermark> {
+        None
+    }
+
     /// Continue from a checkpoint taken at another parallelism: `positions` are those of
     /// every task of the earlier run, and each task of this run (all given the same ones)
     /// takes its share of what they had left, so that together they read it once.

@@ -204,6 +204,18 @@ impl LocalStore {
         Ok(epochs)
     }
 
+    /// Checkpoint `epoch`, which something outside the store (a task's Kafka commit) names
+    /// as the one to restore.
+    pub fn load(&self, epoch: u64, fingerprint: &str) -> Result<Restored> {
+        self.read(epoch, fingerprint).map_err(|why| {
+            WeirError::user(format!(
+                "checkpoint {epoch} in '{}' cannot be restored ({why}): is the checkpoint store shared by every \
+                 worker?",
+                self.dir.display()
+            ))
+        })
+    }
+
     fn read(&self, epoch: u64, fingerprint: &str) -> std::result::Result<Restored, String> {
         let dir = self.chk(epoch);
         let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;

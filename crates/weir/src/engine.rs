@@ -66,6 +66,19 @@ pub struct PlannedInsert {
     pub checkpointed: bool,
 }
 
+/// An INSERT ready to run: what [`Engine::prepare_jobs`] gives a worker process.
+pub struct PreparedJob {
+    pub name: String,
+    /// The plan, ending in the sink table's schema.
+    pub root: weir_runtime::Node,
+    pub sink: Arc<weir_core::TableDef>,
+    pub options: weir_runtime::JobOptions,
+    /// With checkpoints: their settings (`dir` is the job's own directory).
+    pub checkpoint: Option<weir_runtime::checkpoint::CheckpointConfig>,
+    /// The session's settings when the INSERT ran.
+    pub settings: Vec<(String, String)>,
+}
+
 impl Default for Engine {
     fn default() -> Self {
         Self::new()
@@ -436,44 +449,16 @@ impl Engine {
     }
 
     fn start_insert(&self, state: &mut State, plan: StreamPlan) -> Result<JobHandle> {
-        let SinkTarget::Table(table) = &plan.sink else {
-            return Err(WeirError::internal("INSERT without a target table"));
-        };
-        // Batches reach the sink with exactly the table's schema (names and nullability).
-        let indices = (0..table.schema.fields().len()).collect();
-        let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
-        let name = match state.settings.get("pipeline.name") {
-            Some(n) => n.to_string(),
-            None => format!("insert-into-{}", table.name),
-        };
+        let job = self.prepare_insert(state, plan)?;
         let connectors = self.connectors.clone();
-        let mut target = table.clone();
-        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none()
-        {
-            // Prepared transactions are named after the job: stable across its restarts,
-            // apart from other jobs' (whose leftovers a start rolls back).
-            let mut named = (**table).clone();
-            named.options.insert("sink.transactional-id-prefix".into(), format!("weir-{name}"), None);
-            target = Arc::new(named);
-        }
+        let target = job.sink.clone();
         let spec = SinkSpec {
-            name: table.name.clone(),
-            parallel: self.connectors.parallel_sink(table),
+            name: job.sink.name.clone(),
+            parallel: self.connectors.parallel_sink(&job.sink),
             make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
         };
-        let mut options = state.settings.job_options();
-        if let Some(root) = options.rocksdb.take() {
-            remove_dead_state(&root);
-            options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
-        }
-        // Checkpoints: resume from the latest one of this job unless told to start over.
-        let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{}{} key groups, state in {}",
-            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape(),
-            options.key_groups.max(),
-            if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
-        ));
-        if let Some(config) = state.settings.checkpoint_config(&name, fingerprint)? {
+        let mut options = job.options;
+        if let Some(config) = job.checkpoint {
             use weir_runtime::checkpoint::{CheckpointStore, LocalStore};
             let store: Arc<dyn CheckpointStore> = Arc::new(LocalStore::new(config.dir.clone()));
             if self.from_scratch {
@@ -484,16 +469,92 @@ impl Engine {
             store.claim()?;
             if !self.from_scratch {
                 if let Some(restored) = store.latest(&config.fingerprint)? {
-                    log::info!("job '{name}' resumes from checkpoint {} in '{}'", restored.epoch, config.dir.display());
+                    log::info!(
+                        "job '{}' resumes from checkpoint {} in '{}'",
+                        job.name,
+                        restored.epoch,
+                        config.dir.display()
+                    );
                     options.restore = Some(restored);
                 }
             }
             options.checkpoint = Some((config, store));
         }
         let id = state.jobs.len() as u64 + 1;
-        let job = spawn_job(id, name, &root, spec, self.connectors.clone(), options)?;
-        state.jobs.push(job.clone());
-        Ok(job)
+        let handle = spawn_job(id, job.name, &job.root, spec, self.connectors.clone(), options)?;
+        state.jobs.push(handle.clone());
+        Ok(handle)
+    }
+
+    /// What running the INSERT of `plan` takes, short of starting it: the plan ending in the
+    /// sink's schema, the sink as the job writes it, the job's options and checkpoints.
+    fn prepare_insert(&self, state: &State, plan: StreamPlan) -> Result<PreparedJob> {
+        let SinkTarget::Table(table) = &plan.sink else {
+            return Err(WeirError::internal("INSERT without a target table"));
+        };
+        // Batches reach the sink with exactly the table's schema (names and nullability).
+        let indices = (0..table.schema.fields().len()).collect();
+        let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
+        let name = match state.settings.get("pipeline.name") {
+            Some(n) => n.to_string(),
+            None => format!("insert-into-{}", table.name),
+        };
+        let mut target = table.clone();
+        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none()
+        {
+            // Prepared transactions are named after the job: stable across its restarts,
+            // apart from other jobs' (whose leftovers a start rolls back).
+            let mut named = (**table).clone();
+            named.options.insert("sink.transactional-id-prefix".into(), format!("weir-{name}"), None);
+            target = Arc::new(named);
+        }
+        let mut options = state.settings.job_options();
+        if let Some(root) = options.rocksdb.take() {
+            remove_dead_state(&root);
+            options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
+        }
+        let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
+            "{}{} key groups, state in {}",
+            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape(),
+            options.key_groups.max(),
+            if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
+        ));
+        let checkpoint = state.settings.checkpoint_config(&name, fingerprint)?;
+        Ok(PreparedJob { name, root, sink: target, options, checkpoint, settings: state.settings.all() })
+    }
+
+    /// Run a script's statements as [`Engine::execute`] does, except that each `INSERT` is
+    /// checked and prepared, not started (a bare `SELECT` is skipped): the jobs a worker
+    /// process runs its part of.
+    pub async fn prepare_jobs(&self, sql: &str) -> Result<Vec<PreparedJob>> {
+        let mut jobs = Vec::new();
+        for statement in self.parse(sql)? {
+            match &statement.statement {
+                Statement::Insert(q) => {
+                    let state = self.state.lock().await;
+                    let at = Some(statement.location);
+                    let plan =
+                        state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
+                    let report = self.guarantee(&state, &plan);
+                    if let Some(e) = report.refusal() {
+                        return Err(e.at(at));
+                    }
+                    for warning in &report.warnings {
+                        log::warn!("{warning}");
+                    }
+                    jobs.push(self.prepare_insert(&state, plan).map_err(|e| e.at(at))?);
+                }
+                Statement::Query(_) => {}
+                _ => {
+                    self.execute(&statement).await?;
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    pub fn connectors(&self) -> Arc<dyn ConnectorFactory> {
+        self.connectors.clone()
     }
 
     /// Relative `'path'` options are taken relative to the base directory, if one is set;

@@ -23,8 +23,9 @@ pub mod scratch;
 mod settings;
 pub mod slt;
 pub mod verify;
+pub mod workers;
 
-pub use engine::{Engine, Outcome, PlannedInsert};
+pub use engine::{Engine, Outcome, PlannedInsert, PreparedJob};
 pub use query::QueryStream;
 pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Materialized, Op, Result, WeirError};
 pub use weir_runtime::checkpoint::being_written as checkpoint_being_written;

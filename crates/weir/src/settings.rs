@@ -34,6 +34,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("table.dml-sync", "false", "'true': INSERT waits until its job has finished"),
     (
+        "workers.session-timeout",
+        "10s",
+        "`weir worker`: a worker that the Kafka group has not heard from for this long is taken as dead, and \
+         its tasks move (the broker's group.min.session.timeout.ms bounds it)",
+    ),
+    (
         "table.exec.state.ttl",
         "0",
         "a group aggregate's key is forgotten once the watermark has passed its last update by this much \

@@ -22,6 +22,7 @@ mod table_sink;
 mod updating;
 mod verify;
 mod windows;
+mod workers;
 
 use std::path::PathBuf;
 

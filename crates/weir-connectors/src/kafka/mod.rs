@@ -12,6 +12,7 @@ mod codec;
 mod sink;
 mod source;
 pub mod txn;
+mod writer;
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use weir_core::{Result, TableDef, WeirError};
 
 pub use sink::KafkaSink;
 pub use source::KafkaSource;
+pub use writer::{send, TopicWriter};
 
 const OPTIONS: &[&str] = &[
     "connector",

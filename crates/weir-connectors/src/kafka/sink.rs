@@ -28,14 +28,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Statistics};
-use weir_core::{Chunk, Op, Result, Sink, Split, TableDef, WeirError};
+use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
-use super::codec::{encode, Codec};
+use super::writer::TopicWriter;
 use super::txn::{self, PreCommitted};
 use super::Delivery;
 
@@ -115,13 +114,8 @@ struct Transaction {
 
 pub struct KafkaSink {
     table: String,
-    topic: String,
     bootstrap: Vec<String>,
     delivery: Delivery,
-    value: Codec,
-    key: Option<(Codec, Vec<usize>)>,
-    /// `upsert-kafka`: changes are written by key.
-    upsert: bool,
     config: rdkafka::ClientConfig,
     prefix: String,
     task: usize,
@@ -135,10 +129,7 @@ pub struct KafkaSink {
     pending: BTreeMap<u64, Transaction>,
     /// At-least-once and none: one producer for the job.
     plain: Option<(KafkaProducer, SinkContext)>,
-    /// Columns written as the value (metadata columns are not), and the column that gives
-    /// the record timestamp (`METADATA FROM 'timestamp'`), if any.
-    value_columns: Vec<usize>,
-    timestamp_column: Option<usize>,
+    writer: TopicWriter,
 }
 
 impl KafkaSink {
@@ -160,44 +151,11 @@ impl KafkaSink {
         if delivery == Delivery::ExactlyOnce {
             config.set("transaction.timeout.ms", txn_timeout.as_millis().to_string());
         }
-        let value = Codec::from_table(
-            table,
-            if table.options.get("value.format").is_some() { "value.format" } else { "format" },
-        )?;
-        let upsert = table.options.get("connector") == Some("upsert-kafka");
-        let key_fields = match upsert {
-            true => Some(table.primary_key.join(";")),
-            false => table.options.get("key.fields").map(str::to_string),
-        };
-        let key = match key_fields.as_deref() {
-            None => None,
-            Some(fields) => {
-                let columns = fields
-                    .split(';')
-                    .map(|f| {
-                        schema.index_of(f.trim()).map_err(|_| {
-                            WeirError::user(format!(
-                                "table '{}': 'key.fields' names '{f}', which is not a column",
-                                table.name
-                            ))
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let codec = match table.options.get("key.format") {
-                    Some(_) => Codec::from_table(table, "key.format")?,
-                    None => Codec::Json,
-                };
-                Some((codec, columns))
-            }
-        };
+        let writer = TopicWriter::new(table, &schema)?;
         Ok(Self {
             table: table.name.clone(),
-            topic: super::topic(table)?,
             bootstrap: super::bootstrap(table)?.split(',').map(|s| s.trim().to_string()).collect(),
             delivery,
-            value,
-            key,
-            upsert,
             config,
             prefix: table.options.get("sink.transactional-id-prefix").unwrap_or_default().to_string(),
             task: split.index,
@@ -207,14 +165,7 @@ impl KafkaSink {
             open: None,
             pending: BTreeMap::new(),
             plain: None,
-            value_columns: (0..schema.fields().len())
-                .filter(|i| !table.metadata.contains_key(schema.field(*i).name()))
-                .collect(),
-            timestamp_column: table
-                .metadata
-                .iter()
-                .find(|(_, key)| key.as_str() == "timestamp")
-                .and_then(|(column, _)| schema.index_of(column).ok()),
+            writer,
         })
     }
 
@@ -321,79 +272,22 @@ impl KafkaSink {
 #[async_trait]
 impl Sink for KafkaSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
-        if !chunk.is_append_only() && !self.upsert && self.value != Codec::DebeziumJson {
-            return Err(WeirError::not_supported(format!(
-                "writing updates or deletes to the Kafka table '{}'",
-                self.table
-            )));
-        }
+        self.writer.check(&chunk)?;
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        let mut values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
-        if self.value == Codec::DebeziumJson {
-            values = super::codec::debezium_events(values, &chunk.ops());
+        if self.delivery == Delivery::ExactlyOnce {
+            super::blocking(|| self.begin())?;
+        } else {
+            self.plain()?;
         }
-        let timestamps = match self.timestamp_column {
-            None => None,
-            Some(c) => {
-                let ms = datafusion::arrow::compute::cast(
-                    chunk.batch.column(c),
-                    &datafusion::arrow::datatypes::DataType::Timestamp(
-                        datafusion::arrow::datatypes::TimeUnit::Millisecond,
-                        None,
-                    ),
-                )?;
-                let ms = datafusion::arrow::compute::cast(&ms, &datafusion::arrow::datatypes::DataType::Int64)?;
-                ms.as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().cloned()
-            }
+        let (producer, context) = match (&self.open, &self.plain) {
+            (Some(t), _) if self.delivery == Delivery::ExactlyOnce => (&t.producer, &t.context),
+            (_, Some((p, c))) => (p, c),
+            _ => return Err(WeirError::internal("no producer")),
         };
-        let keys = match &self.key {
-            None => None,
-            Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
-        };
-        let topic = self.topic.clone();
-        let table = self.table.clone();
-        let upsert = self.upsert;
-        let (producer, context) = match self.delivery {
-            Delivery::ExactlyOnce => {
-                let t = super::blocking(|| self.begin())?;
-                (&t.producer, &t.context)
-            }
-            _ => {
-                let (p, c) = self.plain()?;
-                (p, c)
-            }
-        };
-        for (i, value) in values.iter().enumerate() {
-            let op = chunk.op(i);
-            if upsert && op == Op::UpdateBefore {
-                continue;
-            }
-            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&topic);
-            if !upsert || op != Op::Delete {
-                record = record.payload(value.as_slice());
-            }
-            if let Some(keys) = &keys {
-                record = record.key(keys[i].as_slice());
-            }
-            if let Some(ts) = timestamps.as_ref().filter(|t| t.is_valid(i)) {
-                record = record.timestamp(ts.value(i));
-            }
-            let mut record = record;
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
-                        record = r;
-                        // The queue drains on librdkafka's thread.
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((e, _)) => return Err(kafka_error(&format!("writing table '{table}'"), e)),
-                }
-            }
-        }
-        Self::check(context, &table)
+        self.writer.write(producer, &chunk)?;
+        Self::check(context, &self.table)
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {

@@ -511,6 +511,11 @@ impl Source for KafkaSource {
         self.last_ops.clone()
     }
 
+    fn offsets(&self) -> Vec<(String, i32, i64)> {
+        let parts = self.positions.iter().filter(|(_, o)| **o >= 0);
+        parts.map(|(i, o)| (self.parts[*i as usize].0.clone(), self.parts[*i as usize].1, *o)).collect()
+    }
+
     /// Next offset per partition (`topic/partition`), as JSON.
     fn position(&self) -> Option<Vec<u8>> {
         let map: BTreeMap<String, i64> = self

@@ -50,6 +50,7 @@ pub(super) async fn run_source(
     let interruptible = source.cancel_safe();
     let mut last_data = tokio::time::Instant::now();
     let mut idle = false;
+    let mut sent_watermark = Watermark::MIN;
     loop {
         if let Some(committed) = &mut committed {
             if committed.has_changed().unwrap_or(false) {
@@ -108,16 +109,24 @@ pub(super) async fn run_source(
         metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
         match next? {
             Some(batch) => {
-                last_data = tokio::time::Instant::now();
-                idle = false;
-                metrics.record_out(batch.num_rows());
-                let chunk = match source.batch_ops() {
-                    Some(ops) => Chunk::changes(batch, &ops),
-                    None => Chunk::inserts(batch),
-                };
-                let chunk = chunk.from_partition(source.batch_partition());
-                if !chain.push(Message::Chunk(chunk)).await? {
-                    return Ok(());
+                if batch.num_rows() > 0 {
+                    last_data = tokio::time::Instant::now();
+                    idle = false;
+                    metrics.record_out(batch.num_rows());
+                    let chunk = match source.batch_ops() {
+                        Some(ops) => Chunk::changes(batch, &ops),
+                        None => Chunk::inserts(batch),
+                    };
+                    let chunk = chunk.from_partition(source.batch_partition());
+                    if !chain.push(Message::Chunk(chunk)).await? {
+                        return Ok(());
+                    }
+                }
+                if let Some(w) = source.watermark().filter(|w| *w > sent_watermark) {
+                    sent_watermark = w;
+                    if !chain.push(Message::Watermark(w)).await? {
+                        return Ok(());
+                    }
                 }
             }
             None => {

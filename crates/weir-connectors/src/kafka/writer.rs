@@ -1,0 +1,160 @@
+//! Rows of a Kafka table as records: value (and key, and timestamp) encoded as the table's
+//! formats say, sent through whichever producer the caller writes with (the sink's own, or
+//! a worker task's one transactional producer).
+
+use std::time::Duration;
+
+use datafusion::arrow::array::Array;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use weir_core::{Chunk, Op, Result, TableDef, WeirError};
+
+use super::codec::{encode, Codec};
+use super::source::kafka_error;
+
+pub struct TopicWriter {
+    table: String,
+    topic: String,
+    value: Codec,
+    key: Option<(Codec, Vec<usize>)>,
+    /// `upsert-kafka`: changes are written by key.
+    upsert: bool,
+    /// Columns written as the value (metadata columns are not), and the column that gives
+    /// the record timestamp (`METADATA FROM 'timestamp'`), if any.
+    value_columns: Vec<usize>,
+    timestamp_column: Option<usize>,
+}
+
+impl TopicWriter {
+    pub fn new(table: &TableDef, schema: &SchemaRef) -> Result<Self> {
+        let value = Codec::from_table(
+            table,
+            if table.options.get("value.format").is_some() { "value.format" } else { "format" },
+        )?;
+        let upsert = table.options.get("connector") == Some("upsert-kafka");
+        let key_fields = match upsert {
+            true => Some(table.primary_key.join(";")),
+            false => table.options.get("key.fields").map(str::to_string),
+        };
+        let key = match key_fields.as_deref() {
+            None => None,
+            Some(fields) => {
+                let columns = fields
+                    .split(';')
+                    .map(|f| {
+                        schema.index_of(f.trim()).map_err(|_| {
+                            WeirError::user(format!(
+                                "table '{}': 'key.fields' names '{f}', which is not a column",
+                                table.name
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let codec = match table.options.get("key.format") {
+                    Some(_) => Codec::from_table(table, "key.format")?,
+                    None => Codec::Json,
+                };
+                Some((codec, columns))
+            }
+        };
+        Ok(Self {
+            table: table.name.clone(),
+            topic: super::topic(table)?,
+            value,
+            key,
+            upsert,
+            value_columns: (0..schema.fields().len())
+                .filter(|i| !table.metadata.contains_key(schema.field(*i).name()))
+                .collect(),
+            timestamp_column: table
+                .metadata
+                .iter()
+                .find(|(_, key)| key.as_str() == "timestamp")
+                .and_then(|(column, _)| schema.index_of(column).ok()),
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Refuse a chunk the table's format cannot express (updates to a plain topic).
+    pub fn check(&self, chunk: &Chunk) -> Result<()> {
+        if !chunk.is_append_only() && !self.upsert && self.value != Codec::DebeziumJson {
+            return Err(WeirError::not_supported(format!(
+                "writing updates or deletes to the Kafka table '{}'",
+                self.table
+            )));
+        }
+        Ok(())
+    }
+
+    /// Send the chunk's rows: `upsert-kafka` writes `+I`/`+U` as the key's value, `-D` as a
+    /// tombstone and skips `-U`. Delivery errors come through the producer's context.
+    pub fn write<C: ProducerContext<DeliveryOpaque = ()>>(
+        &self,
+        producer: &ThreadedProducer<C>,
+        chunk: &Chunk,
+    ) -> Result<()> {
+        self.check(chunk)?;
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        let mut values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
+        if self.value == Codec::DebeziumJson {
+            values = super::codec::debezium_events(values, &chunk.ops());
+        }
+        let timestamps = match self.timestamp_column {
+            None => None,
+            Some(c) => {
+                let ms = datafusion::arrow::compute::cast(
+                    chunk.batch.column(c),
+                    &DataType::Timestamp(TimeUnit::Millisecond, None),
+                )?;
+                let ms = datafusion::arrow::compute::cast(&ms, &DataType::Int64)?;
+                ms.as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().cloned()
+            }
+        };
+        let keys = match &self.key {
+            None => None,
+            Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
+        };
+        for (i, value) in values.iter().enumerate() {
+            let op = chunk.op(i);
+            if self.upsert && op == Op::UpdateBefore {
+                continue;
+            }
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic);
+            if !self.upsert || op != Op::Delete {
+                record = record.payload(value.as_slice());
+            }
+            if let Some(keys) = &keys {
+                record = record.key(keys[i].as_slice());
+            }
+            if let Some(ts) = timestamps.as_ref().filter(|t| t.is_valid(i)) {
+                record = record.timestamp(ts.value(i));
+            }
+            send(producer, record, &self.table)?;
+        }
+        Ok(())
+    }
+}
+
+/// Send one record, waiting while librdkafka's queue is full (it drains on its own thread).
+pub fn send<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &ThreadedProducer<C>,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+    table: &str,
+) -> Result<()> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((e, _)) => return Err(kafka_error(&format!("writing table '{table}'"), e)),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Membership through Kafka's consumer-group protocol. A worker joins one group per
+//! sub-topology, subscribed to the topics the sub-topology reads; the partition numbers the
+//! group assigns it are the tasks it runs. The range assignor gives a member the same
+//! numbers of every topic of the same partition count, which is what a task needs (a join
+//! reads partition `p` of both its inputs). The member reads nothing itself (its partitions
+//! are paused): tasks read with their own consumers, from the offsets their checkpoints hold.
+//!
+//! The group also holds each task's committed offsets, committed by the task's transaction
+//! with the checkpoint they belong to as metadata: which checkpoint to restore, how far
+//! the task has read (its lag) and whether it has finished.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::watch;
+use weir_core::{Result, WeirError};
+
+use super::sink::parse_commit_metadata;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn kafka(what: &str, e: rdkafka::error::KafkaError) -> WeirError {
+    WeirError::external(format!("Kafka: {what}: {e}"))
+}
+
+struct GroupContext {
+    assigned: watch::Sender<BTreeSet<i32>>,
+    /// An error that keeps this worker out of the group for good.
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
+    group: String,
+    session_timeout: Duration,
+}
+
+impl ClientContext for GroupContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode::InvalidSessionTimeout;
+        if error.rdkafka_error_code() == Some(InvalidSessionTimeout) {
+            let message = format!(
+                "the broker refuses to let this worker join group '{}' with a session timeout of {:?} \
+                 ('workers.session-timeout'): it must lie within the broker's group.min.session.timeout.ms and \
+                 group.max.session.timeout.ms (6 s and 30 min by default)",
+                self.group, self.session_timeout
+            );
+            if let Ok(mut f) = self.fatal.lock() {
+                f.get_or_insert(message);
+            }
+            return;
+        }
+        log::error!("Kafka group '{}': {error}: {reason}", self.group);
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // A revocation is not acted on: the assignment that follows says which tasks stay,
+        // and a task that moves meanwhile is fenced by its new owner.
+        if let Rebalance::Assign(list) = rebalance {
+            let _ = consumer.pause(list);
+            let partitions = list.elements().iter().map(|e| e.partition()).collect();
+            self.assigned.send_replace(partitions);
+        }
+    }
+}
+
+/// This worker's membership in one sub-topology's group; leaves the group when dropped.
+pub struct Membership {
+    pub assigned: watch::Receiver<BTreeSet<i32>>,
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Membership {
+    pub fn join(
+        config: &rdkafka::ClientConfig,
+        group: &str,
+        topics: &[String],
+        member: &str,
+        session_timeout: Duration,
+    ) -> Result<Self> {
+        let (tx, rx) = watch::channel(BTreeSet::new());
+        let fatal = Arc::new(std::sync::Mutex::new(None));
+        let mut config = config.clone();
+        let session = session_timeout.as_millis().max(100);
+        config
+            .set("group.id", group)
+            .set("client.id", member)
+            .set("enable.auto.commit", "false")
+            .set("partition.assignment.strategy", "range")
+            .set("session.timeout.ms", session.to_string())
+            .set("heartbeat.interval.ms", (session / 3).max(50).to_string());
+        let consumer: BaseConsumer<GroupContext> = config
+            .create_with_context(GroupContext {
+                assigned: tx,
+                fatal: fatal.clone(),
+                group: group.to_string(),
+                session_timeout,
+            })
+            .map_err(|e| kafka("cannot create a group member", e))?;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names).map_err(|e| kafka(&format!("cannot join group '{group}'"), e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let group_name = group.to_string();
+        // librdkafka runs the group protocol (heartbeats, rebalances) while it is polled.
+        let thread = std::thread::Builder::new()
+            .name(format!("weir group {group}"))
+            .spawn(move || {
+                while !stopping.load(Ordering::SeqCst) {
+                    if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+                        log::debug!("group '{group_name}': {e}");
+                    }
+                }
+                consumer.unsubscribe();
+            })
+            .map_err(|e| WeirError::internal(format!("cannot start a group thread: {e}")))?;
+        Ok(Self { assigned: rx, fatal, stop, thread: Some(thread) })
+    }
+
+    /// Why this worker cannot be a member, if it cannot.
+    pub fn failed(&self) -> Option<WeirError> {
+        self.fatal.lock().ok().and_then(|f| f.clone()).map(WeirError::user)
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What a group holds for one partition: its committed offset and that commit's checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Commit {
+    pub offset: Option<i64>,
+    pub checkpoint: Option<(u64, bool)>,
+}
+
+/// The committed offsets of `group` for `partition` of each of `topics`.
+pub fn committed(config: &rdkafka::ClientConfig, group: &str, topics: &[String], partition: i32) -> Result<Vec<Commit>> {
+    let consumer = reader(config, group)?;
+    let mut list = TopicPartitionList::new();
+    for topic in topics {
+        list.add_partition(topic, partition);
+    }
+    let list = consumer
+        .committed_offsets(list, TIMEOUT)
+        .map_err(|e| kafka(&format!("cannot read the committed offsets of group '{group}'"), e))?;
+    Ok(list
+        .elements()
+        .iter()
+        .map(|e| Commit {
+            offset: match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            },
+            checkpoint: parse_commit_metadata(e.metadata()),
+        })
+        .collect())
+}
+
+/// The checkpoint task `partition` of the group last committed, if it has committed one.
+pub fn committed_checkpoint(
+    config: &rdkafka::ClientConfig,
+    group: &str,
+    topics: &[String],
+    partition: i32,
+) -> Result<Option<(u64, bool)>> {
+    let commits = committed(config, group, topics, partition)?;
+    Ok(commits.iter().filter_map(|c| c.checkpoint).max())
+}
+
+fn reader(config: &rdkafka::ClientConfig, group: &str) -> Result<BaseConsumer> {
+    let mut config = config.clone();
+    config.set("group.id", group).set("enable.auto.commit", "false");
+    config.create().map_err(|e| kafka("cannot create a consumer", e))
+}
+
+/// The partition count of `topic`, if it exists.
+pub fn partitions(config: &rdkafka::ClientConfig, topic: &str) -> Result<Option<usize>> {
+    let consumer = reader(config, "weir-metadata")?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(|e| kafka(&format!("cannot read the metadata of topic '{topic}'"), e))?;
+    Ok(metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len()))
+}
+
+/// The high watermark (end offset) of a partition.
+pub fn end_offset(config: &rdkafka::ClientConfig, topic: &str, partition: i32) -> Result<i64> {
+    let consumer = reader(config, "weir-metadata")?;
+    let (_, high) = consumer
+        .fetch_watermarks(topic, partition, TIMEOUT)
+        .map_err(|e| kafka(&format!("cannot read the end of topic '{topic}'"), e))?;
+    Ok(high)
+}
+
+/// The members of `group` and the partition numbers assigned to each, as the group's
+/// coordinator has them: (member's client id, host) -> partitions.
+pub fn assignment(config: &rdkafka::ClientConfig, group: &str) -> Result<BTreeMap<(String, String), BTreeSet<i32>>> {
+    let consumer = reader(config, "weir-metadata")?;
+    let groups = consumer
+        .fetch_group_list(Some(group), TIMEOUT)
+        .map_err(|e| kafka(&format!("cannot describe group '{group}'"), e))?;
+    let mut out = BTreeMap::new();
+    for g in groups.groups().iter().filter(|g| g.name() == group) {
+        for m in g.members() {
+            let partitions = m.assignment().map(parse_assignment).unwrap_or_default();
+            out.insert((m.client_id().to_string(), m.client_host().to_string()), partitions);
+        }
+    }
+    Ok(out)
+}
+
+/// The consumer protocol's assignment: version, then per topic its name and partitions.
+fn parse_assignment(bytes: &[u8]) -> BTreeSet<i32> {
+    let mut out = BTreeSet::new();
+    let mut at = 2; // version
+    let i32_at = |at: usize| bytes.get(at..at + 4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let Some(topics) = i32_at(at) else { return out };
+    at += 4;
+    for _ in 0..topics.max(0) {
+        let Some(len) = bytes.get(at..at + 2).map(|b| i16::from_be_bytes([b[0], b[1]])) else { return out };
+        at += 2 + len.max(0) as usize;
+        let Some(n) = i32_at(at) else { return out };
+        at += 4;
+        for _ in 0..n.max(0) {
+            let Some(p) = i32_at(at) else { return out };
+            out.insert(p);
+            at += 4;
+        }
+    }
+    out
+}
+
+/// Create `topic` with `partitions` partitions. Workers starting together may race: if it
+/// exists by then, its partition count.
+pub fn create_topic(config: &rdkafka::ClientConfig, topic: &str, partitions: usize) -> Result<Option<usize>> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        config.create().map_err(|e| kafka("cannot create an admin client", e))?;
+    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let results = futures::executor::block_on(admin.create_topics([&new], &options))
+        .map_err(|e| kafka(&format!("cannot create topic '{topic}'"), e))?;
+    for result in results {
+        if let Err((_, code)) = result {
+            if code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
+                return Err(WeirError::external(format!("Kafka: cannot create topic '{topic}': {code}")));
+            }
+        }
+    }
+    log::info!("repartition topic '{topic}': {partitions} partitions");
+    partitions_of(config, topic)
+}
+
+fn partitions_of(config: &rdkafka::ClientConfig, topic: &str) -> Result<Option<usize>> {
+    // Metadata may lag a creation for a moment.
+    for _ in 0..50 {
+        if let Some(n) = partitions(config, topic)? {
+            return Ok(Some(n));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(None)
+}

@@ -1,0 +1,367 @@
+//! One job over several `weir worker` processes, through Kafka: Kafka Streams' design with
+//! Weir's operators and checkpoints.
+//!
+//! - The plan is cut at each hash exchange ([`topology`]); each cut is a repartition topic
+//!   with the job's `parallelism` as its partition count.
+//! - A task is one partition number of a sub-topology: it reads that partition of every
+//!   topic the sub-topology reads, runs the operators at parallelism 1 (the in-process
+//!   runtime, with its own checkpoint coordinator), and writes through one transactional
+//!   producer ([`sink`]).
+//! - Which worker runs which task is the assignment of a Kafka consumer group per
+//!   sub-topology ([`group`]): a worker that dies leaves the group (after the session
+//!   timeout) and its tasks move; one that joins gets some. Weir decides no membership.
+//! - A task restores the checkpoint its committed offsets name ([`store`]), from the
+//!   checkpoint store every worker shares.
+
+mod codec;
+mod connectors;
+mod group;
+mod sink;
+mod source;
+mod status;
+mod store;
+mod topology;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::{ConnectorFactory, Result, Split, TableDef, WeirError};
+use weir_runtime::checkpoint::{CheckpointConfig, CheckpointStore};
+use weir_runtime::{spawn_job, JobHandle, JobState, SinkSpec};
+
+pub use status::status;
+
+use crate::engine::PreparedJob;
+use crate::Engine;
+use connectors::{TaskConnectors, TaskShared};
+use group::Membership;
+use sink::{Target, TaskSink};
+use store::TaskStore;
+use topology::{Output, SubTopology};
+
+/// Run this process as a worker of the jobs of `sql` until every task of every job has
+/// ended (bounded inputs), or forever.
+pub async fn run(engine: &Engine, sql: &str) -> Result<()> {
+    let jobs = engine.prepare_jobs(sql).await?;
+    if jobs.is_empty() {
+        return Err(WeirError::user("the file has no INSERT: a worker runs the jobs that INSERTs start"));
+    }
+    let member = member_name();
+    let mut runs = Vec::new();
+    for job in jobs {
+        runs.push(WorkerJob::new(job, engine.connectors(), &member)?);
+    }
+    futures::future::try_join_all(runs.into_iter().map(|r| r.run())).await?;
+    Ok(())
+}
+
+/// How this worker shows in the groups: host and process.
+fn member_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("weir-{}-{}", if host.is_empty() { "host" } else { &host }, std::process::id())
+}
+
+/// What every worker of a job works out the same way from the SQL file.
+pub(crate) struct Layout {
+    pub job: PreparedJob,
+    pub subs: Vec<SubTopology>,
+    /// Tasks of each sub-topology, by its id.
+    pub tasks: BTreeMap<usize, usize>,
+    pub kafka: rdkafka::ClientConfig,
+    pub checkpoint: CheckpointConfig,
+    pub session_timeout: Duration,
+}
+
+impl Layout {
+    pub fn new(job: PreparedJob) -> Result<Self> {
+        let Some(checkpoint) = job.checkpoint.clone() else {
+            return Err(WeirError::user(format!(
+                "job '{}' runs on workers and needs checkpoints: SET 'checkpoint.interval' and 'checkpoint.dir' (a \
+                 directory every worker reaches)",
+                job.name
+            )));
+        };
+        let sources = job.root.source_tables();
+        let template = sources
+            .iter()
+            .find(|t| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka")))
+            .cloned()
+            .ok_or_else(|| WeirError::user(format!("job '{}' reads no Kafka table: workers read Kafka", job.name)))?;
+        let kafka = client_config(&template);
+        let subs = topology::cut(&job.name, &job.root, &template)?;
+        let partitions = job.options.parallelism;
+        let mut tasks = BTreeMap::new();
+        for sub in &subs {
+            let mut counts = Vec::new();
+            for input in &sub.inputs {
+                let n = match input.upstream {
+                    Some(_) => partitions,
+                    None => group::partitions(&kafka, &input.topic)?.ok_or_else(|| {
+                        WeirError::user(format!("job '{}': topic '{}' does not exist", job.name, input.topic))
+                    })?,
+                };
+                counts.push((input.topic.clone(), n));
+            }
+            let n = counts.first().map_or(partitions, |(_, n)| *n);
+            if counts.iter().any(|(_, c)| *c != n) {
+                let list: Vec<String> = counts.iter().map(|(t, c)| format!("'{t}': {c}")).collect();
+                return Err(WeirError::user(format!(
+                    "job '{}': {} reads topics of different partition counts ({}); a task reads one partition \
+                     number of each, so they must be equal",
+                    job.name,
+                    sub.describe(),
+                    list.join(", ")
+                )));
+            }
+            tasks.insert(sub.id, n);
+        }
+        let session_timeout = job
+            .settings
+            .iter()
+            .find(|(k, _)| k == "workers.session-timeout")
+            .map(|(_, v)| weir_core::parse_duration(v))
+            .transpose()?
+            .unwrap_or(Duration::from_secs(10));
+        Ok(Self { job, subs, tasks, kafka, checkpoint, session_timeout })
+    }
+
+    /// Create the repartition topics that are missing; refuse one of another partition count.
+    fn ensure_topics(&self) -> Result<()> {
+        let partitions = self.job.options.parallelism;
+        for sub in &self.subs {
+            let Output::Repartition { topic, .. } = &sub.output else { continue };
+            let existing = match group::partitions(&self.kafka, topic)? {
+                Some(n) => Some(n),
+                None => group::create_topic(&self.kafka, topic, partitions)?,
+            };
+            if let Some(n) = existing.filter(|n| *n != partitions) {
+                return Err(WeirError::user(format!(
+                    "job '{}': repartition topic '{topic}' has {n} partitions, and the job's 'parallelism' is \
+                     {partitions}: its key groups would land in other tasks. Set 'parallelism' = '{n}', or delete \
+                     the topic (and the job's checkpoints) to start over",
+                    self.job.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn topics_of(&self, sub: &SubTopology) -> Vec<String> {
+        sub.inputs.iter().map(|i| i.topic.clone()).collect()
+    }
+}
+
+/// The librdkafka settings of a table's `properties.*`, without those of one consumer or
+/// producer (a group, an isolation level, a transactional id).
+fn client_config(table: &TableDef) -> rdkafka::ClientConfig {
+    let mut config = rdkafka::ClientConfig::new();
+    let own = ["group.id", "isolation.level", "transactional.id", "transaction.timeout.ms", "client.id"];
+    for (key, value) in table.options.iter() {
+        if let Some(property) = key.strip_prefix("properties.").filter(|p| !own.contains(p)) {
+            config.set(property, value);
+        }
+    }
+    config
+}
+
+struct WorkerJob {
+    layout: Arc<Layout>,
+    connectors: Arc<dyn ConnectorFactory>,
+    member: String,
+}
+
+/// A task this worker runs: sub-topology id and partition.
+type TaskId = (usize, i32);
+
+impl WorkerJob {
+    fn new(job: PreparedJob, connectors: Arc<dyn ConnectorFactory>, member: &str) -> Result<Self> {
+        let layout = Layout::new(job)?;
+        layout.ensure_topics()?;
+        Ok(Self { layout: Arc::new(layout), connectors, member: member.to_string() })
+    }
+
+    async fn run(self) -> Result<()> {
+        let layout = &self.layout;
+        let name = &layout.job.name;
+        let mut memberships = Vec::new();
+        for sub in &layout.subs {
+            let topics = layout.topics_of(sub);
+            let m = Membership::join(&layout.kafka, &sub.group(name), &topics, &self.member, layout.session_timeout)?;
+            memberships.push(m);
+        }
+        for sub in &layout.subs {
+            log::info!("job '{name}': {}, {} task(s)", sub.describe(), layout.tasks[&sub.id]);
+        }
+        let mut running: BTreeMap<TaskId, JobHandle> = BTreeMap::new();
+        // Ended here, or fenced by another worker: not started again while still assigned.
+        let mut settled: BTreeSet<TaskId> = BTreeSet::new();
+        let mut last_assigned: BTreeMap<usize, BTreeSet<i32>> = BTreeMap::new();
+        let mut next_id = 1u64;
+        let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
+        loop {
+            for (sub, membership) in layout.subs.iter().zip(&memberships) {
+                if let Some(e) = membership.failed() {
+                    return Err(e);
+                }
+                let assigned = membership.assigned.borrow().clone();
+                if last_assigned.get(&sub.id) != Some(&assigned) {
+                    log::info!("job '{name}': sub-topology {}: this worker's tasks are now {assigned:?}", sub.id);
+                    // A new assignment: what was settled may be ours again to start.
+                    settled.retain(|(s, _)| *s != sub.id);
+                    last_assigned.insert(sub.id, assigned.clone());
+                }
+                let gone: Vec<TaskId> =
+                    running.keys().filter(|(s, p)| *s == sub.id && !assigned.contains(p)).copied().collect();
+                for task in gone {
+                    if let Some(handle) = running.remove(&task) {
+                        log::info!("job '{name}': task {}/{} moved to another worker; stopping it here", task.0, task.1);
+                        handle.cancel();
+                    }
+                }
+                for p in assigned {
+                    let task = (sub.id, p);
+                    if running.contains_key(&task) || settled.contains(&task) {
+                        continue;
+                    }
+                    let handle = tokio::task::block_in_place(|| self.start(sub, p, next_id))?;
+                    next_id += 1;
+                    running.insert(task, handle);
+                }
+            }
+            let mut ended = Vec::new();
+            for (task, handle) in &running {
+                match handle.state() {
+                    JobState::Running => {}
+                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
+                        log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
+                        ended.push(*task);
+                    }
+                    JobState::Failed(e) => {
+                        return Err(e.context(format!("job '{name}', task {}/{}", task.0, task.1)));
+                    }
+                    _ => ended.push(*task),
+                }
+            }
+            for task in ended {
+                running.remove(&task);
+                settled.insert(task);
+            }
+            if running.is_empty() && tokio::task::block_in_place(|| self.all_ended())? {
+                log::info!("job '{name}': every task has ended");
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = &mut interrupt => {
+                    log::info!("job '{name}': interrupted; leaving the groups");
+                    for handle in running.values() {
+                        handle.cancel();
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Whether every task of the job has committed its final checkpoint.
+    fn all_ended(&self) -> Result<bool> {
+        let layout = &self.layout;
+        for sub in &layout.subs {
+            let topics = layout.topics_of(sub);
+            for p in 0..layout.tasks[&sub.id] as i32 {
+                let done = group::committed_checkpoint(&layout.kafka, &sub.group(&layout.job.name), &topics, p)?;
+                if !done.is_some_and(|(_, last)| last) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Start task `p` of `sub`: restored from the checkpoint its committed offsets name.
+    fn start(&self, sub: &SubTopology, p: i32, id: u64) -> Result<JobHandle> {
+        let layout = self.layout.clone();
+        let job = &layout.job;
+        let tasks = layout.tasks[&sub.id];
+        let name = format!("{}/{}-{p}", job.name, sub.id);
+        let group = sub.group(&job.name);
+        let topics = layout.topics_of(sub);
+        let shared = Arc::new(TaskShared::default());
+        let connectors: Arc<dyn ConnectorFactory> = Arc::new(TaskConnectors {
+            inner: self.connectors.clone(),
+            partition: p as usize,
+            tasks,
+            upstream_tasks: layout.tasks.clone(),
+            shared: shared.clone(),
+        });
+        let committed: store::Committed = {
+            let (kafka, group, topics) = (layout.kafka.clone(), group.clone(), topics.clone());
+            Arc::new(move || Ok(group::committed_checkpoint(&kafka, &group, &topics, p)?.map(|(e, _)| e)))
+        };
+        let dir = layout.checkpoint.dir.join(format!("task-{}-{p}", sub.id));
+        let store = Arc::new(TaskStore::new(dir.clone(), committed));
+        // From here on a predecessor on another worker cannot complete a checkpoint.
+        store.claim()?;
+        let mut config = layout.checkpoint.clone();
+        config.dir = dir;
+        config.fingerprint = format!("{}-{}", config.fingerprint, sub.id);
+        let mut options = job.options.clone();
+        options.parallelism = 1;
+        options.rocksdb = options.rocksdb.map(|r| r.join(format!("task-{}-{p}", sub.id)));
+        options.restore = store.latest(&config.fingerprint)?;
+        match &options.restore {
+            Some(r) => log::info!("task {name} starts from its committed checkpoint {}", r.epoch),
+            None => log::info!("task {name} starts from the beginning"),
+        }
+        options.checkpoint = Some((config, store as Arc<dyn CheckpointStore>));
+        let make_target = {
+            let (layout, connectors) = (layout.clone(), self.connectors.clone());
+            let output = match &sub.output {
+                Output::Repartition { topic, keys } => Some((topic.clone(), keys.clone())),
+                Output::Sink => None,
+            };
+            move || -> Result<Target> {
+                let job = &layout.job;
+                Ok(match &output {
+                    Some((topic, keys)) => Target::Repartition {
+                        topic: topic.clone(),
+                        keys: keys.clone(),
+                        partitions: job.options.parallelism,
+                        key_groups: job.options.key_groups,
+                    },
+                    None if matches!(job.sink.options.get("connector"), Some("kafka" | "upsert-kafka")) => {
+                        Target::Topic(weir_connectors::kafka::TopicWriter::new(&job.sink, &job.sink.schema)?)
+                    }
+                    None => {
+                        let split = Split { index: p as usize, count: tasks };
+                        Target::Other(connectors.sink(&job.sink, job.sink.schema.clone(), split)?)
+                    }
+                })
+            }
+        };
+        let (kafka, transactional_id, sink_name) =
+            (layout.kafka.clone(), format!("weir-{}-{}-{p}", job.name, sub.id), job.sink.name.clone());
+        let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
+        let spec = SinkSpec {
+            name: match &sub.output {
+                Output::Repartition { topic, .. } => topic.clone(),
+                Output::Sink => sink_name,
+            },
+            parallel: false,
+            make: Box::new(move |_| {
+                let sink = TaskSink::new(
+                    task_name.clone(),
+                    p as usize,
+                    kafka.clone(),
+                    transactional_id.clone(),
+                    &group,
+                    make_target()?,
+                    shared.clone(),
+                )?;
+                Ok(Box::new(sink) as Box<dyn weir_core::Sink>)
+            }),
+        };
+        spawn_job(id, name, &sub.root, spec, connectors, options)
+    }
+}

@@ -1,0 +1,348 @@
+//! A task's output: everything it writes (rows for a repartition topic or the job's Kafka
+//! sink, watermark markers) goes through one transactional producer, whose transactional id
+//! is the task's. Per checkpoint `n`, in this order:
+//! 1. barrier `n`: the producer is flushed (pre-commit); the runtime then writes the state
+//!    snapshot to the shared checkpoint store;
+//! 2. checkpoint `n` written: the offsets the task's sources had at barrier `n` go into the
+//!    transaction, with `weir:<n>` as their commit metadata, and the transaction commits.
+//!
+//! The commit is what makes checkpoint `n` the task's: a task that starts (restarts, or
+//! moves to another worker) restores the checkpoint named by its committed offsets, and
+//! initializing the producer fences its predecessor and aborts what it left open. Rows that
+//! arrive between the flush and the commit wait here: they belong to the next transaction.
+//!
+//! A job sink of another kind (files, PostgreSQL) is that connector's own sink, told of each
+//! checkpoint after the Kafka commit, as in one process.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use weir_connectors::kafka::{send, TopicWriter};
+use weir_core::{Chunk, Result, Sink, Watermark, WeirError};
+use weir_runtime::KeyGroups;
+
+use super::codec::{encode_chunk, marker, MARKER};
+use super::connectors::TaskShared;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// Markers at most this often while the watermark moves (and at every checkpoint).
+const MARKER_EVERY: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Default)]
+pub struct TaskContext(Arc<Mutex<Option<String>>>);
+
+impl ClientContext for TaskContext {}
+
+impl ProducerContext for TaskContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            if let Ok(mut error) = self.0.lock() {
+                error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+/// Where a task's rows go.
+pub enum Target {
+    /// A repartition topic: each row to the partition of its key group.
+    Repartition { topic: String, keys: Vec<usize>, partitions: usize, key_groups: KeyGroups },
+    /// The job's Kafka sink table.
+    Topic(TopicWriter),
+    /// The job's sink of another connector.
+    Other(Box<dyn Sink>),
+}
+
+/// The metadata of a task's committed offsets: the checkpoint they belong to, and whether it
+/// is the task's last.
+pub fn commit_metadata(epoch: u64, last: bool) -> String {
+    if last {
+        format!("weir:{epoch}:end")
+    } else {
+        format!("weir:{epoch}")
+    }
+}
+
+pub fn parse_commit_metadata(text: &str) -> Option<(u64, bool)> {
+    let rest = text.strip_prefix("weir:")?;
+    match rest.split_once(':') {
+        Some((n, "end")) => Some((n.parse().ok()?, true)),
+        None => Some((rest.parse().ok()?, false)),
+        _ => None,
+    }
+}
+
+pub struct TaskSink {
+    /// `task <sub-topology>/<partition> of job '<job>'`, for messages.
+    name: String,
+    task: usize,
+    config: rdkafka::ClientConfig,
+    transactional_id: String,
+    producer: Option<ThreadedProducer<TaskContext>>,
+    context: TaskContext,
+    in_transaction: bool,
+    target: Target,
+    /// The sub-topology's consumer group, which the offsets are committed to.
+    group: ConsumerGroupMetadata,
+    _group_consumer: BaseConsumer,
+    shared: Arc<TaskShared>,
+    /// Flushed for a checkpoint, not yet committed: its epoch (`None`: the final one, whose
+    /// number comes with its completion).
+    pending: Option<Option<u64>>,
+    held: Vec<Chunk>,
+    watermark: Option<i64>,
+    marked: Option<i64>,
+    marked_at: Instant,
+}
+
+fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
+    use rdkafka::types::RDKafkaErrorCode::{InvalidProducerEpoch, ProducerFenced};
+    let fenced = matches!(e.rdkafka_error_code(), Some(ProducerFenced | InvalidProducerEpoch))
+        || e.to_string().to_lowercase().contains("fenced");
+    if fenced {
+        WeirError::fenced(format!(
+            "{name}: Kafka: {what}: {e}: the task has moved to another worker, which fenced this one; it stops here"
+        ))
+    } else {
+        WeirError::external(format!("{name}: Kafka: {what}: {e}"))
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+impl TaskSink {
+    /// `config`: the cluster's client settings; `group`: the sub-topology's group.
+    pub fn new(
+        name: String,
+        task: usize,
+        mut config: rdkafka::ClientConfig,
+        transactional_id: String,
+        group: &str,
+        target: Target,
+        shared: Arc<TaskShared>,
+    ) -> Result<Self> {
+        let mut consumer_config = config.clone();
+        consumer_config.set("group.id", group).set("enable.auto.commit", "false");
+        let consumer: BaseConsumer =
+            consumer_config.create().map_err(|e| kafka(&name, "cannot create a consumer", e))?;
+        let group = consumer.group_metadata().ok_or_else(|| WeirError::internal("a consumer without group metadata"))?;
+        config.set("transactional.id", &transactional_id).set("enable.idempotence", "true");
+        Ok(Self {
+            name,
+            task,
+            config,
+            transactional_id,
+            producer: None,
+            context: TaskContext::default(),
+            in_transaction: false,
+            target,
+            group,
+            _group_consumer: consumer,
+            shared,
+            pending: None,
+            held: Vec::new(),
+            watermark: None,
+            marked: None,
+            marked_at: Instant::now(),
+        })
+    }
+
+    fn producer(&mut self) -> Result<&ThreadedProducer<TaskContext>> {
+        let name = &self.name;
+        let producer = self.producer.as_ref().ok_or_else(|| WeirError::internal(format!("{name}: no producer")))?;
+        if !self.in_transaction {
+            producer.begin_transaction().map_err(|e| kafka(name, "cannot begin a transaction", e))?;
+            self.in_transaction = true;
+        }
+        Ok(producer)
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.context.0.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) => Err(WeirError::external(format!("{}: Kafka: a write failed: {e}", self.name))),
+            None => Ok(()),
+        }
+    }
+
+    async fn write_now(&mut self, chunk: Chunk) -> Result<()> {
+        if let Target::Other(sink) = &mut self.target {
+            return sink.write_chunk(chunk).await;
+        }
+        self.producer()?;
+        let Some(producer) = &self.producer else { return Ok(()) };
+        match &self.target {
+            Target::Repartition { topic, keys, partitions, key_groups } => {
+                let parts = weir_runtime::hash_partition(&chunk, keys, *partitions, *key_groups)?;
+                for (partition, part) in parts.into_iter().enumerate() {
+                    let Some(part) = part.filter(|p| p.num_rows() > 0) else { continue };
+                    let bytes = encode_chunk(&part)?;
+                    let record = BaseRecord::to(topic).partition(partition as i32).payload(bytes.as_slice());
+                    blocking(|| send(producer, record, topic))?;
+                }
+            }
+            Target::Topic(writer) => blocking(|| writer.write(producer, &chunk))?,
+            Target::Other(_) => {}
+        }
+        self.check()
+    }
+
+    /// A marker of the current watermark to every partition of the repartition topic, if
+    /// it moved since the last one.
+    fn write_markers(&mut self, force: bool) -> Result<()> {
+        let Some(watermark) = self.watermark.filter(|w| Some(*w) != self.marked) else { return Ok(()) };
+        let due = force || watermark == i64::MAX || self.marked_at.elapsed() >= MARKER_EVERY;
+        let Target::Repartition { topic, partitions, .. } = &self.target else { return Ok(()) };
+        if !due {
+            return Ok(());
+        }
+        let (topic, partitions) = (topic.clone(), *partitions);
+        self.producer()?;
+        let Some(producer) = &self.producer else { return Ok(()) };
+        let value = marker(self.task, watermark);
+        for partition in 0..partitions {
+            let headers = OwnedHeaders::new().insert(Header { key: MARKER, value: Some(&[] as &[u8]) });
+            let record =
+                BaseRecord::to(&topic).partition(partition as i32).payload(value.as_slice()).headers(headers);
+            blocking(|| send(producer, record, &topic))?;
+        }
+        self.marked = Some(watermark);
+        self.marked_at = Instant::now();
+        Ok(())
+    }
+
+    /// Flush for checkpoint `epoch` (`None`: the final one).
+    async fn flush_for(&mut self, epoch: Option<u64>) -> Result<Option<Vec<u8>>> {
+        self.write_markers(true)?;
+        let state = match &mut self.target {
+            Target::Other(sink) => match epoch {
+                Some(e) => sink.pre_commit(e).await?,
+                None => sink.pre_commit_final().await?,
+            },
+            _ => None,
+        };
+        if let Some(producer) = &self.producer {
+            blocking(|| producer.flush(TIMEOUT)).map_err(|e| kafka(&self.name, "cannot flush", e))?;
+        }
+        self.check()?;
+        self.pending = Some(epoch);
+        // Always something: the transaction commits with the checkpoint, the final one too
+        // (empty: the job's sink of another kind had no state).
+        Ok(Some(state.unwrap_or_default()))
+    }
+}
+
+#[async_trait]
+impl Sink for TaskSink {
+    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        if let Target::Topic(writer) = &self.target {
+            writer.check(&chunk)?;
+        }
+        if self.pending.is_some() {
+            self.held.push(chunk);
+            return Ok(());
+        }
+        self.write_now(chunk).await
+    }
+
+    async fn on_watermark(&mut self, watermark: Watermark) -> Result<()> {
+        self.watermark = Some(self.watermark.map_or(watermark.0, |w| w.max(watermark.0)));
+        if let Target::Other(sink) = &mut self.target {
+            sink.on_watermark(watermark).await?;
+        }
+        if self.pending.is_none() {
+            self.write_markers(false)?;
+        }
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        self.flush_for(Some(epoch)).await
+    }
+
+    fn awaiting_commit(&self) -> Option<u64> {
+        match self.pending {
+            Some(Some(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    async fn commit(&mut self, epoch: u64) -> Result<()> {
+        let Some(pending) = self.pending else { return Ok(()) };
+        if pending.is_some_and(|e| e > epoch) {
+            return Ok(());
+        }
+        let last = pending.is_none();
+        let offsets = self.shared.take(epoch, last);
+        let mut list = TopicPartitionList::new();
+        let metadata = commit_metadata(epoch, last);
+        for ((topic, partition), offset) in &offsets {
+            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| kafka(&self.name, "cannot list offsets", e))?;
+        }
+        for mut elem in list.elements() {
+            elem.set_metadata(metadata.clone());
+        }
+        weir_core::fault::pause("worker_commit");
+        self.producer()?;
+        let (Some(producer), name, group) = (&self.producer, &self.name, &self.group) else { return Ok(()) };
+        blocking(|| {
+            producer
+                .send_offsets_to_transaction(&list, group, TIMEOUT)
+                .map_err(|e| kafka(name, "cannot add the offsets to the transaction", e))?;
+            producer
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| kafka(name, &format!("cannot commit checkpoint {epoch}"), e))
+        })?;
+        self.in_transaction = false;
+        self.pending = None;
+        if let Target::Other(sink) = &mut self.target {
+            sink.commit(epoch).await?;
+        }
+        for chunk in std::mem::take(&mut self.held) {
+            self.write_now(chunk).await?;
+        }
+        self.write_markers(false)
+    }
+
+    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
+        weir_core::fault::pause("worker_restore");
+        let producer: ThreadedProducer<TaskContext> = self
+            .config
+            .create_with_context(self.context.clone())
+            .map_err(|e| kafka(&self.name, "cannot create a producer", e))?;
+        // Fences the task's earlier producer (on whichever worker) and aborts its open
+        // transaction: only this one commits from here on.
+        blocking(|| producer.init_transactions(TIMEOUT)).map_err(|e| {
+            kafka(&self.name, &format!("cannot initialize transactions as '{}'", self.transactional_id), e)
+        })?;
+        self.producer = Some(producer);
+        if let Target::Other(sink) = &mut self.target {
+            sink.restore(epoch, state.filter(|s| !s.is_empty())).await?;
+        }
+        Ok(())
+    }
+
+    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
+        self.flush_for(None).await
+    }
+
+    async fn finish(&mut self) -> Result<()> {
+        if let Target::Other(sink) = &mut self.target {
+            sink.finish().await?;
+        }
+        Ok(())
+    }
+}
