@@ -56,6 +56,10 @@ enum Command {
     Worker {
         /// The SQL file (the same on every worker).
         file: PathBuf,
+        /// A stable name of this worker (a pod's name): a worker restarted under the same id
+        /// takes its predecessor's place in the groups at once (Kafka's static membership).
+        #[arg(long)]
+        id: Option<String>,
     },
     /// Show the tasks of a SQL file's jobs run by workers: which worker runs each, the
     /// checkpoint it last committed, its consumer lag. Read from the Kafka cluster.
@@ -89,8 +93,8 @@ fn main() -> ExitCode {
         match cli.command {
             None => repl::run(cli.history).await,
             Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
-            Some(Command::Worker { file }) => run::worker_file(&file, false).await,
-            Some(Command::Status { file }) => run::worker_file(&file, true).await,
+            Some(Command::Worker { file, id }) => run::worker_file(&file, false, id.as_deref()).await,
+            Some(Command::Status { file }) => run::worker_file(&file, true, None).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
             Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
                 Ok(summary) => {

@@ -95,7 +95,7 @@ pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
 
 /// `weir worker`: this process as one worker of the file's jobs (see `weir::workers`);
 /// `weir status`: what the workers of the file's jobs are doing.
-pub async fn worker_file(file: &Path, status_only: bool) -> ExitCode {
+pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>) -> ExitCode {
     let sql = match std::fs::read_to_string(file) {
         Ok(s) => s,
         Err(e) => {
@@ -110,7 +110,7 @@ pub async fn worker_file(file: &Path, status_only: bool) -> ExitCode {
     };
     let outcome = match status_only {
         true => weir::workers::status(&engine, &sql).await.map(|text| print!("{text}")),
-        false => weir::workers::run(&engine, &sql).await,
+        false => weir::workers::run(&engine, &sql, id).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -348,6 +348,7 @@ impl CheckpointStore for LocalStore {
         if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
             std::thread::sleep(Duration::from_millis(ms));
         }
+        weir_core::fault::pause("manifest");
         self.check_owner()?;
         let manifest =
             serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });

@@ -237,10 +237,9 @@ async fn a_second_instance_fences_the_first() {
     assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("SIGSTOP").success());
     let copied = dir.join("checkpoints-copy");
     crate::rescale::copy_dir(&checkpoints, &copied);
-    let second = std::fs::read_to_string(&sql).expect("read the job").replace(
-        &format!("'{}'", checkpoints.display()),
-        &format!("'{}'", copied.display()),
-    );
+    let second = std::fs::read_to_string(&sql)
+        .expect("read the job")
+        .replace(&format!("'{}'", checkpoints.display()), &format!("'{}'", copied.display()));
     run_to_end(&write_sql(&dir, "second.sql", second));
     assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("SIGCONT").success());
     let status = first.wait().expect("wait for the first instance");

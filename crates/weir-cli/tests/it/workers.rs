@@ -13,6 +13,10 @@ use crate::weir_bin;
 /// Bids in the test topic (of 20,000 Nexmark events).
 const BIDS: i64 = 18_400;
 
+/// One test of workers at a time: each runs several processes and a broker, and rebalances
+/// wait on every member, so two at once on a small machine only slow each other down.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Two jobs in one file, each cut twice: bids per auction, then auctions per bid count
 /// (upsert-kafka, an updating aggregate fed an updating one across a cut); and bids joined
 /// with their auction (a regular left join, both sides repartitioned, as change events).
@@ -139,11 +143,13 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(sql: &Path, dir: &Path, n: usize, env: &[(&str, String)]) -> Worker {
+    /// Worker `n`, named `id` in the groups (a replacement takes the id of the one it
+    /// replaces).
+    fn start(sql: &Path, dir: &Path, n: usize, id: &str, env: &[(&str, String)]) -> Worker {
         let log = dir.join(format!("worker-{n}.log"));
         let file = std::fs::File::create(&log).expect("worker log");
         let mut cmd = Command::new(weir_bin());
-        cmd.arg("worker").arg(sql).env("WEIR_LOG", "info").stdout(Stdio::null()).stderr(file);
+        cmd.arg("worker").arg(sql).arg("--id").arg(id).env("WEIR_LOG", "info").stdout(Stdio::null()).stderr(file);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -170,6 +176,19 @@ impl Worker {
         }
     }
 
+    /// Wait for the worker to fail; its log.
+    fn wait_failed(mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(!status.success(), "the worker went on as if nothing happened:\n{}", self.log());
+                return self.log();
+            }
+            assert!(Instant::now() < deadline, "the worker did not stop in {timeout:?}:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -178,14 +197,240 @@ impl Worker {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_write_what_one_process_writes() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = crate::slt::tempdir();
     let (broker, want) = with_reference(&dir).await;
     let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), None));
-    let workers: Vec<Worker> = (0..3).map(|n| Worker::start(&sql, &dir, n, &[])).collect();
+    let workers: Vec<Worker> = (0..3).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
     for w in workers {
         w.wait(Duration::from_secs(120));
     }
     let got = Expected::read(&broker, "");
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
     assert!(got == want, "the workers' output differs from one process's");
+}
+
+/// Who runs each task, as `weir status` reads it from the groups: task -> member name.
+fn owners(sql: &Path) -> BTreeMap<String, String> {
+    let out = Command::new(weir_bin()).arg("status").arg(sql).output().expect("weir status");
+    assert!(out.status.success(), "weir status failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut owners = BTreeMap::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() >= 3 && words[0].contains('/') && words[0].chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            owners.insert(format!("{}:{}", owners.len(), words[0]), words[1].to_string());
+        }
+    }
+    assert!(!owners.is_empty(), "weir status listed no task:\n{text}");
+    owners
+}
+
+/// The member name of worker process `pid` in the groups.
+fn member(pid: u32) -> impl Fn(&String) -> bool {
+    let suffix = format!("-{pid}");
+    move |owner: &String| owner.ends_with(&suffix)
+}
+
+/// Wait until `done` holds of the task owners, or fail after `timeout`.
+fn wait_for_owners(sql: &Path, timeout: Duration, what: &str, done: impl Fn(&BTreeMap<String, String>) -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let owners = owners(sql);
+        if done(&owners) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} within {timeout:?}; owners: {owners:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Where a kill of a worker lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Processing,
+    /// State written to the store, the manifest not yet.
+    PreCommitted,
+    /// Checkpoint written, the task's transaction not yet committed.
+    Committing,
+    /// A task starting on this worker, restoring.
+    Restoring,
+}
+
+impl Phase {
+    /// The fault hook that slows the phase down, and its marker file.
+    fn hook(self) -> Option<&'static str> {
+        match self {
+            Phase::Processing => None,
+            Phase::PreCommitted => Some("manifest"),
+            Phase::Committing => Some("worker_commit"),
+            Phase::Restoring => Some("worker_restore"),
+        }
+    }
+
+    /// The variable that sets the hook's pause.
+    fn variable(self) -> &'static str {
+        match self {
+            Phase::Processing => "",
+            Phase::PreCommitted => "WEIR_FAULT_MANIFEST_MS",
+            Phase::Committing => "WEIR_FAULT_WORKER_COMMIT_MS",
+            Phase::Restoring => "WEIR_FAULT_WORKER_RESTORE_MS",
+        }
+    }
+}
+
+/// A worker started with `phase` slowed down, its fault markers in `<dir>/faults-<n>`.
+fn start_in(sql: &Path, dir: &Path, n: usize, id: &str, phase: Option<Phase>) -> (Worker, PathBuf) {
+    let faults = dir.join(format!("faults-{n}"));
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let mut env = vec![("WEIR_FAULT_DIR", faults.display().to_string())];
+    if let Some(p) = phase.filter(|p| p.hook().is_some()) {
+        env.push((p.variable(), "400".into()));
+    }
+    (Worker::start(sql, dir, n, id, &env), faults)
+}
+
+/// Kafka's group protocol moves a dead worker's tasks when its session times out, or at once
+/// to a replacement started under its id (static membership). The test broker does not time
+/// sessions out (nor rebalances waiting on a dead member), so here each kill is followed by
+/// a replacement under the dead worker's id.
+#[ignore = "after a worker is killed or a task moves, read_committed readers of the repartition topics stop advancing on the test broker (issue #15, open)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_ten_times_in_every_phase_loses_and_duplicates_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = crate::slt::tempdir();
+    let (broker, want) = with_reference(&dir).await;
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(70)));
+    let stable: Vec<Worker> = (0..2).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
+    let phases = [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
+    let mut kills: BTreeMap<Phase, u32> = BTreeMap::new();
+    let mut reassigned = 0;
+    let mut pending: Option<(Vec<String>, u32)> = None;
+    let (mut victim, mut faults) = start_in(&sql, &dir, 10, "w2", Some(phases[0]));
+    for round in 0..10 {
+        let phase = phases[round % phases.len()];
+        let pid = victim.child.id();
+        let started = Instant::now();
+        let landed = loop {
+            let in_phase = match phase.hook() {
+                None => started.elapsed() > Duration::from_millis(1500 + 300 * round as u64),
+                Some(hook) => faults.join(hook).exists(),
+            };
+            if in_phase {
+                break phase;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                break Phase::Processing;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let ran = if phase == Phase::Restoring { None } else { Some(owners(&sql)) };
+        victim.kill();
+        *kills.entry(landed).or_default() += 1;
+        // Killed while restoring: the group's view is read after the kill (the replacement
+        // restores as soon as it has its tasks, before the group could be asked).
+        let before = ran.unwrap_or_else(|| owners(&sql));
+        if let Some((had, dead)) = pending.take() {
+            reassigned += reassigned_from(&sql, &had, dead);
+        }
+        let had: Vec<String> = before.iter().filter(|(_, o)| member(pid)(o)).map(|(t, _)| t.clone()).collect();
+        println!("round {round}: killed worker {pid} in {landed:?}; it ran {}", had.len());
+        // The replacement: killed in the next round, the last one runs to the end.
+        let next_phase = (round < 9).then(|| phases[(round + 1) % phases.len()]);
+        (victim, faults) = start_in(&sql, &dir, 11 + round, "w2", next_phase);
+        if next_phase == Some(Phase::Restoring) {
+            pending = Some((had, pid));
+        } else {
+            reassigned += reassigned_from(&sql, &had, pid);
+        }
+    }
+    println!("kills per phase: {kills:?}; {reassigned} tasks reassigned");
+    for w in stable.into_iter().chain([victim]) {
+        w.wait(Duration::from_secs(300));
+    }
+    let got = Expected::read(&broker, "");
+    assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
+    assert!(got == want, "the output after 10 kills differs from one process's");
+    assert!(kills.len() == phases.len(), "some phase was never hit: {kills:?}");
+    assert!(reassigned >= 10, "the killed workers ran only {reassigned} tasks in all");
+}
+
+/// Wait until every task of `had` (those dead worker `pid` ran) has another owner; how many.
+fn reassigned_from(sql: &Path, had: &[String], pid: u32) -> usize {
+    wait_for_owners(sql, Duration::from_secs(60), "the group did not reassign the dead worker's tasks", |o| {
+        had.iter().all(|t| o.get(t).is_some_and(|owner| owner != "-" && !member(pid)(owner)))
+    });
+    had.len()
+}
+
+#[ignore = "after a worker is killed or a task moves, read_committed readers of the repartition topics stop advancing on the test broker (issue #15, open)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_added_mid_run_takes_tasks_and_nothing_is_lost() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = crate::slt::tempdir();
+    let (broker, want) = with_reference(&dir).await;
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(200)));
+    let first: Vec<Worker> = (0..2).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
+    wait_for_owners(&sql, Duration::from_secs(30), "two workers did not share the tasks", |o| {
+        o.values().all(|w| w != "-") && o.values().collect::<std::collections::BTreeSet<_>>().len() == 2
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let third = Worker::start(&sql, &dir, 2, "w2", &[]);
+    let pid = third.child.id();
+    wait_for_owners(&sql, Duration::from_secs(30), "the added worker got no task", |o| o.values().any(member(pid)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !first.iter().any(|w| w.log().contains("revoked; stopping it here")) {
+        assert!(Instant::now() < deadline, "no task moved away from the first two workers");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for w in first.into_iter().chain([third]) {
+        w.wait(Duration::from_secs(120));
+    }
+    let got = Expected::read(&broker, "");
+    assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
+    assert!(got == want, "the output with a worker added differs from one process's");
+}
+
+#[ignore = "after a worker is killed or a task moves, read_committed readers of the repartition topics stop advancing on the test broker (issue #15, open)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = crate::slt::tempdir();
+    let (broker, want) = with_reference(&dir).await;
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(500)));
+    let faults = dir.join("faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let env = [("WEIR_FAULT_DIR", faults.display().to_string()), ("WEIR_FAULT_WORKER_COMMIT_MS", "500".to_string())];
+    let zombie = Worker::start(&sql, &dir, 0, "w0", &env);
+    let others: Vec<Worker> = (1..3).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
+    let pid = zombie.child.id();
+    // Paused just before a task's commit: its checkpoint is written, its transaction open.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !faults.join("worker_commit").exists() {
+        assert!(Instant::now() < deadline, "the worker never came to commit:\n{}", zombie.log());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let signal = |s: &str| assert!(Command::new("kill").args([s, &pid.to_string()]).status().expect("kill").success());
+    signal("-STOP");
+    // Its replacement, under its id, takes its place in the groups (the test broker does not
+    // time sessions out).
+    let others: Vec<Worker> = others.into_iter().chain([Worker::start(&sql, &dir, 3, "w0", &[])]).collect();
+    wait_for_owners(&sql, Duration::from_secs(60), "the paused worker's tasks did not move", |o| {
+        !o.values().any(member(pid)) && o.values().all(|w| w != "-")
+    });
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !zombie.log().contains("fenced this one") {
+        assert!(Instant::now() < deadline, "the resumed worker was not fenced:\n{}", zombie.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = zombie.wait_failed(Duration::from_secs(30));
+    println!("{}", log.lines().find(|l| l.contains("fenced this one")).unwrap_or_default());
+    assert!(log.contains("has taken its place"), "the resumed worker did not leave the groups:\n{log}");
+    for w in others {
+        w.wait(Duration::from_secs(120));
+    }
+    let got = Expected::read(&broker, "");
+    assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
+    assert!(got == want, "the output differs from one process's after the zombie resumed");
 }

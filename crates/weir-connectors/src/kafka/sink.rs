@@ -34,8 +34,8 @@ use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProdu
 use rdkafka::{ClientContext, Statistics};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
-use super::writer::TopicWriter;
 use super::txn::{self, PreCommitted};
+use super::writer::TopicWriter;
 use super::Delivery;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);

@@ -46,7 +46,8 @@ pub fn decode_chunk(bytes: &[u8], schema: &SchemaRef) -> Result<(RecordBatch, Op
     let ops = match batch.num_columns() {
         n if n == width => None,
         n if n == width + 1 => {
-            let codes = batch.column(width).as_any().downcast_ref::<Int8Array>().ok_or_else(|| damaged("ops".into()))?;
+            let codes =
+                batch.column(width).as_any().downcast_ref::<Int8Array>().ok_or_else(|| damaged("ops".into()))?;
             let ops = codes.values().iter().map(|c| Op::from_code(*c).ok_or_else(|| damaged("an op".into())));
             Some(ops.collect::<Result<Vec<Op>>>()?)
         }

@@ -28,7 +28,11 @@ fn kafka(what: &str, e: rdkafka::error::KafkaError) -> WeirError {
 }
 
 struct GroupContext {
-    assigned: watch::Sender<BTreeSet<i32>>,
+    assigned: watch::Sender<Assignment>,
+    /// The last round whose revoked tasks the worker has stopped.
+    released: watch::Receiver<u64>,
+    /// How long a revocation waits for them.
+    stop_wait: Duration,
     /// An error that keeps this worker out of the group for good.
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     group: String,
@@ -37,7 +41,17 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        use rdkafka::types::RDKafkaErrorCode::InvalidSessionTimeout;
+        use rdkafka::types::RDKafkaErrorCode::{Fatal, FencedInstanceId, InvalidSessionTimeout};
+        if matches!(error.rdkafka_error_code(), Some(FencedInstanceId | Fatal)) {
+            let message = format!(
+                "another worker with this worker's id has taken its place in group '{}' ({reason}); this one stops",
+                self.group
+            );
+            if let Ok(mut f) = self.fatal.lock() {
+                f.get_or_insert(message);
+            }
+            return;
+        }
         if error.rdkafka_error_code() == Some(InvalidSessionTimeout) {
             let message = format!(
                 "the broker refuses to let this worker join group '{}' with a session timeout of {:?} \
@@ -55,20 +69,48 @@ impl ClientContext for GroupContext {
 }
 
 impl ConsumerContext for GroupContext {
+    /// Partitions revoked (the eager protocol revokes them all): the worker stops their tasks
+    /// before this member rejoins, so that the rebalance hands them on only once they are
+    /// stopped and their open transactions aborted (as Kafka Streams suspends its tasks
+    /// here). A worker that cannot in time is still fenced by the tasks' next owners.
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(_) = rebalance else { return };
+        let mut round = 0;
+        self.assigned.send_modify(|a| {
+            a.round += 1;
+            a.partitions.clear();
+            round = a.round;
+        });
+        let deadline = std::time::Instant::now() + self.stop_wait;
+        while *self.released.borrow() < round && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        // A revocation is not acted on: the assignment that follows says which tasks stay,
-        // and a task that moves meanwhile is fenced by its new owner.
         if let Rebalance::Assign(list) = rebalance {
             let _ = consumer.pause(list);
             let partitions = list.elements().iter().map(|e| e.partition()).collect();
-            self.assigned.send_replace(partitions);
+            self.assigned.send_modify(|a| {
+                a.round += 1;
+                a.partitions = partitions;
+            });
         }
     }
 }
 
+/// The partition numbers the group gave this worker, in its `round`-th assignment here.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assignment {
+    pub round: u64,
+    pub partitions: BTreeSet<i32>,
+}
+
 /// This worker's membership in one sub-topology's group; leaves the group when dropped.
 pub struct Membership {
-    pub assigned: watch::Receiver<BTreeSet<i32>>,
+    pub assigned: watch::Receiver<Assignment>,
+    /// The worker says here that it has stopped the tasks of a round's revocation.
+    pub released: watch::Sender<u64>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -79,23 +121,33 @@ impl Membership {
         config: &rdkafka::ClientConfig,
         group: &str,
         topics: &[String],
-        member: &str,
+        member: &super::Member,
         session_timeout: Duration,
     ) -> Result<Self> {
-        let (tx, rx) = watch::channel(BTreeSet::new());
+        let (tx, rx) = watch::channel(Assignment::default());
+        let (released_tx, released_rx) = watch::channel(0u64);
         let fatal = Arc::new(std::sync::Mutex::new(None));
         let mut config = config.clone();
         let session = session_timeout.as_millis().max(100);
         config
             .set("group.id", group)
-            .set("client.id", member)
+            .set("client.id", &member.name)
             .set("enable.auto.commit", "false")
             .set("partition.assignment.strategy", "range")
             .set("session.timeout.ms", session.to_string())
-            .set("heartbeat.interval.ms", (session / 3).max(50).to_string());
+            .set("heartbeat.interval.ms", (session / 12).max(50).to_string())
+            // Also the rebalance timeout: how long a rebalance waits for a member to rejoin
+            // before it goes on without it. This member is polled all the time, so a member
+            // that does not rejoin within the session timeout is dead or paused.
+            .set("max.poll.interval.ms", session.to_string());
+        if let Some(instance) = &member.instance {
+            config.set("group.instance.id", instance);
+        }
         let consumer: BaseConsumer<GroupContext> = config
             .create_with_context(GroupContext {
                 assigned: tx,
+                released: released_rx,
+                stop_wait: session_timeout / 2,
                 fatal: fatal.clone(),
                 group: group.to_string(),
                 session_timeout,
@@ -118,12 +170,12 @@ impl Membership {
                 consumer.unsubscribe();
             })
             .map_err(|e| WeirError::internal(format!("cannot start a group thread: {e}")))?;
-        Ok(Self { assigned: rx, fatal, stop, thread: Some(thread) })
+        Ok(Self { assigned: rx, released: released_tx, fatal, stop, thread: Some(thread) })
     }
 
     /// Why this worker cannot be a member, if it cannot.
     pub fn failed(&self) -> Option<WeirError> {
-        self.fatal.lock().ok().and_then(|f| f.clone()).map(WeirError::user)
+        self.fatal.lock().ok().and_then(|f| f.clone()).map(WeirError::fenced)
     }
 }
 
@@ -144,7 +196,12 @@ pub struct Commit {
 }
 
 /// The committed offsets of `group` for `partition` of each of `topics`.
-pub fn committed(config: &rdkafka::ClientConfig, group: &str, topics: &[String], partition: i32) -> Result<Vec<Commit>> {
+pub fn committed(
+    config: &rdkafka::ClientConfig,
+    group: &str,
+    topics: &[String],
+    partition: i32,
+) -> Result<Vec<Commit>> {
     let consumer = reader(config, group)?;
     let mut list = TopicPartitionList::new();
     for topic in topics {
@@ -201,21 +258,29 @@ pub fn end_offset(config: &rdkafka::ClientConfig, topic: &str, partition: i32) -
     Ok(high)
 }
 
+/// Each member (client id, host) of a group and the partition numbers assigned to it.
+pub type Owners = BTreeMap<(String, String), BTreeSet<i32>>;
+
 /// The members of `group` and the partition numbers assigned to each, as the group's
-/// coordinator has them: (member's client id, host) -> partitions.
-pub fn assignment(config: &rdkafka::ClientConfig, group: &str) -> Result<BTreeMap<(String, String), BTreeSet<i32>>> {
+/// coordinator has them: the group's state, and (member's client id, host) -> partitions.
+pub fn assignment(
+    config: &rdkafka::ClientConfig,
+    group: &str,
+) -> Result<(String, BTreeMap<(String, String), BTreeSet<i32>>)> {
     let consumer = reader(config, "weir-metadata")?;
     let groups = consumer
         .fetch_group_list(Some(group), TIMEOUT)
         .map_err(|e| kafka(&format!("cannot describe group '{group}'"), e))?;
     let mut out = BTreeMap::new();
+    let mut state = String::new();
     for g in groups.groups().iter().filter(|g| g.name() == group) {
+        state = g.state().to_string();
         for m in g.members() {
             let partitions = m.assignment().map(parse_assignment).unwrap_or_default();
             out.insert((m.client_id().to_string(), m.client_host().to_string()), partitions);
         }
     }
-    Ok(out)
+    Ok((state, out))
 }
 
 /// The consumer protocol's assignment: version, then per topic its name and partitions.

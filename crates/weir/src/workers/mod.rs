@@ -41,13 +41,16 @@ use store::TaskStore;
 use topology::{Output, SubTopology};
 
 /// Run this process as a worker of the jobs of `sql` until every task of every job has
-/// ended (bounded inputs), or forever.
-pub async fn run(engine: &Engine, sql: &str) -> Result<()> {
+/// ended (bounded inputs), or forever. `id`: a name of this worker that its replacement
+/// takes over (Kafka's static membership, `group.instance.id`): a worker restarted under the
+/// same id gets its place in the groups at once, without waiting for the group to give the
+/// old one up.
+pub async fn run(engine: &Engine, sql: &str, id: Option<&str>) -> Result<()> {
     let jobs = engine.prepare_jobs(sql).await?;
     if jobs.is_empty() {
         return Err(WeirError::user("the file has no INSERT: a worker runs the jobs that INSERTs start"));
     }
-    let member = member_name();
+    let member = Member { name: member_name(id), instance: id.map(str::to_string) };
     let mut runs = Vec::new();
     for job in jobs {
         runs.push(WorkerJob::new(job, engine.connectors(), &member)?);
@@ -56,10 +59,20 @@ pub async fn run(engine: &Engine, sql: &str) -> Result<()> {
     Ok(())
 }
 
-/// How this worker shows in the groups: host and process.
-fn member_name() -> String {
+/// How this worker shows in the groups: its id, or host and process; and its static id.
+#[derive(Clone)]
+pub(crate) struct Member {
+    pub name: String,
+    pub instance: Option<String>,
+}
+
+fn member_name(id: Option<&str>) -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
-    format!("weir-{}-{}", if host.is_empty() { "host" } else { &host }, std::process::id())
+    let host = if host.is_empty() { "host" } else { &host };
+    match id {
+        Some(id) => format!("weir-{id}-{}", std::process::id()),
+        None => format!("weir-{host}-{}", std::process::id()),
+    }
 }
 
 /// What every worker of a job works out the same way from the SQL file.
@@ -168,17 +181,17 @@ fn client_config(table: &TableDef) -> rdkafka::ClientConfig {
 struct WorkerJob {
     layout: Arc<Layout>,
     connectors: Arc<dyn ConnectorFactory>,
-    member: String,
+    member: Member,
 }
 
 /// A task this worker runs: sub-topology id and partition.
 type TaskId = (usize, i32);
 
 impl WorkerJob {
-    fn new(job: PreparedJob, connectors: Arc<dyn ConnectorFactory>, member: &str) -> Result<Self> {
+    fn new(job: PreparedJob, connectors: Arc<dyn ConnectorFactory>, member: &Member) -> Result<Self> {
         let layout = Layout::new(job)?;
         layout.ensure_topics()?;
-        Ok(Self { layout: Arc::new(layout), connectors, member: member.to_string() })
+        Ok(Self { layout: Arc::new(layout), connectors, member: member.clone() })
     }
 
     async fn run(self) -> Result<()> {
@@ -194,30 +207,44 @@ impl WorkerJob {
             log::info!("job '{name}': {}, {} task(s)", sub.describe(), layout.tasks[&sub.id]);
         }
         let mut running: BTreeMap<TaskId, JobHandle> = BTreeMap::new();
+        let mut stopping: Vec<(usize, JobHandle)> = Vec::new();
         // Ended here, or fenced by another worker: not started again while still assigned.
         let mut settled: BTreeSet<TaskId> = BTreeSet::new();
-        let mut last_assigned: BTreeMap<usize, BTreeSet<i32>> = BTreeMap::new();
+        let mut last_round: BTreeMap<usize, u64> = BTreeMap::new();
         let mut next_id = 1u64;
+        let mut last_check = std::time::Instant::now();
         let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
             for (sub, membership) in layout.subs.iter().zip(&memberships) {
                 if let Some(e) = membership.failed() {
                     return Err(e);
                 }
-                let assigned = membership.assigned.borrow().clone();
-                if last_assigned.get(&sub.id) != Some(&assigned) {
-                    log::info!("job '{name}': sub-topology {}: this worker's tasks are now {assigned:?}", sub.id);
-                    // A new assignment: what was settled may be ours again to start.
+                let assignment = membership.assigned.borrow().clone();
+                if last_round.get(&sub.id) != Some(&assignment.round) {
+                    log::info!(
+                        "job '{name}': sub-topology {}: this worker's tasks are now {:?}",
+                        sub.id,
+                        assignment.partitions
+                    );
+                    // A new assignment, even one of the same tasks (they may have been
+                    // elsewhere in between): what was settled may be ours again to start.
                     settled.retain(|(s, _)| *s != sub.id);
-                    last_assigned.insert(sub.id, assigned.clone());
+                    last_round.insert(sub.id, assignment.round);
                 }
+                let assigned = assignment.partitions;
                 let gone: Vec<TaskId> =
                     running.keys().filter(|(s, p)| *s == sub.id && !assigned.contains(p)).copied().collect();
                 for task in gone {
                     if let Some(handle) = running.remove(&task) {
-                        log::info!("job '{name}': task {}/{} moved to another worker; stopping it here", task.0, task.1);
+                        log::info!("job '{name}': task {}/{} revoked; stopping it here", task.0, task.1);
                         handle.cancel();
+                        stopping.push((sub.id, handle));
                     }
+                }
+                // The revocation waits until this worker's revoked tasks have stopped.
+                stopping.retain(|(_, h)| matches!(h.state(), JobState::Running));
+                if !stopping.iter().any(|(s, _)| *s == sub.id) && *membership.released.borrow() < assignment.round {
+                    membership.released.send_replace(assignment.round);
                 }
                 for p in assigned {
                     let task = (sub.id, p);
@@ -247,12 +274,16 @@ impl WorkerJob {
                 running.remove(&task);
                 settled.insert(task);
             }
-            if running.is_empty() && tokio::task::block_in_place(|| self.all_ended())? {
-                log::info!("job '{name}': every task has ended");
-                return Ok(());
+            // Asked of the cluster at most once a second.
+            if running.is_empty() && last_check.elapsed() >= Duration::from_secs(1) {
+                last_check = std::time::Instant::now();
+                if tokio::task::block_in_place(|| self.all_ended())? {
+                    log::info!("job '{name}': every task has ended");
+                    return Ok(());
+                }
             }
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = &mut interrupt => {
                     log::info!("job '{name}': interrupted; leaving the groups");
                     for handle in running.values() {
@@ -270,7 +301,8 @@ impl WorkerJob {
         for sub in &layout.subs {
             let topics = layout.topics_of(sub);
             for p in 0..layout.tasks[&sub.id] as i32 {
-                let done = group::committed_checkpoint(&layout.kafka, &sub.group(&layout.job.name), &topics, p)?;
+                let group = sub.offsets_group(&layout.job.name);
+                let done = group::committed_checkpoint(&layout.kafka, &group, &topics, p)?;
                 if !done.is_some_and(|(_, last)| last) {
                     return Ok(false);
                 }
@@ -285,7 +317,7 @@ impl WorkerJob {
         let job = &layout.job;
         let tasks = layout.tasks[&sub.id];
         let name = format!("{}/{}-{p}", job.name, sub.id);
-        let group = sub.group(&job.name);
+        let group = sub.offsets_group(&job.name);
         let topics = layout.topics_of(sub);
         let shared = Arc::new(TaskShared::default());
         let connectors: Arc<dyn ConnectorFactory> = Arc::new(TaskConnectors {
@@ -301,8 +333,11 @@ impl WorkerJob {
         };
         let dir = layout.checkpoint.dir.join(format!("task-{}-{p}", sub.id));
         let store = Arc::new(TaskStore::new(dir.clone(), committed));
-        // From here on a predecessor on another worker cannot complete a checkpoint.
+        // From here on a predecessor on another worker cannot complete a checkpoint, nor
+        // commit one.
         store.claim()?;
+        let transactional_id = format!("weir-{}-{}-{p}", job.name, sub.id);
+        sink::fence(&layout.kafka, &transactional_id, &name)?;
         let mut config = layout.checkpoint.clone();
         config.dir = dir;
         config.fingerprint = format!("{}-{}", config.fingerprint, sub.id);
@@ -340,8 +375,7 @@ impl WorkerJob {
                 })
             }
         };
-        let (kafka, transactional_id, sink_name) =
-            (layout.kafka.clone(), format!("weir-{}-{}-{p}", job.name, sub.id), job.sink.name.clone());
+        let (kafka, sink_name) = (layout.kafka.clone(), job.sink.name.clone());
         let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
         let spec = SinkSpec {
             name: match &sub.output {

@@ -116,6 +116,20 @@ fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
     }
 }
 
+/// Initialize the task's transactional id: its earlier producer, on whichever worker, is
+/// fenced, and its open transaction aborted, or (if that one was already committing) committed
+/// first. Done before a task reads which checkpoint it restores, so that no commit can land
+/// after that read.
+pub fn fence(config: &rdkafka::ClientConfig, transactional_id: &str, name: &str) -> Result<()> {
+    let mut config = config.clone();
+    config.set("transactional.id", transactional_id).set("enable.idempotence", "true");
+    let producer: ThreadedProducer<TaskContext> =
+        config.create_with_context(TaskContext::default()).map_err(|e| kafka(name, "cannot create a producer", e))?;
+    producer
+        .init_transactions(TIMEOUT)
+        .map_err(|e| kafka(name, &format!("cannot initialize transactions as '{transactional_id}'"), e))
+}
+
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
@@ -135,7 +149,8 @@ impl TaskSink {
         consumer_config.set("group.id", group).set("enable.auto.commit", "false");
         let consumer: BaseConsumer =
             consumer_config.create().map_err(|e| kafka(&name, "cannot create a consumer", e))?;
-        let group = consumer.group_metadata().ok_or_else(|| WeirError::internal("a consumer without group metadata"))?;
+        let group =
+            consumer.group_metadata().ok_or_else(|| WeirError::internal("a consumer without group metadata"))?;
         config.set("transactional.id", &transactional_id).set("enable.idempotence", "true");
         Ok(Self {
             name,
@@ -211,10 +226,10 @@ impl TaskSink {
         let value = marker(self.task, watermark);
         for partition in 0..partitions {
             let headers = OwnedHeaders::new().insert(Header { key: MARKER, value: Some(&[] as &[u8]) });
-            let record =
-                BaseRecord::to(&topic).partition(partition as i32).payload(value.as_slice()).headers(headers);
+            let record = BaseRecord::to(&topic).partition(partition as i32).payload(value.as_slice()).headers(headers);
             blocking(|| send(producer, record, &topic))?;
         }
+        log::debug!("{}: markers {watermark} to '{topic}'", self.name);
         self.marked = Some(watermark);
         self.marked_at = Instant::now();
         Ok(())
@@ -306,6 +321,7 @@ impl Sink for TaskSink {
                 .commit_transaction(TIMEOUT)
                 .map_err(|e| kafka(name, &format!("cannot commit checkpoint {epoch}"), e))
         })?;
+        log::debug!("{}: committed checkpoint {epoch} ({metadata}), offsets {offsets:?}", self.name);
         self.in_transaction = false;
         self.pending = None;
         if let Target::Other(sink) = &mut self.target {

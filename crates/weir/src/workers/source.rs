@@ -101,6 +101,7 @@ impl Source for RepartitionSource {
                 let (task, watermark) = parse_marker(payload).ok_or_else(|| {
                     WeirError::internal(format!("a watermark marker in topic '{}' is damaged", self.topic))
                 })?;
+                log::debug!("{}/{}: marker of upstream task {task}: {watermark}", self.topic, self.partition);
                 let before = self.watermark();
                 let mark = self.marks.entry(task).or_insert(i64::MIN);
                 *mark = (*mark).max(watermark);

@@ -25,8 +25,8 @@ fn describe(layout: &Layout, out: &mut String) -> Result<()> {
     for sub in &layout.subs {
         let group = sub.group(name);
         let topics = layout.topics_of(sub);
-        let owners = group::assignment(&layout.kafka, &group)?;
-        out.push_str(&format!("  {}, group '{group}', {} member(s)\n", sub.describe(), owners.len()));
+        let (state, owners) = group::assignment(&layout.kafka, &group)?;
+        out.push_str(&format!("  {}, group '{group}' ({state}), {} member(s)\n", sub.describe(), owners.len()));
         if let Output::Repartition { topic, .. } = &sub.output {
             out.push_str(&format!("    writes {topic} ({} partitions)\n", layout.job.options.parallelism));
         }
@@ -37,7 +37,7 @@ fn describe(layout: &Layout, out: &mut String) -> Result<()> {
                 .find(|(_, parts)| parts.contains(&p))
                 .map(|((client, host), _)| format!("{client} ({})", host.trim_start_matches('/')))
                 .unwrap_or_else(|| "-".to_string());
-            let commits = group::committed(&layout.kafka, &group, &topics, p)?;
+            let commits = group::committed(&layout.kafka, &sub.offsets_group(name), &topics, p)?;
             let checkpoint = match commits.iter().filter_map(|c| c.checkpoint).max() {
                 Some((n, true)) => format!("{n} (ended)"),
                 Some((n, false)) => n.to_string(),
@@ -48,7 +48,13 @@ fn describe(layout: &Layout, out: &mut String) -> Result<()> {
                 let end = group::end_offset(&layout.kafka, topic, p)?;
                 lag += (end - commit.offset.unwrap_or(0)).max(0);
             }
-            out.push_str(&format!("    {:<8} {:<40} {:<12} {:>10}\n", format!("{}/{p}", sub.id), owner, checkpoint, lag));
+            out.push_str(&format!(
+                "    {:<8} {:<40} {:<12} {:>10}\n",
+                format!("{}/{p}", sub.id),
+                owner,
+                checkpoint,
+                lag
+            ));
         }
     }
     Ok(())

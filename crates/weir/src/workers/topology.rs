@@ -38,8 +38,15 @@ pub struct Input {
 }
 
 impl SubTopology {
+    /// The group whose members run this sub-topology's tasks.
     pub fn group(&self, job: &str) -> String {
         format!("weir-{job}-{}", self.id)
+    }
+
+    /// The group the tasks commit their offsets to, in their transactions. It has no
+    /// members: offsets committed to the members' group would race its rebalances.
+    pub fn offsets_group(&self, job: &str) -> String {
+        format!("weir-{job}-{}-offsets", self.id)
     }
 
     pub fn describe(&self) -> String {
@@ -108,7 +115,8 @@ impl Cutter<'_> {
                         table.name
                     )));
                 }
-                inputs.push(Input { topic: table.options.get("topic").unwrap_or_default().to_string(), upstream: None });
+                inputs
+                    .push(Input { topic: table.options.get("topic").unwrap_or_default().to_string(), upstream: None });
                 node.clone()
             }
             Node::Values { .. } => {
