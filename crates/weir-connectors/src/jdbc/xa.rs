@@ -110,7 +110,7 @@ impl Xa {
         for attempt in 0..3 {
             match client.batch_execute(&sql).await {
                 Ok(()) => return Ok(()),
-                Err(e) if attempt < 2 && matches!(code(&e), "23505" | "42P07") => continue,
+                Err(e) if attempt < 2 && matches!(code(&e), "23505" | "42P07" | "42710") => continue,
                 Err(e) => return Err(pg(&format!("cannot create the bookkeeping table {}", self.state_table), e)),
             }
         }

@@ -263,10 +263,7 @@ pub type Owners = BTreeMap<(String, String), BTreeSet<i32>>;
 
 /// The members of `group` and the partition numbers assigned to each, as the group's
 /// coordinator has them: the group's state, and (member's client id, host) -> partitions.
-pub fn assignment(
-    config: &rdkafka::ClientConfig,
-    group: &str,
-) -> Result<(String, BTreeMap<(String, String), BTreeSet<i32>>)> {
+pub fn assignment(config: &rdkafka::ClientConfig, group: &str) -> Result<(String, Owners)> {
     let consumer = reader(config, "weir-metadata")?;
     let groups = consumer
         .fetch_group_list(Some(group), TIMEOUT)
