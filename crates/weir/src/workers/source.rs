@@ -47,7 +47,10 @@ impl RepartitionSource {
             .set("group.id", format!("{topic}-reader"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("isolation.level", "read_committed");
+            .set("isolation.level", "read_committed")
+            // Never jump over rows: an offset gone (retention shorter than the job's lag)
+            // fails the task instead of skipping to the end.
+            .set("auto.offset.reset", "error");
         let consumer: BaseConsumer = config.create().map_err(|e| kafka("cannot create a consumer", e))?;
         Ok(Self {
             consumer,
@@ -93,7 +96,12 @@ impl Source for RepartitionSource {
                 wait = (wait * 2).min(Duration::from_millis(20));
                 continue;
             };
-            let message = polled.map_err(|e| kafka(&format!("reading topic '{}'", self.topic), e))?;
+            let message = polled.map_err(|e| {
+                kafka(
+                    &format!("reading topic '{}', partition {} at offset {}", self.topic, self.partition, self.next),
+                    e,
+                )
+            })?;
             self.next = message.offset() + 1;
             let is_marker = message.headers().is_some_and(|h| h.iter().any(|h| h.key == MARKER));
             let payload = message.payload().unwrap_or_default();
