@@ -14,21 +14,27 @@ fn report(file: &Path, e: &WeirError) {
     }
 }
 
-pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
-    let sql = match std::fs::read_to_string(file) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: cannot read '{}': {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    // Relative paths in the file are relative to the file, wherever weir is started from.
+/// The file's text, and an engine whose relative paths are relative to the file, wherever
+/// weir is started from.
+fn open(file: &Path) -> Result<(String, Engine), ExitCode> {
+    let sql = std::fs::read_to_string(file).map_err(|e| {
+        eprintln!("error: cannot read '{}': {e}", file.display());
+        ExitCode::FAILURE
+    })?;
     let base = file.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
     let engine = match base {
         Some(dir) => Engine::new().with_base_dir(dir),
         None => Engine::new(),
-    }
-    .with_from_scratch(from_scratch);
+    };
+    Ok((sql, engine))
+}
+
+pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
+    let (sql, engine) = match open(file) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    let engine = engine.with_from_scratch(from_scratch);
     let statements = match engine.parse(&sql) {
         Ok(s) => s,
         Err(e) => {
@@ -96,17 +102,9 @@ pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
 /// `weir worker`: this process as one worker of the file's jobs (see `weir::workers`);
 /// `weir status`: what the workers of the file's jobs are doing.
 pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>) -> ExitCode {
-    let sql = match std::fs::read_to_string(file) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: cannot read '{}': {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let base = file.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
-    let engine = match base {
-        Some(dir) => Engine::new().with_base_dir(dir),
-        None => Engine::new(),
+    let (sql, engine) = match open(file) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
     let outcome = match status_only {
         true => weir::workers::status(&engine, &sql).await.map(|text| print!("{text}")),

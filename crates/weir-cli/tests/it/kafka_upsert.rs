@@ -202,7 +202,7 @@ async fn upsert_kafka_is_read_as_each_keys_latest_row() {
 }
 
 /// Topic `auctions`: the auctions of the first `events` Nexmark events.
-async fn load_auctions(broker: &Broker, events: u64) {
+pub(crate) async fn load_auctions(broker: &Broker, events: u64) {
     broker.create_topic("auctions", 2).await;
     let engine = weir::Engine::new();
     crate::run(

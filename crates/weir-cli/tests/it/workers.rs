@@ -63,7 +63,7 @@ SET 'workers.session-timeout' = '6s';",
 async fn with_reference(dir: &Path) -> (Broker, Expected) {
     let broker = Broker::start(dir);
     load_bids(&broker, 20_000).await;
-    load_auctions(&broker).await;
+    crate::kafka_upsert::load_auctions(&broker, 20_000).await;
     for t in ["counts_ref", "joined_ref", "counts", "joined"] {
         broker.create_topic(t, 2).await;
     }
@@ -76,25 +76,6 @@ async fn with_reference(dir: &Path) -> (Broker, Expected) {
     assert!(expected.counts.len() > 10, "the reference has {} count rows", expected.counts.len());
     assert_eq!(expected.joined.values().sum::<i64>(), BIDS, "one joined row per bid in the reference");
     (broker, expected)
-}
-
-async fn load_auctions(broker: &Broker) {
-    broker.create_topic("auctions", 2).await;
-    let engine = weir::Engine::new();
-    crate::run(
-        &engine,
-        &format!(
-            "SET 'parallelism' = '1';
-             CREATE TABLE gen (id BIGINT, seller BIGINT, category BIGINT)
-               WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '20000');
-             CREATE TABLE auctions (id BIGINT, seller BIGINT, category BIGINT)
-               WITH ('connector' = 'kafka', 'topic' = 'auctions', 'properties.bootstrap.servers' = '{}',
-                     'format' = 'json', 'key.fields' = 'id');
-             INSERT INTO auctions SELECT * FROM gen;",
-            broker.bootstrap
-        ),
-    )
-    .await;
 }
 
 /// What the two sinks hold with their changelogs applied.
