@@ -9,7 +9,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::Mutex;
 
 use weir_connectors::Connectors;
-use weir_core::{ConnectorFactory, Result, WeirError};
+use weir_core::{ConnectorFactory, Location, Result, WeirError};
 use weir_runtime::{spawn_job, JobHandle, OperatorSpec, SinkSpec, SinkTarget, StreamPlan};
 use weir_sql::parser::{CreateTable, ParsedStatement, Statement};
 use weir_sql::types::sql_type_name;
@@ -134,7 +134,28 @@ impl Engine {
     /// planned and not started, and a bare `SELECT` is skipped: the jobs the script would
     /// start, and what each guarantees.
     pub async fn plan_inserts(&self, sql: &str) -> Result<Vec<PlannedInsert>> {
-        let mut planned = Vec::new();
+        self.each_insert(sql, |engine, state, plan, location| {
+            let SinkTarget::Table(sink) = &plan.sink else { return Ok(None) };
+            Ok(Some(PlannedInsert {
+                location,
+                sink: sink.clone(),
+                sources: plan.root.source_tables(),
+                guarantee: engine.guarantee(state, &plan),
+                checkpointed: state.settings.checkpoint_config("-", String::new())?.is_some(),
+            }))
+        })
+        .await
+    }
+
+    /// Run a script's statements as [`Engine::execute`] does, except that each `INSERT` is
+    /// planned and given to `each` (which may keep something of it), not started, and a bare
+    /// `SELECT` is skipped.
+    async fn each_insert<T>(
+        &self,
+        sql: &str,
+        mut each: impl FnMut(&Self, &State, StreamPlan, Location) -> Result<Option<T>>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
         for statement in self.parse(sql)? {
             match &statement.statement {
                 Statement::Insert(q) => {
@@ -142,16 +163,9 @@ impl Engine {
                     let at = Some(statement.location);
                     let plan =
                         state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
-                    let SinkTarget::Table(sink) = &plan.sink else { continue };
-                    let guarantee = self.guarantee(&state, &plan);
-                    let sources = plan.root.source_tables();
-                    planned.push(PlannedInsert {
-                        location: statement.location,
-                        sink: sink.clone(),
-                        sources,
-                        guarantee,
-                        checkpointed: state.settings.checkpoint_config("-", String::new())?.is_some(),
-                    });
+                    if let Some(kept) = each(self, &state, plan, statement.location).map_err(|e| e.at(at))? {
+                        out.push(kept);
+                    }
                 }
                 Statement::Query(_) => {}
                 _ => {
@@ -159,7 +173,7 @@ impl Engine {
                 }
             }
         }
-        Ok(planned)
+        Ok(out)
     }
 
     /// Jobs with checkpoints start over instead of resuming from their latest checkpoint
@@ -527,30 +541,17 @@ impl Engine {
     /// checked and prepared, not started (a bare `SELECT` is skipped): the jobs a worker
     /// process runs its part of.
     pub async fn prepare_jobs(&self, sql: &str) -> Result<Vec<PreparedJob>> {
-        let mut jobs = Vec::new();
-        for statement in self.parse(sql)? {
-            match &statement.statement {
-                Statement::Insert(q) => {
-                    let state = self.state.lock().await;
-                    let at = Some(statement.location);
-                    let plan =
-                        state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
-                    let report = self.guarantee(&state, &plan);
-                    if let Some(e) = report.refusal() {
-                        return Err(e.at(at));
-                    }
-                    for warning in &report.warnings {
-                        log::warn!("{warning}");
-                    }
-                    jobs.push(self.prepare_insert(&state, plan).map_err(|e| e.at(at))?);
-                }
-                Statement::Query(_) => {}
-                _ => {
-                    self.execute(&statement).await?;
-                }
+        self.each_insert(sql, |engine, state, plan, _| {
+            let report = engine.guarantee(state, &plan);
+            if let Some(e) = report.refusal() {
+                return Err(e);
             }
-        }
-        Ok(jobs)
+            for warning in &report.warnings {
+                log::warn!("{warning}");
+            }
+            engine.prepare_insert(state, plan).map(Some)
+        })
+        .await
     }
 
     pub fn connectors(&self) -> Arc<dyn ConnectorFactory> {

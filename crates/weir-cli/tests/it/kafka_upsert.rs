@@ -261,7 +261,7 @@ INSERT INTO {out} SELECT b.auction, b.price, a.seller, a.category FROM bids b LE
 }
 
 /// The rows change events leave: each create adds its row, each delete takes one back.
-fn applied_events(records: Vec<(Option<String>, Option<String>)>) -> (BTreeMap<String, i64>, usize) {
+pub(crate) fn applied_events(records: Vec<(Option<String>, Option<String>)>) -> (BTreeMap<String, i64>, usize) {
     let mut rows: BTreeMap<String, i64> = BTreeMap::new();
     let mut deletes = 0;
     for (_, value) in records {

@@ -97,22 +97,8 @@ impl Expected {
                 None => counts.remove(&key),
             };
         }
-        let mut joined: BTreeMap<String, i64> = BTreeMap::new();
-        for (_, value) in broker.read_committed_records(&format!("joined{suffix}")) {
-            let Some(v) = value else { continue };
-            let part = |name: &str| -> String {
-                let from = v.find(&format!("\"{name}\":")).map(|i| i + name.len() + 3).expect("a debezium field");
-                let rest = &v[from..];
-                rest[..rest.find('}').map(|i| i + 1).unwrap_or(rest.len())].to_string()
-            };
-            if v.contains(r#""op":"d""#) {
-                *joined.entry(part("before")).or_default() -= 1;
-            } else {
-                *joined.entry(part("after")).or_default() += 1;
-            }
-        }
-        assert!(joined.values().all(|n| *n >= 0), "a joined row deleted more often than created");
-        joined.retain(|_, n| *n > 0);
+        let (joined, _) =
+            crate::kafka_upsert::applied_events(broker.read_committed_records(&format!("joined{suffix}")));
         Self { counts, joined }
     }
 }
