@@ -332,19 +332,26 @@ impl WorkerJob {
             Arc::new(move || Ok(group::committed_checkpoint(&kafka, &group, &topics, p)?.map(|(e, _)| e)))
         };
         let dir = layout.checkpoint.dir.join(format!("task-{}-{p}", sub.id));
-        let store = Arc::new(TaskStore::new(dir.clone(), committed));
-        // From here on a predecessor on another worker cannot complete a checkpoint, nor
-        // commit one.
+        let store = Arc::new(TaskStore::new(dir.clone(), committed.clone()));
+        // From here on a predecessor on another worker cannot complete a checkpoint.
         store.claim()?;
-        let transactional_id = format!("weir-{}-{}-{p}", job.name, sub.id);
-        sink::fence(&layout.kafka, &transactional_id, &name)?;
         let mut config = layout.checkpoint.clone();
         config.dir = dir;
         config.fingerprint = format!("{}-{}", config.fingerprint, sub.id);
         let mut options = job.options.clone();
         options.parallelism = 1;
         options.rocksdb = options.rocksdb.map(|r| r.join(format!("task-{}-{p}", sub.id)));
-        options.restore = store.latest(&config.fingerprint)?;
+        // Fence the transactions a predecessor may have open, then check that it did not
+        // commit a newer checkpoint meanwhile (if it did, restore that one instead).
+        let prefix = format!("weir-{}-{}-{p}", job.name, sub.id);
+        options.restore = loop {
+            let restored = store.latest(&config.fingerprint)?;
+            let state = restored.as_ref().and_then(|r| r.tasks.get("sink-task0")).and_then(|t| t.sink.as_deref());
+            sink::fence(&layout.kafka, &prefix, sink::next_transaction(state), &name)?;
+            if committed()? == restored.as_ref().map(|r| r.epoch) {
+                break restored;
+            }
+        };
         match &options.restore {
             Some(r) => log::info!("task {name} starts from its committed checkpoint {}", r.epoch),
             None => log::info!("task {name} starts from the beginning"),
@@ -388,7 +395,7 @@ impl WorkerJob {
                     task_name.clone(),
                     p as usize,
                     kafka.clone(),
-                    transactional_id.clone(),
+                    prefix.clone(),
                     &group,
                     make_target()?,
                     shared.clone(),

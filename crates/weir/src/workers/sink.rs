@@ -85,10 +85,12 @@ pub struct TaskSink {
     name: String,
     task: usize,
     config: rdkafka::ClientConfig,
-    transactional_id: String,
+    /// Transaction `s` of the task has the id `<prefix>-<s>`.
+    prefix: String,
+    next_seq: u64,
+    /// The open transaction's producer.
     producer: Option<ThreadedProducer<TaskContext>>,
     context: TaskContext,
-    in_transaction: bool,
     target: Target,
     /// The sub-topology's consumer group, which the offsets are committed to.
     group: ConsumerGroupMetadata,
@@ -116,18 +118,41 @@ fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
     }
 }
 
-/// Initialize the task's transactional id: its earlier producer, on whichever worker, is
-/// fenced, and its open transaction aborted, or (if that one was already committing) committed
-/// first. Done before a task reads which checkpoint it restores, so that no commit can land
-/// after that read.
-pub fn fence(config: &rdkafka::ClientConfig, transactional_id: &str, name: &str) -> Result<()> {
-    let mut config = config.clone();
-    config.set("transactional.id", transactional_id).set("enable.idempotence", "true");
-    let producer: ThreadedProducer<TaskContext> =
-        config.create_with_context(TaskContext::default()).map_err(|e| kafka(name, "cannot create a producer", e))?;
-    producer
-        .init_transactions(TIMEOUT)
-        .map_err(|e| kafka(name, &format!("cannot initialize transactions as '{transactional_id}'"), e))
+/// Initialize the transactional ids the task's earlier runs may have used from `from` on,
+/// as the single-process Kafka sink does after a restart: each open transaction is aborted
+/// (or, if it was committing, committed first) and its producer fenced. Probing stops after
+/// three ids in a row that were never used. Done before a task reads which checkpoint it
+/// restores, and again until that does not change, so that no commit lands after the read.
+pub fn fence(config: &rdkafka::ClientConfig, prefix: &str, from: u64, name: &str) -> Result<()> {
+    let bootstrap: Vec<String> =
+        config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
+    let mut fresh_in_a_row = 0;
+    for seq in from.. {
+        let id = format!("{prefix}-{seq}");
+        let epoch = weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
+            .map_err(|e| e.context(format!("{name}: fencing '{id}'")))?;
+        fresh_in_a_row = if epoch == 0 { fresh_in_a_row + 1 } else { 0 };
+        if fresh_in_a_row == 3 {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The first transaction a task restored from `state` (its sink state in a checkpoint) opens.
+pub fn next_transaction(state: Option<&[u8]>) -> u64 {
+    state
+        .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
+        .and_then(|v| v["next"].as_u64())
+        .unwrap_or(1)
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -140,7 +165,7 @@ impl TaskSink {
         name: String,
         task: usize,
         mut config: rdkafka::ClientConfig,
-        transactional_id: String,
+        prefix: String,
         group: &str,
         target: Target,
         shared: Arc<TaskShared>,
@@ -151,15 +176,15 @@ impl TaskSink {
             consumer_config.create().map_err(|e| kafka(&name, "cannot create a consumer", e))?;
         let group =
             consumer.group_metadata().ok_or_else(|| WeirError::internal("a consumer without group metadata"))?;
-        config.set("transactional.id", &transactional_id).set("enable.idempotence", "true");
+        config.set("enable.idempotence", "true");
         Ok(Self {
             name,
             task,
             config,
-            transactional_id,
+            prefix,
+            next_seq: 1,
             producer: None,
             context: TaskContext::default(),
-            in_transaction: false,
             target,
             group,
             _group_consumer: consumer,
@@ -172,14 +197,23 @@ impl TaskSink {
         })
     }
 
+    /// The open transaction's producer, opening the next transaction (a new producer on the
+    /// next id) if none is open.
     fn producer(&mut self) -> Result<&ThreadedProducer<TaskContext>> {
-        let name = &self.name;
-        let producer = self.producer.as_ref().ok_or_else(|| WeirError::internal(format!("{name}: no producer")))?;
-        if !self.in_transaction {
-            producer.begin_transaction().map_err(|e| kafka(name, "cannot begin a transaction", e))?;
-            self.in_transaction = true;
+        if self.producer.is_none() {
+            let id = format!("{}-{}", self.prefix, self.next_seq);
+            let mut config = self.config.clone();
+            config.set("transactional.id", &id);
+            let producer: ThreadedProducer<TaskContext> = config
+                .create_with_context(self.context.clone())
+                .map_err(|e| kafka(&self.name, "cannot create a producer", e))?;
+            blocking(|| producer.init_transactions(TIMEOUT))
+                .map_err(|e| kafka(&self.name, &format!("cannot initialize transactions as '{id}'"), e))?;
+            producer.begin_transaction().map_err(|e| kafka(&self.name, "cannot begin a transaction", e))?;
+            self.next_seq += 1;
+            self.producer = Some(producer);
         }
-        Ok(producer)
+        self.producer.as_ref().ok_or_else(|| WeirError::internal(format!("{}: no producer", self.name)))
     }
 
     fn check(&self) -> Result<()> {
@@ -245,14 +279,14 @@ impl TaskSink {
             },
             _ => None,
         };
-        if let Some(producer) = &self.producer {
-            blocking(|| producer.flush(TIMEOUT)).map_err(|e| kafka(&self.name, "cannot flush", e))?;
-        }
+        // The checkpoint's transaction, opened now if nothing was written (it still commits
+        // the offsets), so that the state below names the next one.
+        let producer = self.producer()?;
+        blocking(|| producer.flush(TIMEOUT)).map_err(|e| kafka(&self.name, "cannot flush", e))?;
         self.check()?;
         self.pending = Some(epoch);
-        // Always something: the transaction commits with the checkpoint, the final one too
-        // (empty: the job's sink of another kind had no state).
-        Ok(Some(state.unwrap_or_default()))
+        let inner = state.map(|s| to_hex(&s));
+        Ok(Some(serde_json::json!({ "next": self.next_seq, "inner": inner }).to_string().into_bytes()))
     }
 }
 
@@ -322,7 +356,7 @@ impl Sink for TaskSink {
                 .map_err(|e| kafka(name, &format!("cannot commit checkpoint {epoch}"), e))
         })?;
         log::debug!("{}: committed checkpoint {epoch} ({metadata}), offsets {offsets:?}", self.name);
-        self.in_transaction = false;
+        self.producer = None;
         self.pending = None;
         if let Target::Other(sink) = &mut self.target {
             sink.commit(epoch).await?;
@@ -333,20 +367,15 @@ impl Sink for TaskSink {
         self.write_markers(false)
     }
 
+    /// The worker has fenced the ids earlier runs may have used before starting the task.
     async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
         weir_core::fault::pause("worker_restore");
-        let producer: ThreadedProducer<TaskContext> = self
-            .config
-            .create_with_context(self.context.clone())
-            .map_err(|e| kafka(&self.name, "cannot create a producer", e))?;
-        // Fences the task's earlier producer (on whichever worker) and aborts its open
-        // transaction: only this one commits from here on.
-        blocking(|| producer.init_transactions(TIMEOUT)).map_err(|e| {
-            kafka(&self.name, &format!("cannot initialize transactions as '{}'", self.transactional_id), e)
-        })?;
-        self.producer = Some(producer);
+        self.next_seq = next_transaction(state);
+        let inner = state
+            .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
+            .and_then(|v| v["inner"].as_str().and_then(from_hex));
         if let Target::Other(sink) = &mut self.target {
-            sink.restore(epoch, state.filter(|s| !s.is_empty())).await?;
+            sink.restore(epoch, inner.as_deref()).await?;
         }
         Ok(())
     }
