@@ -401,3 +401,45 @@ async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
     assert!(got == want, "the output differs from one process's after the zombie resumed");
 }
+
+/// What a job of workers cannot run is refused before any worker joins a group, with the
+/// reason (no broker is needed to find out).
+#[test]
+fn jobs_workers_cannot_run_are_refused_with_the_reason() {
+    let dir = crate::slt::tempdir();
+    let csv = dir.join("bids.csv");
+    std::fs::write(&csv, "1,2\n").expect("csv");
+    let kafka = "CREATE TABLE bids (auction BIGINT, price BIGINT) WITH ('connector' = 'kafka', 'topic' = 'bids', \
+                 'properties.bootstrap.servers' = '127.0.0.1:1', 'format' = 'json');
+                 CREATE TABLE out (auction BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFORCED) WITH (
+                 'connector' = 'upsert-kafka', 'topic' = 'out', 'properties.bootstrap.servers' = '127.0.0.1:1',
+                 'key.format' = 'json', 'value.format' = 'json');";
+    let file = format!(
+        "CREATE TABLE local (auction BIGINT, price BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', \
+         'format' = 'csv');",
+        csv.display()
+    );
+    let checkpoints =
+        format!("SET 'checkpoint.interval' = '1s'; SET 'checkpoint.dir' = '{}';", dir.join("ck").display());
+    let cases = [
+        (
+            format!("{kafka} INSERT INTO out SELECT auction, COUNT(*) FROM bids GROUP BY auction;"),
+            "needs checkpoints: SET 'checkpoint.interval' and 'checkpoint.dir'",
+        ),
+        (
+            format!(
+                "{checkpoints} {kafka} {file} INSERT INTO out SELECT auction, COUNT(*) FROM \
+                 (SELECT auction FROM bids UNION ALL SELECT auction FROM local) GROUP BY auction;"
+            ),
+            "table 'local' is read by a job of workers, which read Kafka topics only",
+        ),
+        ("SET 'parallelism' = '2';".to_string(), "the file has no INSERT"),
+    ];
+    for (i, (sql, expected)) in cases.iter().enumerate() {
+        let path = write_sql(&dir, &format!("case{i}.sql"), sql.clone());
+        let out = Command::new(weir_bin()).arg("worker").arg(&path).output().expect("weir worker");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} was not refused");
+        assert!(stderr.contains(expected), "case {i}: expected '{expected}' in:\n{stderr}");
+    }
+}
