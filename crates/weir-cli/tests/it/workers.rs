@@ -101,6 +101,37 @@ impl Expected {
             crate::kafka_upsert::applied_events(broker.read_committed_records(&format!("joined{suffix}")));
         Self { counts, joined }
     }
+
+    /// Fails with the first rows that differ on each side.
+    fn assert_same(&self, want: &Expected, dir: &Path, what: &str) {
+        if self == want {
+            return;
+        }
+        let mut diff = Vec::new();
+        for (k, v) in &want.counts {
+            if self.counts.get(k) != Some(v) {
+                diff.push(format!("counts {k}: want {v}, got {:?}", self.counts.get(k)));
+            }
+        }
+        for (k, v) in &self.counts {
+            if !want.counts.contains_key(k) {
+                diff.push(format!("counts {k}: not wanted, got {v}"));
+            }
+        }
+        for (k, v) in &want.joined {
+            if self.joined.get(k) != Some(v) {
+                diff.push(format!("joined {k}: want {v}, got {:?}", self.joined.get(k)));
+            }
+        }
+        for (k, v) in &self.joined {
+            if !want.joined.contains_key(k) {
+                diff.push(format!("joined {k}: not wanted, got {v}"));
+            }
+        }
+        let n = diff.len();
+        diff.truncate(20);
+        panic!("{what} (logs in {}): {n} difference(s), first:\n  {}", dir.display(), diff.join("\n  "));
+    }
 }
 
 /// A `weir worker` process, its log in `<dir>/worker-<n>.log`.
@@ -116,7 +147,13 @@ impl Worker {
         let log = dir.join(format!("worker-{n}.log"));
         let file = std::fs::File::create(&log).expect("worker log");
         let mut cmd = Command::new(weir_bin());
-        cmd.arg("worker").arg(sql).arg("--id").arg(id).env("WEIR_LOG", "info").stdout(Stdio::null()).stderr(file);
+        cmd.arg("worker")
+            .arg(sql)
+            .arg("--id")
+            .arg(id)
+            .env("WEIR_LOG", "info,weir::workers=debug")
+            .stdout(Stdio::null())
+            .stderr(file);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -173,8 +210,8 @@ async fn three_workers_write_what_one_process_writes() {
         w.wait(Duration::from_secs(120));
     }
     let got = Expected::read(&broker, "");
+    got.assert_same(&want, &dir, "the workers' output differs from one process's");
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
-    assert!(got == want, "the workers' output differs from one process's");
 }
 
 /// Who runs each task, as `weir status` reads it from the groups: task -> member name.
@@ -261,7 +298,6 @@ fn start_in(sql: &Path, dir: &Path, n: usize, id: &str, phase: Option<Phase>) ->
 /// to a replacement started under its id (static membership). The test broker does not time
 /// sessions out (nor rebalances waiting on a dead member), so here each kill is followed by
 /// a replacement under the dead worker's id.
-#[ignore = "jobs now end after kills and moves, but their output differs from one process's (issue #15, open)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_ten_times_in_every_phase_loses_and_duplicates_nothing() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -316,8 +352,8 @@ async fn a_worker_killed_ten_times_in_every_phase_loses_and_duplicates_nothing()
         w.wait(Duration::from_secs(300));
     }
     let got = Expected::read(&broker, "");
+    got.assert_same(&want, &dir, "the output after 10 kills differs from one process's");
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
-    assert!(got == want, "the output after 10 kills differs from one process's");
     assert!(kills.len() == phases.len(), "some phase was never hit: {kills:?}");
     assert!(reassigned >= 10, "the killed workers ran only {reassigned} tasks in all");
 }
@@ -330,7 +366,6 @@ fn reassigned_from(sql: &Path, had: &[String], pid: u32) -> usize {
     had.len()
 }
 
-#[ignore = "jobs now end after kills and moves, but their output differs from one process's (issue #15, open)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_added_mid_run_takes_tasks_and_nothing_is_lost() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -354,11 +389,10 @@ async fn a_worker_added_mid_run_takes_tasks_and_nothing_is_lost() {
         w.wait(Duration::from_secs(120));
     }
     let got = Expected::read(&broker, "");
+    got.assert_same(&want, &dir, "the output with a worker added differs from one process's");
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
-    assert!(got == want, "the output with a worker added differs from one process's");
 }
 
-#[ignore = "jobs now end after kills and moves, but their output differs from one process's (issue #15, open)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -398,8 +432,8 @@ async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
         w.wait(Duration::from_secs(120));
     }
     let got = Expected::read(&broker, "");
+    got.assert_same(&want, &dir, "the output differs from one process's after the zombie resumed");
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
-    assert!(got == want, "the output differs from one process's after the zombie resumed");
 }
 
 /// What a job of workers cannot run is refused before any worker joins a group, with the

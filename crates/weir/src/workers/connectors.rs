@@ -161,7 +161,9 @@ impl Source for Tracked {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        self.inner.seek(position)
+        self.inner.seek(position)?;
+        log::debug!("restored at offsets {:?}", self.inner.offsets());
+        Ok(())
     }
 
     fn offsets(&self) -> Vec<(String, i32, i64)> {

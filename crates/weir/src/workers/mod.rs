@@ -187,6 +187,15 @@ struct WorkerJob {
 /// A task this worker runs: sub-topology id and partition.
 type TaskId = (usize, i32);
 
+/// A task running here.
+struct Running {
+    handle: JobHandle,
+    /// `task <sub>/<p> of job '<job>'`, its transactional ids' prefix, and those it used.
+    name: String,
+    prefix: String,
+    seqs: Arc<sink::Seqs>,
+}
+
 impl WorkerJob {
     fn new(job: PreparedJob, connectors: Arc<dyn ConnectorFactory>, member: &Member) -> Result<Self> {
         let layout = Layout::new(job)?;
@@ -206,19 +215,53 @@ impl WorkerJob {
         for sub in &layout.subs {
             log::info!("job '{name}': {}, {} task(s)", sub.describe(), layout.tasks[&sub.id]);
         }
-        let mut running: BTreeMap<TaskId, JobHandle> = BTreeMap::new();
+        let mut running: BTreeMap<TaskId, Running> = BTreeMap::new();
         let mut stopping: Vec<(usize, JobHandle)> = Vec::new();
-        // Ended here, or fenced by another worker: not started again while still assigned.
+        // Ended here: not started again while still assigned.
         let mut settled: BTreeSet<TaskId> = BTreeSet::new();
+        // Not started again before then: fenced while this worker still had them, or their
+        // start failed on the cluster.
+        let mut retry: BTreeMap<TaskId, (std::time::Instant, Duration)> = BTreeMap::new();
         let mut last_round: BTreeMap<usize, u64> = BTreeMap::new();
         let mut next_id = 1u64;
         let mut last_check = std::time::Instant::now();
         let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
-            for (sub, membership) in layout.subs.iter().zip(&memberships) {
-                if let Some(e) = membership.failed() {
-                    return Err(e);
+            let mut ended = Vec::new();
+            for (task, run) in &running {
+                match run.handle.state() {
+                    JobState::Running => {}
+                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
+                        log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
+                        ended.push((*task, false));
+                    }
+                    JobState::Failed(e) => {
+                        return Err(e.context(format!("job '{name}', task {}/{}", task.0, task.1)));
+                    }
+                    _ => ended.push((*task, true)),
                 }
+            }
+            for (task, finished) in ended {
+                let Some(run) = running.remove(&task) else { continue };
+                if finished {
+                    settled.insert(task);
+                    continue;
+                }
+                // Its open transaction would hold every reader of its output back until the
+                // broker times it out.
+                tokio::task::block_in_place(|| run.seqs.abort_open(&layout.kafka, &run.prefix, &run.name))?;
+                // Fenced by a task started elsewhere; if the group still gives it to this
+                // worker once the round settles, it starts again here.
+                retry.insert(task, (std::time::Instant::now() + Duration::from_secs(1), Duration::from_secs(1)));
+            }
+            // A replacement under this worker's id has taken its place: nothing here may go on.
+            if let Some(e) = memberships.iter().find_map(|m| m.failed()) {
+                for run in running.values() {
+                    run.handle.cancel();
+                }
+                return Err(e);
+            }
+            for (sub, membership) in layout.subs.iter().zip(&memberships) {
                 let assignment = membership.assigned.borrow().clone();
                 if last_round.get(&sub.id) != Some(&assignment.round) {
                     log::info!(
@@ -235,12 +278,13 @@ impl WorkerJob {
                 let gone: Vec<TaskId> =
                     running.keys().filter(|(s, p)| *s == sub.id && !assigned.contains(p)).copied().collect();
                 for task in gone {
-                    if let Some(handle) = running.remove(&task) {
+                    if let Some(run) = running.remove(&task) {
                         log::info!("job '{name}': task {}/{} revoked; stopping it here", task.0, task.1);
-                        handle.cancel();
-                        stopping.push((sub.id, handle));
+                        run.handle.cancel();
+                        stopping.push((sub.id, run.handle));
                     }
                 }
+                retry.retain(|(s, p), _| *s != sub.id || assigned.contains(p));
                 // The revocation waits until this worker's revoked tasks have stopped.
                 stopping.retain(|(_, h)| matches!(h.state(), JobState::Running));
                 if !stopping.iter().any(|(s, _)| *s == sub.id) && *membership.released.borrow() < assignment.round {
@@ -251,28 +295,31 @@ impl WorkerJob {
                     if running.contains_key(&task) || settled.contains(&task) {
                         continue;
                     }
-                    let handle = tokio::task::block_in_place(|| self.start(sub, p, next_id))?;
+                    let backoff = match retry.get(&task) {
+                        Some((at, _)) if std::time::Instant::now() < *at => continue,
+                        Some((_, backoff)) => *backoff,
+                        None => Duration::from_secs(1),
+                    };
+                    match tokio::task::block_in_place(|| self.start(sub, p, next_id)) {
+                        Ok(run) => {
+                            retry.remove(&task);
+                            running.insert(task, run);
+                        }
+                        // The cluster did not answer in time (a worker paused, a broker
+                        // moving): the task stays assigned here, and is tried again.
+                        Err(e) if e.kind == weir_core::ErrorKind::External => {
+                            log::warn!(
+                                "job '{name}': task {}/{} not started ({e}); trying again in {backoff:?}",
+                                sub.id,
+                                p
+                            );
+                            let at = std::time::Instant::now() + backoff;
+                            retry.insert(task, (at, (backoff * 2).min(Duration::from_secs(30))));
+                        }
+                        Err(e) => return Err(e),
+                    }
                     next_id += 1;
-                    running.insert(task, handle);
                 }
-            }
-            let mut ended = Vec::new();
-            for (task, handle) in &running {
-                match handle.state() {
-                    JobState::Running => {}
-                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
-                        log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
-                        ended.push(*task);
-                    }
-                    JobState::Failed(e) => {
-                        return Err(e.context(format!("job '{name}', task {}/{}", task.0, task.1)));
-                    }
-                    _ => ended.push(*task),
-                }
-            }
-            for task in ended {
-                running.remove(&task);
-                settled.insert(task);
             }
             // Asked of the cluster at most once a second.
             if running.is_empty() && last_check.elapsed() >= Duration::from_secs(1) {
@@ -286,8 +333,8 @@ impl WorkerJob {
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = &mut interrupt => {
                     log::info!("job '{name}': interrupted; leaving the groups");
-                    for handle in running.values() {
-                        handle.cancel();
+                    for run in running.values() {
+                        run.handle.cancel();
                     }
                     return Ok(());
                 }
@@ -312,7 +359,7 @@ impl WorkerJob {
     }
 
     /// Start task `p` of `sub`: restored from the checkpoint its committed offsets name.
-    fn start(&self, sub: &SubTopology, p: i32, id: u64) -> Result<JobHandle> {
+    fn start(&self, sub: &SubTopology, p: i32, id: u64) -> Result<Running> {
         let layout = self.layout.clone();
         let job = &layout.job;
         let tasks = layout.tasks[&sub.id];
@@ -344,14 +391,16 @@ impl WorkerJob {
         // Fence the transactions a predecessor may have open, then check that it did not
         // commit a newer checkpoint meanwhile (if it did, restore that one instead).
         let prefix = format!("weir-{}-{}-{p}", job.name, sub.id);
-        options.restore = loop {
+        let (restored, first_seq) = loop {
             let restored = store.latest(&config.fingerprint)?;
             let state = restored.as_ref().and_then(|r| r.tasks.get("sink-task0")).and_then(|t| t.sink.as_deref());
-            sink::fence(&layout.kafka, &prefix, sink::next_transaction(state), &name)?;
+            let first = sink::fence(&layout.kafka, &prefix, sink::next_transaction(state), &name)?;
             if committed()? == restored.as_ref().map(|r| r.epoch) {
-                break restored;
+                break (restored, first);
             }
         };
+        options.restore = restored;
+        let seqs = sink::Seqs::new(first_seq);
         match &options.restore {
             Some(r) => log::info!("task {name} starts from its committed checkpoint {}", r.epoch),
             None => log::info!("task {name} starts from the beginning"),
@@ -384,6 +433,7 @@ impl WorkerJob {
         };
         let (kafka, sink_name) = (layout.kafka.clone(), job.sink.name.clone());
         let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
+        let (run_name, run_prefix, run_seqs) = (task_name.clone(), prefix.clone(), seqs.clone());
         let spec = SinkSpec {
             name: match &sub.output {
                 Output::Repartition { topic, .. } => topic.clone(),
@@ -399,10 +449,12 @@ impl WorkerJob {
                     &group,
                     make_target()?,
                     shared.clone(),
+                    seqs.clone(),
                 )?;
                 Ok(Box::new(sink) as Box<dyn weir_core::Sink>)
             }),
         };
-        spawn_job(id, name, &sub.root, spec, connectors, options)
+        let handle = spawn_job(id, name, &sub.root, spec, connectors, options)?;
+        Ok(Running { handle, name: run_name, prefix: run_prefix, seqs: run_seqs })
     }
 }

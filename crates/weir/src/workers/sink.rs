@@ -88,6 +88,7 @@ pub struct TaskSink {
     /// Transaction `s` of the task has the id `<prefix>-<s>`.
     prefix: String,
     next_seq: u64,
+    seqs: Arc<Seqs>,
     /// The open transaction's producer.
     producer: Option<ThreadedProducer<TaskContext>>,
     context: TaskContext,
@@ -100,6 +101,8 @@ pub struct TaskSink {
     /// number comes with its completion).
     pending: Option<Option<u64>>,
     held: Vec<Chunk>,
+    /// Rows written into the open transaction, for the log.
+    rows_in_txn: std::collections::BTreeMap<i32, usize>,
     watermark: Option<i64>,
     marked: Option<i64>,
     marked_at: Instant,
@@ -121,22 +124,58 @@ fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
 /// Initialize the transactional ids the task's earlier runs may have used from `from` on,
 /// as the single-process Kafka sink does after a restart: each open transaction is aborted
 /// (or, if it was committing, committed first) and its producer fenced. Probing stops after
-/// three ids in a row that were never used. Done before a task reads which checkpoint it
-/// restores, and again until that does not change, so that no commit lands after the read.
-pub fn fence(config: &rdkafka::ClientConfig, prefix: &str, from: u64, name: &str) -> Result<()> {
+/// three ids in a row that were never used; the id after them is returned, the first the
+/// task may use. Done before a task reads which checkpoint it restores, and again until that
+/// does not change, so that no commit lands after the read.
+///
+/// An id fenced here is never used again: each id carries one transaction, ever. (On the
+/// test broker, a `read_committed` reader skipped committed records of a transaction that
+/// reused an id whose earlier transaction had been aborted by a fence.)
+pub fn fence(config: &rdkafka::ClientConfig, prefix: &str, from: u64, name: &str) -> Result<u64> {
+    let mut fresh_in_a_row = 0;
+    let mut seq = from;
+    while fresh_in_a_row < 3 {
+        fresh_in_a_row = if init_id(config, prefix, seq, name)? == 0 { fresh_in_a_row + 1 } else { 0 };
+        seq += 1;
+    }
+    Ok(seq)
+}
+
+/// Initialize `<prefix>-<seq>`, returning the producer epoch the broker gave it (0: the id
+/// was never used).
+fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -> Result<i16> {
     let bootstrap: Vec<String> =
         config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
-    let mut fresh_in_a_row = 0;
-    for seq in from.. {
-        let id = format!("{prefix}-{seq}");
-        let epoch = weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
-            .map_err(|e| e.context(format!("{name}: fencing '{id}'")))?;
-        fresh_in_a_row = if epoch == 0 { fresh_in_a_row + 1 } else { 0 };
-        if fresh_in_a_row == 3 {
-            return Ok(());
-        }
+    let id = format!("{prefix}-{seq}");
+    weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
+        .map_err(|e| e.context(format!("{name}: fencing '{id}'")))
+}
+
+/// The transactional ids of one task in this process: the first it may use (past every id
+/// the worker fenced when it started the task) and the next no attempt has used yet. An
+/// attempt that replaces a failed one starts past the ids the failed one used, and fences
+/// those first (its producers were dropped with their transactions open).
+#[derive(Debug)]
+pub struct Seqs {
+    first: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Seqs {
+    pub fn new(first: u64) -> Arc<Self> {
+        Arc::new(Self { first, next: std::sync::atomic::AtomicU64::new(first) })
     }
-    Ok(())
+
+    /// Abort the transaction the task's last attempt here may have left open (a task that
+    /// failed dropped its producer with it open), by initializing its id. Only the last can
+    /// be open: a task opens its next transaction after committing the one before.
+    pub fn abort_open(&self, config: &rdkafka::ClientConfig, prefix: &str, name: &str) -> Result<()> {
+        let next = self.next.load(std::sync::atomic::Ordering::SeqCst);
+        if next > self.first {
+            init_id(config, prefix, next - 1, name)?;
+        }
+        Ok(())
+    }
 }
 
 /// The first transaction a task restored from `state` (its sink state in a checkpoint) opens.
@@ -169,7 +208,10 @@ impl TaskSink {
         group: &str,
         target: Target,
         shared: Arc<TaskShared>,
+        seqs: Arc<Seqs>,
     ) -> Result<Self> {
+        blocking(|| seqs.abort_open(&config, &prefix, &name))?;
+        let used = seqs.next.load(std::sync::atomic::Ordering::SeqCst);
         let mut consumer_config = config.clone();
         consumer_config.set("group.id", group).set("enable.auto.commit", "false");
         let consumer: BaseConsumer =
@@ -182,7 +224,8 @@ impl TaskSink {
             task,
             config,
             prefix,
-            next_seq: 1,
+            next_seq: used,
+            seqs,
             producer: None,
             context: TaskContext::default(),
             target,
@@ -191,6 +234,7 @@ impl TaskSink {
             shared,
             pending: None,
             held: Vec::new(),
+            rows_in_txn: Default::default(),
             watermark: None,
             marked: None,
             marked_at: Instant::now(),
@@ -211,6 +255,7 @@ impl TaskSink {
                 .map_err(|e| kafka(&self.name, &format!("cannot initialize transactions as '{id}'"), e))?;
             producer.begin_transaction().map_err(|e| kafka(&self.name, "cannot begin a transaction", e))?;
             self.next_seq += 1;
+            self.seqs.next.fetch_max(self.next_seq, std::sync::atomic::Ordering::SeqCst);
             self.producer = Some(producer);
         }
         self.producer.as_ref().ok_or_else(|| WeirError::internal(format!("{}: no producer", self.name)))
@@ -234,12 +279,16 @@ impl TaskSink {
                 let parts = weir_runtime::hash_partition(&chunk, keys, *partitions, *key_groups)?;
                 for (partition, part) in parts.into_iter().enumerate() {
                     let Some(part) = part.filter(|p| p.num_rows() > 0) else { continue };
+                    *self.rows_in_txn.entry(partition as i32).or_default() += part.num_rows();
                     let bytes = encode_chunk(&part)?;
                     let record = BaseRecord::to(topic).partition(partition as i32).payload(bytes.as_slice());
                     blocking(|| send(producer, record, topic))?;
                 }
             }
-            Target::Topic(writer) => blocking(|| writer.write(producer, &chunk))?,
+            Target::Topic(writer) => {
+                *self.rows_in_txn.entry(-1).or_default() += chunk.num_rows();
+                blocking(|| writer.write(producer, &chunk))?
+            }
             Target::Other(_) => {}
         }
         self.check()
@@ -355,7 +404,14 @@ impl Sink for TaskSink {
                 .commit_transaction(TIMEOUT)
                 .map_err(|e| kafka(name, &format!("cannot commit checkpoint {epoch}"), e))
         })?;
-        log::debug!("{}: committed checkpoint {epoch} ({metadata}), offsets {offsets:?}", self.name);
+        log::debug!(
+            "{}: committed checkpoint {epoch} ({metadata}) as '{}-{}': rows {:?}, offsets {offsets:?}",
+            self.name,
+            self.prefix,
+            self.next_seq - 1,
+            self.rows_in_txn
+        );
+        self.rows_in_txn.clear();
         self.producer = None;
         self.pending = None;
         if let Target::Other(sink) = &mut self.target {
@@ -367,10 +423,10 @@ impl Sink for TaskSink {
         self.write_markers(false)
     }
 
-    /// The worker has fenced the ids earlier runs may have used before starting the task.
+    /// The worker has fenced the ids earlier runs may have used before starting the task,
+    /// and the sink starts past them (`Seqs`).
     async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
         weir_core::fault::pause("worker_restore");
-        self.next_seq = next_transaction(state);
         let inner = state
             .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
             .and_then(|v| v["inner"].as_str().and_then(from_hex));

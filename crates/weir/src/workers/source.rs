@@ -120,6 +120,13 @@ impl Source for RepartitionSource {
                 continue;
             }
             let (batch, ops) = decode_chunk(payload, &self.schema)?;
+            log::debug!(
+                "{}/{}: read offset {}: {} rows",
+                self.topic,
+                self.partition,
+                message.offset(),
+                batch.num_rows()
+            );
             self.last_ops = ops;
             return Ok(Some(batch));
         }
