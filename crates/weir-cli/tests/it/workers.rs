@@ -398,7 +398,11 @@ async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
     let _one = ONE_AT_A_TIME.lock().await;
     let dir = crate::slt::tempdir();
     let (broker, want) = with_reference(&dir).await;
-    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(500)));
+    // A session longer than the pause: the paused worker comes back still thinking itself a
+    // member, as a zombie does. (One whose own session ran out while it was stopped rejoins
+    // as a new member, which under the same id is a take-over the other way.)
+    let settings = worker_settings(&dir.join("ck")).replace("'6s'", "'30s'");
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &settings, Some(500)));
     let faults = dir.join("faults");
     std::fs::create_dir_all(&faults).expect("fault dir");
     let env = [("WEIR_FAULT_DIR", faults.display().to_string()), ("WEIR_FAULT_WORKER_COMMIT_MS", "500".to_string())];

@@ -231,7 +231,13 @@ impl WorkerJob {
             for (task, run) in &running {
                 match run.handle.state() {
                     JobState::Running => {}
+                    // Fenced by a task started elsewhere, or failed by the cluster (a broker
+                    // gone): if the group still gives it to this worker, it starts here again.
                     JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
+                        log::info!("job '{name}': task {}/{} fenced (its sink said why)", task.0, task.1);
+                        ended.push((*task, false));
+                    }
+                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::External => {
                         log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
                         ended.push((*task, false));
                     }
@@ -249,9 +255,16 @@ impl WorkerJob {
                 }
                 // Its open transaction would hold every reader of its output back until the
                 // broker times it out.
-                tokio::task::block_in_place(|| run.seqs.abort_open(&layout.kafka, &run.prefix, &run.name))?;
-                // Fenced by a task started elsewhere; if the group still gives it to this
-                // worker once the round settles, it starts again here.
+                // (The next owner fences it in any case, when it starts the task.)
+                if let Err(e) =
+                    tokio::task::block_in_place(|| run.seqs.abort_open(&layout.kafka, &run.prefix, &run.name))
+                {
+                    log::warn!(
+                        "job '{name}': task {}/{}: its open transaction is left to its next owner ({e})",
+                        task.0,
+                        task.1
+                    );
+                }
                 retry.insert(task, (std::time::Instant::now() + Duration::from_secs(1), Duration::from_secs(1)));
             }
             // A replacement under this worker's id has taken its place: nothing here may go on.
@@ -290,6 +303,7 @@ impl WorkerJob {
                 if !stopping.iter().any(|(s, _)| *s == sub.id) && *membership.released.borrow() < assignment.round {
                     membership.released.send_replace(assignment.round);
                 }
+                let mut owned: Option<BTreeSet<i32>> = None;
                 for p in assigned {
                     let task = (sub.id, p);
                     if running.contains_key(&task) || settled.contains(&task) {
@@ -300,6 +314,23 @@ impl WorkerJob {
                         Some((_, backoff)) => *backoff,
                         None => Duration::from_secs(1),
                     };
+                    // What this worker's group member was told can be stale (a worker paused
+                    // while its replacement took its place has not heard yet): the group's own
+                    // assignment must agree before the task fences anyone.
+                    if owned.is_none() {
+                        owned = Some(tokio::task::block_in_place(|| self.owned(sub)).unwrap_or_else(|e| {
+                            log::warn!(
+                                "job '{name}': sub-topology {}: cannot read the group's assignment ({e})",
+                                sub.id
+                            );
+                            BTreeSet::new()
+                        }));
+                    }
+                    if !owned.as_ref().is_some_and(|o| o.contains(&p)) {
+                        log::debug!("job '{name}': task {}/{p}: not this worker's in the group yet", sub.id);
+                        retry.insert(task, (std::time::Instant::now() + Duration::from_millis(500), backoff));
+                        continue;
+                    }
                     match tokio::task::block_in_place(|| self.start(sub, p, next_id)) {
                         Ok(run) => {
                             retry.remove(&task);
@@ -340,6 +371,15 @@ impl WorkerJob {
                 }
             }
         }
+    }
+
+    /// The tasks of `sub` the group coordinator gives this worker now, in a settled round.
+    fn owned(&self, sub: &SubTopology) -> Result<BTreeSet<i32>> {
+        let (state, owners) = group::assignment(&self.layout.kafka, &sub.group(&self.layout.job.name))?;
+        if state != "Stable" {
+            return Ok(BTreeSet::new());
+        }
+        Ok(owners.into_iter().filter(|((client, _), _)| *client == self.member.name).flat_map(|(_, p)| p).collect())
     }
 
     /// Whether every task of the job has committed its final checkpoint.

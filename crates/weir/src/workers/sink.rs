@@ -261,6 +261,30 @@ impl TaskSink {
         self.producer.as_ref().ok_or_else(|| WeirError::internal(format!("{}: no producer", self.name)))
     }
 
+    /// A write or flush that failed because the producer was fenced (librdkafka reports
+    /// that as a fatal error, the write only as "fatal") is this task's fencing: it stops
+    /// rather than failing the worker.
+    ///
+    /// Said here, where it happens: a worker that is being replaced may be gone before it
+    /// reads its tasks' ends.
+    fn fenced_if_so<T>(&self, result: Result<T>) -> Result<T> {
+        let Err(e) = result else { return result };
+        let fatal = self.producer.as_ref().and_then(|p| p.client().fatal_error());
+        let e = match fatal {
+            Some((code, why)) if code == rdkafka::types::RDKafkaErrorCode::Fenced || why.contains("fenced") => {
+                WeirError::fenced(format!(
+                    "{}: Kafka: {why}: the task has moved to another worker, which fenced this one; it stops here",
+                    self.name
+                ))
+            }
+            _ => e,
+        };
+        if e.kind == weir_core::ErrorKind::Fenced {
+            log::warn!("{e}");
+        }
+        Err(e)
+    }
+
     fn check(&self) -> Result<()> {
         match self.context.0.lock().ok().and_then(|mut e| e.take()) {
             Some(e) => Err(WeirError::external(format!("{}: Kafka: a write failed: {e}", self.name))),
@@ -337,47 +361,8 @@ impl TaskSink {
         let inner = state.map(|s| to_hex(&s));
         Ok(Some(serde_json::json!({ "next": self.next_seq, "inner": inner }).to_string().into_bytes()))
     }
-}
-
-#[async_trait]
-impl Sink for TaskSink {
-    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
-        if chunk.num_rows() == 0 {
-            return Ok(());
-        }
-        if let Target::Topic(writer) = &self.target {
-            writer.check(&chunk)?;
-        }
-        if self.pending.is_some() {
-            self.held.push(chunk);
-            return Ok(());
-        }
-        self.write_now(chunk).await
-    }
-
-    async fn on_watermark(&mut self, watermark: Watermark) -> Result<()> {
-        self.watermark = Some(self.watermark.map_or(watermark.0, |w| w.max(watermark.0)));
-        if let Target::Other(sink) = &mut self.target {
-            sink.on_watermark(watermark).await?;
-        }
-        if self.pending.is_none() {
-            self.write_markers(false)?;
-        }
-        Ok(())
-    }
-
-    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
-        self.flush_for(Some(epoch)).await
-    }
-
-    fn awaiting_commit(&self) -> Option<u64> {
-        match self.pending {
-            Some(Some(e)) => Some(e),
-            _ => None,
-        }
-    }
-
-    async fn commit(&mut self, epoch: u64) -> Result<()> {
+    /// Commit checkpoint `epoch`'s transaction, with the offsets at its barrier.
+    async fn commit_now(&mut self, epoch: u64) -> Result<()> {
         let Some(pending) = self.pending else { return Ok(()) };
         if pending.is_some_and(|e| e > epoch) {
             return Ok(());
@@ -422,6 +407,53 @@ impl Sink for TaskSink {
         }
         self.write_markers(false)
     }
+}
+
+#[async_trait]
+impl Sink for TaskSink {
+    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        if let Target::Topic(writer) = &self.target {
+            writer.check(&chunk)?;
+        }
+        if self.pending.is_some() {
+            self.held.push(chunk);
+            return Ok(());
+        }
+        let written = self.write_now(chunk).await;
+        self.fenced_if_so(written)
+    }
+
+    async fn on_watermark(&mut self, watermark: Watermark) -> Result<()> {
+        self.watermark = Some(self.watermark.map_or(watermark.0, |w| w.max(watermark.0)));
+        if let Target::Other(sink) = &mut self.target {
+            sink.on_watermark(watermark).await?;
+        }
+        if self.pending.is_none() {
+            let written = self.write_markers(false);
+            self.fenced_if_so(written)?;
+        }
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        let flushed = self.flush_for(Some(epoch)).await;
+        self.fenced_if_so(flushed)
+    }
+
+    fn awaiting_commit(&self) -> Option<u64> {
+        match self.pending {
+            Some(Some(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    async fn commit(&mut self, epoch: u64) -> Result<()> {
+        let committed = self.commit_now(epoch).await;
+        self.fenced_if_so(committed)
+    }
 
     /// The worker has fenced the ids earlier runs may have used before starting the task,
     /// and the sink starts past them (`Seqs`).
@@ -437,7 +469,8 @@ impl Sink for TaskSink {
     }
 
     async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
-        self.flush_for(None).await
+        let flushed = self.flush_for(None).await;
+        self.fenced_if_so(flushed)
     }
 
     async fn finish(&mut self) -> Result<()> {
