@@ -1,44 +1,54 @@
 #!/usr/bin/env bash
 # One job on 1, 2 and 3 `weir worker` processes against `weir run` of the same file, release
 # build, on the loopback test broker (scripts/kafka-broker.sh):
-#   [EVENTS=50000] bash benches/workers.sh
-# The job: Nexmark bids from a Kafka topic, COUNT(*) per auction (a keyed aggregate behind a
-# hash exchange, which workers cut into a repartition topic of 'parallelism' partitions),
-# upserted by key into a Kafka topic exactly once, 1 s checkpoints. Prints per run the wall
-# time to the last task's end, events per second, and the CPU time of all its processes.
-# It does not isolate the repartition hop: `weir run`'s exactly-once Kafka sink opens a
-# producer per transaction and sink task, where a worker's task has one. The broker shares this machine's two cores
-# with the workers and slows down past about 100k records: the figures bound what workers
-# cost Weir more than what a Kafka cluster would take.
+#   [EVENTS=50000] [PARTITIONS=6] bash benches/workers.sh
+# The job: Nexmark bids from a Kafka topic of PARTITIONS partitions, COUNT(*) per auction (a
+# keyed aggregate behind a hash exchange, which workers cut into a repartition topic of
+# 'parallelism' partitions), upserted by key into a Kafka topic exactly once, 1 s
+# checkpoints. Each way runs twice, over EVENTS/2 and EVENTS events: the wall time to the
+# last task's end, events per second, and the CPU time of Weir's processes and of the broker.
+# The difference between the two sizes, per event, is the cost of a record without the fixed
+# costs (process start, group joins and rebalances, the checkpoints before the end commits);
+# the 1-worker figure minus `weir run`'s is the repartition hop's per-record cost against the
+# in-process exchange. The broker shares this machine's two cores with the workers and slows
+# down past about 100k records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo build --release -p weir-cli --quiet
 WEIR="$CARGO_TARGET_DIR/release/weir"
 EVENTS="${EVENTS:-50000}"
-BIDS=$(( EVENTS * 46 / 50 ))
+PARTITIONS="${PARTITIONS:-6}"
 DIR="$(mktemp -d)"
 PORT="${PORT:-29093}"
 PID="$(scripts/kafka-broker.sh start "$PORT" "$DIR/broker")"
 trap 'kill "$PID" 2>/dev/null || true' EXIT
-BIDS_TABLE="CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
-  WITH ('connector' = 'kafka', 'topic' = 'bids', 'properties.bootstrap.servers' = '127.0.0.1:$PORT',
+broker_cpu() { # seconds of CPU the broker has used
+  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$PID/stat"
+}
+bids_table() { # topic
+  echo "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+  WITH ('connector' = 'kafka', 'topic' = '$1', 'properties.bootstrap.servers' = '127.0.0.1:$PORT',
         'format' = 'json', 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset')"
-cat > "$DIR/load.sql" <<SQL
+}
+load() { # topic events
+  python3 scripts/kafka-create-topic.py "127.0.0.1:$PORT" "$1" "$PARTITIONS"
+  cat > "$DIR/load-$1.sql" <<SQL
 SET 'parallelism' = '1';
 CREATE TABLE gen (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
-  WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '$EVENTS');
-$BIDS_TABLE;
+  WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '$2');
+$(bids_table "$1");
 INSERT INTO bids SELECT * FROM gen;
 SQL
-"$WEIR" run "$DIR/load.sql" >/dev/null
-job() { # name -> the job's SQL
+  "$WEIR" run "$DIR/load-$1.sql" >/dev/null
+}
+job() { # name topic -> the job's SQL
   cat <<SQL
 SET 'parallelism' = '6';
 SET 'checkpoint.interval' = '1s';
 SET 'checkpoint.dir' = '$DIR/checkpoints-$1';
 SET 'pipeline.name' = '$1';
-$BIDS_TABLE;
+$(bids_table "$2");
 CREATE TABLE counts_$1 (auction BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFORCED)
   WITH ('connector' = 'upsert-kafka', 'topic' = 'counts-$1', 'properties.bootstrap.servers' = '127.0.0.1:$PORT',
         'key.format' = 'json', 'value.format' = 'json', 'sink.delivery-guarantee' = 'exactly-once',
@@ -46,28 +56,39 @@ CREATE TABLE counts_$1 (auction BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFO
 INSERT INTO counts_$1 SELECT auction, COUNT(*) FROM bids GROUP BY auction;
 SQL
 }
-report() { # label wall cpu
-  python3 -c "import sys; l, w, c, b = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]);
-print(f'{l:18} wall {w:6.2f} s  {b / w:9.0f} events/s  CPU {c:6.2f} s  {c / b * 1e6:6.1f} us/event')" "$1" "$2" "$3" "$BIDS"
-}
-job inproc > "$DIR/inproc.sql"
-start=$(date +%s.%N)
-/usr/bin/time -f "%U %S" -o "$DIR/inproc.time" "$WEIR" run "$DIR/inproc.sql" >/dev/null 2>&1
-end=$(date +%s.%N)
-INPROC_CPU=$(awk '{print $1 + $2}' "$DIR/inproc.time")
-report "weir run (p=6)" "$(echo "$end - $start" | bc)" "$INPROC_CPU"
-for workers in 1 2 3; do
-  name="w$workers"
-  job "$name" > "$DIR/$name.sql"
+run() { # way size -> "wall weir_cpu broker_cpu"
+  local way="$1" size="$2" name="$1-$2" start end before pids=()
+  job "$name" "bids-$size" > "$DIR/$name.sql"
+  before=$(broker_cpu)
   start=$(date +%s.%N)
-  pids=()
-  for i in $(seq 1 "$workers"); do
-    /usr/bin/time -f "%U %S" -o "$DIR/$name-$i.time" "$WEIR" worker "$DIR/$name.sql" --id "$name-$i" >/dev/null 2>"$DIR/$name-$i.log" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
+  if [ "$way" = inproc ]; then
+    /usr/bin/time -f "%U %S" -o "$DIR/$name-1.time" "$WEIR" run "$DIR/$name.sql" >/dev/null 2>"$DIR/$name-1.log"
+  else
+    for i in $(seq 1 "$way"); do
+      /usr/bin/time -f "%U %S" -o "$DIR/$name-$i.time" "$WEIR" worker "$DIR/$name.sql" --id "$name-$i" >/dev/null 2>"$DIR/$name-$i.log" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+  fi
   end=$(date +%s.%N)
-  cpu=$(cat "$DIR/$name"-*.time | awk '{s += $1 + $2} END {print s}')
-  report "$workers worker(s)" "$(echo "$end - $start" | bc)" "$cpu"
+  echo "$(echo "$end - $start" | bc) $(cat "$DIR/$name"-*.time | awk '{s += $1 + $2} END {print s}') $(echo "$(broker_cpu) - $before" | bc)"
+}
+SMALL=$(( EVENTS / 2 ))
+load "bids-small" "$SMALL"
+load "bids-large" "$EVENTS"
+BIDS_SMALL=$(( SMALL * 46 / 50 ))
+BIDS_LARGE=$(( EVENTS * 46 / 50 ))
+echo "bids: $BIDS_SMALL and $BIDS_LARGE, in topics of $PARTITIONS partitions; parallelism 6"
+printf '%-16s %9s %11s %9s %9s %15s %15s\n' way wall events/s "Weir CPU" "broker" "Weir us/event" "broker us/event"
+for way in inproc 1 2 3; do
+  read -r ws cs bs <<< "$(run "$way" small)"
+  read -r wl cl bl <<< "$(run "$way" large)"
+  label=$([ "$way" = inproc ] && echo "weir run" || echo "$way worker(s)")
+  python3 -c "
+import sys
+label, ws, cs, bs, wl, cl, bl, ns, nl = sys.argv[1], *map(float, sys.argv[2:8]), int(sys.argv[8]), int(sys.argv[9])
+d = nl - ns
+print(f'{label:16} {wl:7.2f} s {nl / wl:11.0f} {cl:7.2f} s {bl:7.2f} s {(cl - cs) / d * 1e6:15.1f} {(bl - bs) / d * 1e6:15.1f}')
+" "$label" "$ws" "$cs" "$bs" "$wl" "$cl" "$bl" "$BIDS_SMALL" "$BIDS_LARGE"
 done
-echo "bids: $BIDS; the bids topic has $("$WEIR" status "$DIR/w1.sql" 2>/dev/null | grep -c '^    1/') partition(s)"
+echo "(wall, events/s and CPU: the larger run; us/event: the difference between the two runs, per bid)"

@@ -1,6 +1,7 @@
 //! A task's output: everything it writes (rows for a repartition topic or the job's Kafka
-//! sink, watermark markers) goes through one transactional producer, whose transactional id
-//! is the task's. Per checkpoint `n`, in this order:
+//! sink, watermark markers) goes through one transactional producer per transaction, under
+//! an id of its own (`<prefix>-<s>`: one transaction per id, ever). Per checkpoint `n`, in
+//! this order:
 //! 1. barrier `n`: the producer is flushed (pre-commit); the runtime then writes the state
 //!    snapshot to the shared checkpoint store;
 //! 2. checkpoint `n` written: the offsets the task's sources had at barrier `n` go into the
@@ -8,7 +9,7 @@
 //!
 //! The commit is what makes checkpoint `n` the task's: a task that starts (restarts, or
 //! moves to another worker) restores the checkpoint named by its committed offsets, and
-//! initializing the producer fences its predecessor and aborts what it left open. Rows that
+//! [`fence`] fences its predecessors and aborts what they left open. Rows that
 //! arrive between the flush and the commit wait here: they belong to the next transaction.
 //!
 //! A job sink of another kind (files, PostgreSQL) is that connector's own sink, told of each
