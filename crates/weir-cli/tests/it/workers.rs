@@ -107,31 +107,23 @@ impl Expected {
         if self == want {
             return;
         }
-        let mut diff = Vec::new();
-        for (k, v) in &want.counts {
-            if self.counts.get(k) != Some(v) {
-                diff.push(format!("counts {k}: want {v}, got {:?}", self.counts.get(k)));
-            }
-        }
-        for (k, v) in &self.counts {
-            if !want.counts.contains_key(k) {
-                diff.push(format!("counts {k}: not wanted, got {v}"));
-            }
-        }
-        for (k, v) in &want.joined {
-            if self.joined.get(k) != Some(v) {
-                diff.push(format!("joined {k}: want {v}, got {:?}", self.joined.get(k)));
-            }
-        }
-        for (k, v) in &self.joined {
-            if !want.joined.contains_key(k) {
-                diff.push(format!("joined {k}: not wanted, got {v}"));
-            }
-        }
+        let mut diff = differences("counts", &want.counts, &self.counts);
+        diff.extend(differences("joined", &want.joined, &self.joined));
         let n = diff.len();
         diff.truncate(20);
         panic!("{what} (logs in {}): {n} difference(s), first:\n  {}", dir.display(), diff.join("\n  "));
     }
+}
+
+/// What differs between two maps, a line per key.
+fn differences<V: PartialEq + std::fmt::Debug>(
+    what: &str,
+    want: &BTreeMap<String, V>,
+    got: &BTreeMap<String, V>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
+    let differ = keys.into_iter().filter(|k| want.get(*k) != got.get(*k));
+    differ.map(|k| format!("{what} {k}: want {:?}, got {:?}", want.get(k), got.get(k))).collect()
 }
 
 /// A `weir worker` process, its log in `<dir>/worker-<n>.log`.

@@ -24,7 +24,7 @@ mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir_core::{ConnectorFactory, Result, Split, TableDef, WeirError};
 use weir_runtime::checkpoint::{CheckpointConfig, CheckpointStore};
@@ -187,12 +187,40 @@ struct WorkerJob {
 /// A task this worker runs: sub-topology id and partition.
 type TaskId = (usize, i32);
 
+/// The first wait before a task is started again here, and the longest.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+/// What a worker keeps of one job's tasks.
+#[derive(Default)]
+struct Tasks {
+    running: BTreeMap<TaskId, Running>,
+    /// Revoked, and stopping: the revocation waits for them.
+    stopping: Vec<(usize, JobHandle)>,
+    /// Ended here: not started again while still assigned.
+    settled: BTreeSet<TaskId>,
+    /// Not started again before then, and the wait after that: fenced while this worker
+    /// still had them, or their start failed on the cluster.
+    retry: BTreeMap<TaskId, (Instant, Duration)>,
+    /// The assignment round last seen, per sub-topology.
+    last_round: BTreeMap<usize, u64>,
+    /// The runtime's id of the last task started.
+    next_id: u64,
+}
+
+impl Tasks {
+    fn cancel_all(&self) {
+        for run in self.running.values() {
+            run.handle.cancel();
+        }
+    }
+}
+
 /// A task running here.
 struct Running {
     handle: JobHandle,
-    /// `task <sub>/<p> of job '<job>'`, its transactional ids' prefix, and those it used.
+    /// `task <sub>/<p> of job '<job>'`, and its transactional ids.
     name: String,
-    prefix: String,
     seqs: Arc<sink::Seqs>,
 }
 
@@ -215,146 +243,22 @@ impl WorkerJob {
         for sub in &layout.subs {
             log::info!("job '{name}': {}, {} task(s)", sub.describe(), layout.tasks[&sub.id]);
         }
-        let mut running: BTreeMap<TaskId, Running> = BTreeMap::new();
-        let mut stopping: Vec<(usize, JobHandle)> = Vec::new();
-        // Ended here: not started again while still assigned.
-        let mut settled: BTreeSet<TaskId> = BTreeSet::new();
-        // Not started again before then: fenced while this worker still had them, or their
-        // start failed on the cluster.
-        let mut retry: BTreeMap<TaskId, (std::time::Instant, Duration)> = BTreeMap::new();
-        let mut last_round: BTreeMap<usize, u64> = BTreeMap::new();
-        let mut next_id = 1u64;
-        let mut last_check = std::time::Instant::now();
+        let mut tasks = Tasks::default();
+        let mut last_check = Instant::now();
         let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
-            let mut ended = Vec::new();
-            for (task, run) in &running {
-                match run.handle.state() {
-                    JobState::Running => {}
-                    // Fenced by a task started elsewhere, or failed by the cluster (a broker
-                    // gone): if the group still gives it to this worker, it starts here again.
-                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
-                        log::info!("job '{name}': task {}/{} fenced (its sink said why)", task.0, task.1);
-                        ended.push((*task, false));
-                    }
-                    JobState::Failed(e) if e.kind == weir_core::ErrorKind::External => {
-                        log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
-                        ended.push((*task, false));
-                    }
-                    JobState::Failed(e) => {
-                        return Err(e.context(format!("job '{name}', task {}/{}", task.0, task.1)));
-                    }
-                    _ => ended.push((*task, true)),
-                }
-            }
-            for (task, finished) in ended {
-                let Some(run) = running.remove(&task) else { continue };
-                if finished {
-                    settled.insert(task);
-                    continue;
-                }
-                // Its open transaction would hold every reader of its output back until the
-                // broker times it out.
-                // (The next owner fences it in any case, when it starts the task.)
-                if let Err(e) =
-                    tokio::task::block_in_place(|| run.seqs.abort_open(&layout.kafka, &run.prefix, &run.name))
-                {
-                    log::warn!(
-                        "job '{name}': task {}/{}: its open transaction is left to its next owner ({e})",
-                        task.0,
-                        task.1
-                    );
-                }
-                retry.insert(task, (std::time::Instant::now() + Duration::from_secs(1), Duration::from_secs(1)));
-            }
+            self.reap(&mut tasks)?;
             // A replacement under this worker's id has taken its place: nothing here may go on.
             if let Some(e) = memberships.iter().find_map(|m| m.failed()) {
-                for run in running.values() {
-                    run.handle.cancel();
-                }
+                tasks.cancel_all();
                 return Err(e);
             }
             for (sub, membership) in layout.subs.iter().zip(&memberships) {
-                let assignment = membership.assigned.borrow().clone();
-                if last_round.get(&sub.id) != Some(&assignment.round) {
-                    log::info!(
-                        "job '{name}': sub-topology {}: this worker's tasks are now {:?}",
-                        sub.id,
-                        assignment.partitions
-                    );
-                    // A new assignment, even one of the same tasks (they may have been
-                    // elsewhere in between): what was settled may be ours again to start.
-                    settled.retain(|(s, _)| *s != sub.id);
-                    last_round.insert(sub.id, assignment.round);
-                }
-                let assigned = assignment.partitions;
-                let gone: Vec<TaskId> =
-                    running.keys().filter(|(s, p)| *s == sub.id && !assigned.contains(p)).copied().collect();
-                for task in gone {
-                    if let Some(run) = running.remove(&task) {
-                        log::info!("job '{name}': task {}/{} revoked; stopping it here", task.0, task.1);
-                        run.handle.cancel();
-                        stopping.push((sub.id, run.handle));
-                    }
-                }
-                retry.retain(|(s, p), _| *s != sub.id || assigned.contains(p));
-                // The revocation waits until this worker's revoked tasks have stopped.
-                stopping.retain(|(_, h)| matches!(h.state(), JobState::Running));
-                if !stopping.iter().any(|(s, _)| *s == sub.id) && *membership.released.borrow() < assignment.round {
-                    membership.released.send_replace(assignment.round);
-                }
-                let mut owned: Option<BTreeSet<i32>> = None;
-                for p in assigned {
-                    let task = (sub.id, p);
-                    if running.contains_key(&task) || settled.contains(&task) {
-                        continue;
-                    }
-                    let backoff = match retry.get(&task) {
-                        Some((at, _)) if std::time::Instant::now() < *at => continue,
-                        Some((_, backoff)) => *backoff,
-                        None => Duration::from_secs(1),
-                    };
-                    // What this worker's group member was told can be stale (a worker paused
-                    // while its replacement took its place has not heard yet): the group's own
-                    // assignment must agree before the task fences anyone.
-                    if owned.is_none() {
-                        owned = Some(tokio::task::block_in_place(|| self.owned(sub)).unwrap_or_else(|e| {
-                            log::warn!(
-                                "job '{name}': sub-topology {}: cannot read the group's assignment ({e})",
-                                sub.id
-                            );
-                            BTreeSet::new()
-                        }));
-                    }
-                    if !owned.as_ref().is_some_and(|o| o.contains(&p)) {
-                        log::debug!("job '{name}': task {}/{p}: not this worker's in the group yet", sub.id);
-                        retry.insert(task, (std::time::Instant::now() + Duration::from_millis(500), backoff));
-                        continue;
-                    }
-                    match tokio::task::block_in_place(|| self.start(sub, p, next_id)) {
-                        Ok(run) => {
-                            retry.remove(&task);
-                            running.insert(task, run);
-                        }
-                        // The cluster did not answer in time (a worker paused, a broker
-                        // moving): the task stays assigned here, and is tried again.
-                        Err(e) if e.kind == weir_core::ErrorKind::External => {
-                            log::warn!(
-                                "job '{name}': task {}/{} not started ({e}); trying again in {backoff:?}",
-                                sub.id,
-                                p
-                            );
-                            let at = std::time::Instant::now() + backoff;
-                            retry.insert(task, (at, (backoff * 2).min(Duration::from_secs(30))));
-                        }
-                        Err(e) => return Err(e),
-                    }
-                    next_id += 1;
-                }
+                self.follow(sub, membership, &mut tasks)?;
             }
             // Asked of the cluster at most once a second.
-            if running.is_empty() && last_check.elapsed() >= Duration::from_secs(1) {
-                last_check = std::time::Instant::now();
+            if tasks.running.is_empty() && last_check.elapsed() >= Duration::from_secs(1) {
+                last_check = Instant::now();
                 if tokio::task::block_in_place(|| self.all_ended())? {
                     log::info!("job '{name}': every task has ended");
                     return Ok(());
@@ -364,13 +268,128 @@ impl WorkerJob {
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = &mut interrupt => {
                     log::info!("job '{name}': interrupted; leaving the groups");
-                    for run in running.values() {
-                        run.handle.cancel();
-                    }
+                    tasks.cancel_all();
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// Take in the tasks that ended here. One that finished stays ended while the group gives
+    /// it to this worker; one fenced by a task started elsewhere, or failed by the cluster (a
+    /// broker gone), starts again if the group still gives it here; any other failure is the
+    /// worker's.
+    fn reap(&self, tasks: &mut Tasks) -> Result<()> {
+        let name = &self.layout.job.name;
+        let mut ended = Vec::new();
+        for (task, run) in &tasks.running {
+            match run.handle.state() {
+                JobState::Running => {}
+                JobState::Failed(e) if e.kind == weir_core::ErrorKind::Fenced => {
+                    log::info!("job '{name}': task {}/{} fenced (its sink said why)", task.0, task.1);
+                    ended.push((*task, false));
+                }
+                JobState::Failed(e) if e.kind == weir_core::ErrorKind::External => {
+                    log::warn!("job '{name}': task {}/{}: {e}", task.0, task.1);
+                    ended.push((*task, false));
+                }
+                JobState::Failed(e) => return Err(e.context(format!("job '{name}', task {}/{}", task.0, task.1))),
+                _ => ended.push((*task, true)),
+            }
+        }
+        for (task, finished) in ended {
+            let Some(run) = tasks.running.remove(&task) else { continue };
+            if finished {
+                tasks.settled.insert(task);
+                continue;
+            }
+            // Its open transaction would hold every reader of its output back until the
+            // broker times it out (the next owner fences it in any case, when it starts).
+            let aborted = tokio::task::block_in_place(|| run.seqs.abort_open(&self.layout.kafka, &run.name));
+            if let Err(e) = aborted {
+                log::warn!(
+                    "job '{name}': task {}/{}: its open transaction is left to its next owner ({e})",
+                    task.0,
+                    task.1
+                );
+            }
+            tasks.retry.insert(task, (Instant::now() + FIRST_RETRY, FIRST_RETRY));
+        }
+        Ok(())
+    }
+
+    /// Follow the group's assignment of `sub`: stop what it revoked (the revocation waits for
+    /// that), and start what it gives.
+    fn follow(&self, sub: &SubTopology, membership: &Membership, tasks: &mut Tasks) -> Result<()> {
+        let name = &self.layout.job.name;
+        let assignment = membership.assigned.borrow().clone();
+        if tasks.last_round.get(&sub.id) != Some(&assignment.round) {
+            log::info!(
+                "job '{name}': sub-topology {}: this worker's tasks are now {:?}",
+                sub.id,
+                assignment.partitions
+            );
+            // A new assignment, even one of the same tasks (they may have been elsewhere in
+            // between): what was settled may be ours again to start.
+            tasks.settled.retain(|(s, _)| *s != sub.id);
+            tasks.last_round.insert(sub.id, assignment.round);
+        }
+        let assigned = assignment.partitions;
+        let gone: Vec<TaskId> =
+            tasks.running.keys().filter(|(s, p)| *s == sub.id && !assigned.contains(p)).copied().collect();
+        for task in gone {
+            if let Some(run) = tasks.running.remove(&task) {
+                log::info!("job '{name}': task {}/{} revoked; stopping it here", task.0, task.1);
+                run.handle.cancel();
+                tasks.stopping.push((sub.id, run.handle));
+            }
+        }
+        tasks.retry.retain(|(s, p), _| *s != sub.id || assigned.contains(p));
+        tasks.stopping.retain(|(_, h)| matches!(h.state(), JobState::Running));
+        if !tasks.stopping.iter().any(|(s, _)| *s == sub.id) && *membership.released.borrow() < assignment.round {
+            membership.released.send_replace(assignment.round);
+        }
+        let mut owned: Option<BTreeSet<i32>> = None;
+        for p in assigned {
+            let task = (sub.id, p);
+            if tasks.running.contains_key(&task) || tasks.settled.contains(&task) {
+                continue;
+            }
+            let backoff = match tasks.retry.get(&task) {
+                Some((at, _)) if Instant::now() < *at => continue,
+                Some((_, backoff)) => *backoff,
+                None => FIRST_RETRY,
+            };
+            // What this worker's group member was told can be stale (a worker paused while
+            // its replacement took its place has not heard yet): the group's own assignment
+            // must agree before the task fences anyone.
+            let owned = owned.get_or_insert_with(|| {
+                tokio::task::block_in_place(|| self.owned(sub)).unwrap_or_else(|e| {
+                    log::warn!("job '{name}': sub-topology {}: cannot read the group's assignment ({e})", sub.id);
+                    BTreeSet::new()
+                })
+            });
+            if !owned.contains(&p) {
+                log::debug!("job '{name}': task {}/{p}: not this worker's in the group yet", sub.id);
+                tasks.retry.insert(task, (Instant::now() + Duration::from_millis(500), backoff));
+                continue;
+            }
+            tasks.next_id += 1;
+            match tokio::task::block_in_place(|| self.start(sub, p, tasks.next_id)) {
+                Ok(run) => {
+                    tasks.retry.remove(&task);
+                    tasks.running.insert(task, run);
+                }
+                // The cluster did not answer in time (a worker paused, a broker moving): the
+                // task stays assigned here, and is tried again.
+                Err(e) if e.kind == weir_core::ErrorKind::External => {
+                    log::warn!("job '{name}': task {}/{p} not started ({e}); trying again in {backoff:?}", sub.id);
+                    tasks.retry.insert(task, (Instant::now() + backoff, (backoff * 2).min(LAST_RETRY)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// The tasks of `sub` the group coordinator gives this worker now, in a settled round.
@@ -440,7 +459,7 @@ impl WorkerJob {
             }
         };
         options.restore = restored;
-        let seqs = sink::Seqs::new(first_seq);
+        let seqs = sink::Seqs::new(prefix, first_seq);
         match &options.restore {
             Some(r) => log::info!("task {name} starts from its committed checkpoint {}", r.epoch),
             None => log::info!("task {name} starts from the beginning"),
@@ -473,7 +492,7 @@ impl WorkerJob {
         };
         let (kafka, sink_name) = (layout.kafka.clone(), job.sink.name.clone());
         let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
-        let (run_name, run_prefix, run_seqs) = (task_name.clone(), prefix.clone(), seqs.clone());
+        let (run_name, run_seqs) = (task_name.clone(), seqs.clone());
         let spec = SinkSpec {
             name: match &sub.output {
                 Output::Repartition { topic, .. } => topic.clone(),
@@ -485,7 +504,6 @@ impl WorkerJob {
                     task_name.clone(),
                     p as usize,
                     kafka.clone(),
-                    prefix.clone(),
                     &group,
                     make_target()?,
                     shared.clone(),
@@ -495,6 +513,6 @@ impl WorkerJob {
             }),
         };
         let handle = spawn_job(id, name, &sub.root, spec, connectors, options)?;
-        Ok(Running { handle, name: run_name, prefix: run_prefix, seqs: run_seqs })
+        Ok(Running { handle, name: run_name, seqs: run_seqs })
     }
 }

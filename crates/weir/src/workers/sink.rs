@@ -86,8 +86,6 @@ pub struct TaskSink {
     name: String,
     task: usize,
     config: rdkafka::ClientConfig,
-    /// Transaction `s` of the task has the id `<prefix>-<s>`.
-    prefix: String,
     next_seq: u64,
     seqs: Arc<Seqs>,
     /// The open transaction's producer.
@@ -158,22 +156,24 @@ fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -
 /// those first (its producers were dropped with their transactions open).
 #[derive(Debug)]
 pub struct Seqs {
+    /// Transaction `s` of the task has the id `<prefix>-<s>`.
+    pub prefix: String,
     first: u64,
     next: std::sync::atomic::AtomicU64,
 }
 
 impl Seqs {
-    pub fn new(first: u64) -> Arc<Self> {
-        Arc::new(Self { first, next: std::sync::atomic::AtomicU64::new(first) })
+    pub fn new(prefix: String, first: u64) -> Arc<Self> {
+        Arc::new(Self { prefix, first, next: std::sync::atomic::AtomicU64::new(first) })
     }
 
     /// Abort the transaction the task's last attempt here may have left open (a task that
     /// failed dropped its producer with it open), by initializing its id. Only the last can
     /// be open: a task opens its next transaction after committing the one before.
-    pub fn abort_open(&self, config: &rdkafka::ClientConfig, prefix: &str, name: &str) -> Result<()> {
+    pub fn abort_open(&self, config: &rdkafka::ClientConfig, name: &str) -> Result<()> {
         let next = self.next.load(std::sync::atomic::Ordering::SeqCst);
         if next > self.first {
-            init_id(config, prefix, next - 1, name)?;
+            init_id(config, &self.prefix, next - 1, name)?;
         }
         Ok(())
     }
@@ -205,13 +205,12 @@ impl TaskSink {
         name: String,
         task: usize,
         mut config: rdkafka::ClientConfig,
-        prefix: String,
         group: &str,
         target: Target,
         shared: Arc<TaskShared>,
         seqs: Arc<Seqs>,
     ) -> Result<Self> {
-        blocking(|| seqs.abort_open(&config, &prefix, &name))?;
+        blocking(|| seqs.abort_open(&config, &name))?;
         let used = seqs.next.load(std::sync::atomic::Ordering::SeqCst);
         let mut consumer_config = config.clone();
         consumer_config.set("group.id", group).set("enable.auto.commit", "false");
@@ -224,7 +223,6 @@ impl TaskSink {
             name,
             task,
             config,
-            prefix,
             next_seq: used,
             seqs,
             producer: None,
@@ -246,7 +244,7 @@ impl TaskSink {
     /// next id) if none is open.
     fn producer(&mut self) -> Result<&ThreadedProducer<TaskContext>> {
         if self.producer.is_none() {
-            let id = format!("{}-{}", self.prefix, self.next_seq);
+            let id = format!("{}-{}", self.seqs.prefix, self.next_seq);
             let mut config = self.config.clone();
             config.set("transactional.id", &id);
             let producer: ThreadedProducer<TaskContext> = config
@@ -393,7 +391,7 @@ impl TaskSink {
         log::debug!(
             "{}: committed checkpoint {epoch} ({metadata}) as '{}-{}': rows {:?}, offsets {offsets:?}",
             self.name,
-            self.prefix,
+            self.seqs.prefix,
             self.next_seq - 1,
             self.rows_in_txn
         );
