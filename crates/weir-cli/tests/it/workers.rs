@@ -17,9 +17,10 @@ const BIDS: i64 = 18_400;
 /// wait on every member, so two at once on a small machine only slow each other down.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Two jobs in one file, each cut twice: bids per auction, then auctions per bid count
-/// (upsert-kafka, an updating aggregate fed an updating one across a cut); and bids joined
-/// with their auction (a regular left join, both sides repartitioned, as change events).
+/// Three jobs in one file: bids per auction, then auctions per bid count (upsert-kafka, an
+/// updating aggregate fed an updating one across a cut); bids joined with their auction (a
+/// regular left join, both sides repartitioned, as change events); and bids per auction and
+/// 1 s tumbling window (closed by the watermark markers that cross the cut).
 fn jobs(bootstrap: &str, suffix: &str, settings: &str, rate: Option<u32>) -> String {
     let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
     format!(
@@ -37,10 +38,17 @@ CREATE TABLE joined{suffix} (auction BIGINT, price BIGINT, seller BIGINT, catego
   WITH ('connector' = 'kafka', 'topic' = 'joined{suffix}', 'properties.bootstrap.servers' = '{bootstrap}',
         'format' = 'debezium-json', 'sink.delivery-guarantee' = 'exactly-once',
         'sink.transactional-id-prefix' = 'weir-joined{suffix}');
+CREATE TABLE windows{suffix} (auction BIGINT, window_start TIMESTAMP(3), bids BIGINT, top BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = 'windows{suffix}', 'properties.bootstrap.servers' = '{bootstrap}',
+        'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once',
+        'sink.transactional-id-prefix' = 'weir-windows{suffix}');
 INSERT INTO counts{suffix}
 SELECT n, COUNT(*), MIN(auction), MAX(auction) FROM (SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction)
 GROUP BY n;
 INSERT INTO joined{suffix} SELECT b.auction, b.price, a.seller, a.category FROM bids b LEFT JOIN auctions a ON b.auction = a.id;
+INSERT INTO windows{suffix}
+SELECT auction, window_start, COUNT(*), MAX(price) FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '1' SECOND))
+GROUP BY auction, window_start, window_end;
 ",
         bids = bids_table(bootstrap, "bids", &rate),
     )
@@ -58,13 +66,13 @@ SET 'workers.session-timeout' = '6s';",
 }
 
 /// The topics the jobs read: 18,400 bids and the auctions of 20,000 Nexmark events, two
-/// partitions each; and the result of one `weir run` process (topics `counts_ref` and
-/// `joined_ref`).
+/// partitions each; and the result of one `weir run` process (topics `counts_ref`,
+/// `joined_ref` and `windows_ref`).
 async fn with_reference(dir: &Path) -> (Broker, Expected) {
     let broker = Broker::start(dir);
     load_bids(&broker, 20_000).await;
     crate::kafka_upsert::load_auctions(&broker, 20_000).await;
-    for t in ["counts_ref", "joined_ref", "counts", "joined"] {
+    for t in ["counts_ref", "joined_ref", "windows_ref", "counts", "joined", "windows"] {
         broker.create_topic(t, 2).await;
     }
     let settings = format!(
@@ -75,6 +83,7 @@ async fn with_reference(dir: &Path) -> (Broker, Expected) {
     let expected = Expected::read(&broker, "_ref");
     assert!(expected.counts.len() > 10, "the reference has {} count rows", expected.counts.len());
     assert_eq!(expected.joined.values().sum::<i64>(), BIDS, "one joined row per bid in the reference");
+    assert_eq!(expected.bids_in_windows(), BIDS, "every bid in a window in the reference");
     (broker, expected)
 }
 
@@ -85,6 +94,8 @@ struct Expected {
     counts: BTreeMap<String, String>,
     /// Debezium events: each row's count.
     joined: BTreeMap<String, i64>,
+    /// Appended window rows: each row's count.
+    windows: BTreeMap<String, i64>,
 }
 
 impl Expected {
@@ -99,7 +110,20 @@ impl Expected {
         }
         let (joined, _) =
             crate::kafka_upsert::applied_events(broker.read_committed_records(&format!("joined{suffix}")));
-        Self { counts, joined }
+        let mut windows = BTreeMap::new();
+        for (_, value) in broker.read_committed_records(&format!("windows{suffix}")) {
+            *windows.entry(value.expect("a window row without a value")).or_default() += 1;
+        }
+        Self { counts, joined, windows }
+    }
+
+    /// The bids the window rows count.
+    fn bids_in_windows(&self) -> i64 {
+        let bids = |row: &String| -> i64 {
+            let after = row.split_once("\"bids\":").map(|(_, a)| a).unwrap_or_default();
+            after.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or(0)
+        };
+        self.windows.iter().map(|(row, n)| bids(row) * n).sum()
     }
 
     /// Fails with the first rows that differ on each side.
@@ -109,6 +133,7 @@ impl Expected {
         }
         let mut diff = differences("counts", &want.counts, &self.counts);
         diff.extend(differences("joined", &want.joined, &self.joined));
+        diff.extend(differences("windows", &want.windows, &self.windows));
         let n = diff.len();
         diff.truncate(20);
         panic!("{what} (logs in {}): {n} difference(s), first:\n  {}", dir.display(), diff.join("\n  "));
@@ -464,6 +489,60 @@ fn jobs_workers_cannot_run_are_refused_with_the_reason() {
             "table 'local' is read by a job of workers, which read Kafka topics only",
         ),
         ("SET 'parallelism' = '2';".to_string(), "the file has no INSERT"),
+    ];
+    for (i, (sql, expected)) in cases.iter().enumerate() {
+        let path = write_sql(&dir, &format!("case{i}.sql"), sql.clone());
+        let out = Command::new(weir_bin()).arg("worker").arg(&path).output().expect("weir worker");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} was not refused");
+        assert!(stderr.contains(expected), "case {i}: expected '{expected}' in:\n{stderr}");
+    }
+}
+
+/// Partition counts that cannot make tasks are refused before any group is joined: two
+/// topics of different counts read by one sub-topology, and a repartition topic left with
+/// another count than the job's `parallelism` (its key groups would land in other tasks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_counts_that_cannot_make_tasks_are_refused() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("bids", 2).await;
+    broker.create_topic("others", 3).await;
+    broker.create_topic("insert-into-out-1-repartition", 2).await;
+    let table = |name: &str| {
+        format!(
+            "CREATE TABLE {name} (auction BIGINT, price BIGINT) WITH ('connector' = 'kafka', 'topic' = '{name}', \
+             'properties.bootstrap.servers' = '{}', 'format' = 'json');",
+            broker.bootstrap
+        )
+    };
+    let out = format!(
+        "CREATE TABLE out (auction BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFORCED) WITH (
+         'connector' = 'upsert-kafka', 'topic' = 'out', 'properties.bootstrap.servers' = '{}',
+         'key.format' = 'json', 'value.format' = 'json');",
+        broker.bootstrap
+    );
+    let settings = format!(
+        "SET 'parallelism' = '3'; SET 'checkpoint.interval' = '1s'; SET 'checkpoint.dir' = '{}';",
+        dir.join("ck").display()
+    );
+    let cases = [
+        (
+            format!(
+                "{settings} {} {} {out} INSERT INTO out SELECT auction, COUNT(*) FROM \
+                 (SELECT auction FROM bids UNION ALL SELECT auction FROM others) GROUP BY auction;",
+                table("bids"),
+                table("others")
+            ),
+            "reads topics of different partition counts ('bids': 2, 'others': 3)",
+        ),
+        (
+            format!(
+                "{settings} {} {out} INSERT INTO out SELECT auction, COUNT(*) FROM bids GROUP BY auction;",
+                table("bids")
+            ),
+            "repartition topic 'insert-into-out-1-repartition' has 2 partitions, and the job's 'parallelism' is 3",
+        ),
     ];
     for (i, (sql, expected)) in cases.iter().enumerate() {
         let path = write_sql(&dir, &format!("case{i}.sql"), sql.clone());

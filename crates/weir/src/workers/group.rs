@@ -180,7 +180,10 @@ impl Membership {
 }
 
 impl Drop for Membership {
+    /// Leaving, the worker has stopped its tasks already: the revocation that closing the
+    /// member brings need not wait for them.
     fn drop(&mut self) {
+        self.released.send_replace(u64::MAX);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -55,7 +55,20 @@ pub async fn run(engine: &Engine, sql: &str, id: Option<&str>) -> Result<()> {
     for job in jobs {
         runs.push(WorkerJob::new(job, engine.connectors(), &member)?);
     }
-    futures::future::try_join_all(runs.into_iter().map(|r| r.run())).await?;
+    // One job's failure stops the others too, each leaving nothing open behind it.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let outcomes = futures::future::join_all(runs.into_iter().map(|r| {
+        let (stop, stopped) = (stop.clone(), stopped.clone());
+        async move {
+            let outcome = r.run(stopped).await;
+            if outcome.is_err() {
+                stop.send_replace(true);
+            }
+            outcome
+        }
+    }))
+    .await;
+    outcomes.into_iter().collect::<Result<Vec<()>>>()?;
     Ok(())
 }
 
@@ -208,14 +221,6 @@ struct Tasks {
     next_id: u64,
 }
 
-impl Tasks {
-    fn cancel_all(&self) {
-        for run in self.running.values() {
-            run.handle.cancel();
-        }
-    }
-}
-
 /// A task running here.
 struct Running {
     handle: JobHandle,
@@ -231,30 +236,47 @@ impl WorkerJob {
         Ok(Self { layout: Arc::new(layout), connectors, member: member.clone() })
     }
 
-    async fn run(self) -> Result<()> {
+    /// Run the job's tasks as the groups assign them, until they have all ended, the worker
+    /// is interrupted, `stopped` says another job of the worker failed, or this one fails.
+    /// Whatever still runs then is stopped, and the transactions it had open are aborted.
+    async fn run(self, stopped: tokio::sync::watch::Receiver<bool>) -> Result<()> {
         let layout = &self.layout;
-        let name = &layout.job.name;
         let mut memberships = Vec::new();
         for sub in &layout.subs {
             let topics = layout.topics_of(sub);
-            let m = Membership::join(&layout.kafka, &sub.group(name), &topics, &self.member, layout.session_timeout)?;
-            memberships.push(m);
+            let group = sub.group(&layout.job.name);
+            memberships.push(Membership::join(&layout.kafka, &group, &topics, &self.member, layout.session_timeout)?);
         }
+        let mut tasks = Tasks::default();
+        let outcome = self.drive(&memberships, &mut tasks, stopped).await;
+        // Before the groups are left: the tasks' next owners must not start them while they
+        // still run here.
+        self.shut_down(&tasks).await;
+        drop(memberships);
+        outcome
+    }
+
+    async fn drive(
+        &self,
+        memberships: &[Membership],
+        tasks: &mut Tasks,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        let layout = &self.layout;
+        let name = &layout.job.name;
         for sub in &layout.subs {
             log::info!("job '{name}': {}, {} task(s)", sub.describe(), layout.tasks[&sub.id]);
         }
-        let mut tasks = Tasks::default();
         let mut last_check = Instant::now();
         let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
-            self.reap(&mut tasks)?;
+            self.reap(tasks)?;
             // A replacement under this worker's id has taken its place: nothing here may go on.
             if let Some(e) = memberships.iter().find_map(|m| m.failed()) {
-                tasks.cancel_all();
                 return Err(e);
             }
-            for (sub, membership) in layout.subs.iter().zip(&memberships) {
-                self.follow(sub, membership, &mut tasks)?;
+            for (sub, membership) in layout.subs.iter().zip(memberships) {
+                self.follow(sub, membership, tasks)?;
             }
             // Asked of the cluster at most once a second.
             if tasks.running.is_empty() && last_check.elapsed() >= Duration::from_secs(1) {
@@ -268,9 +290,33 @@ impl WorkerJob {
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                 _ = &mut interrupt => {
                     log::info!("job '{name}': interrupted; leaving the groups");
-                    tasks.cancel_all();
                     return Ok(());
                 }
+                _ = stopped.changed() => {
+                    log::info!("job '{name}': stopped, as another job of this worker failed");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Stop the tasks still running here, and abort the transactions they leave open (their
+    /// next owners would, but only once the group has moved them).
+    async fn shut_down(&self, tasks: &Tasks) {
+        if tasks.running.is_empty() {
+            return;
+        }
+        for run in tasks.running.values() {
+            run.handle.cancel();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && tasks.running.values().any(|r| matches!(r.handle.state(), JobState::Running))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for run in tasks.running.values() {
+            if let Err(e) = tokio::task::block_in_place(|| run.seqs.abort_open(&self.layout.kafka, &run.name)) {
+                log::warn!("{}: its open transaction is left to its next owner ({e})", run.name);
             }
         }
     }
