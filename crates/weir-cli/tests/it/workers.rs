@@ -490,13 +490,7 @@ fn jobs_workers_cannot_run_are_refused_with_the_reason() {
         ),
         ("SET 'parallelism' = '2';".to_string(), "the file has no INSERT"),
     ];
-    for (i, (sql, expected)) in cases.iter().enumerate() {
-        let path = write_sql(&dir, &format!("case{i}.sql"), sql.clone());
-        let out = Command::new(weir_bin()).arg("worker").arg(&path).output().expect("weir worker");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "case {i} was not refused");
-        assert!(stderr.contains(expected), "case {i}: expected '{expected}' in:\n{stderr}");
-    }
+    assert_refused(&dir, &cases);
 }
 
 /// Partition counts that cannot make tasks are refused before any group is joined: two
@@ -544,8 +538,13 @@ async fn partition_counts_that_cannot_make_tasks_are_refused() {
             "repartition topic 'insert-into-out-1-repartition' has 2 partitions, and the job's 'parallelism' is 3",
         ),
     ];
+    assert_refused(&dir, &cases);
+}
+
+/// `weir worker` refuses each file, saying what is expected.
+fn assert_refused(dir: &Path, cases: &[(String, &str)]) {
     for (i, (sql, expected)) in cases.iter().enumerate() {
-        let path = write_sql(&dir, &format!("case{i}.sql"), sql.clone());
+        let path = write_sql(dir, &format!("case{i}.sql"), sql.clone());
         let out = Command::new(weir_bin()).arg("worker").arg(&path).output().expect("weir worker");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "case {i} was not refused");

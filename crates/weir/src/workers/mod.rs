@@ -57,19 +57,30 @@ pub async fn run(engine: &Engine, sql: &str, id: Option<&str>) -> Result<()> {
     }
     // One job's failure stops the others too, each leaving nothing open behind it.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let outcomes = futures::future::join_all(runs.into_iter().map(|r| {
-        let (stop, stopped) = (stop.clone(), stopped.clone());
-        async move {
-            let outcome = r.run(stopped).await;
-            if outcome.is_err() {
-                stop.send_replace(true);
-            }
-            outcome
+    // A task of its own per job: a job waiting on the cluster (a task's start blocks while it
+    // fences its predecessors) does not hold the others up.
+    let handles: Vec<_> = runs
+        .into_iter()
+        .map(|r| {
+            let (stop, stopped) = (stop.clone(), stopped.clone());
+            tokio::spawn(async move {
+                let outcome = r.run(stopped).await;
+                if outcome.is_err() {
+                    stop.send_replace(true);
+                }
+                outcome
+            })
+        })
+        .collect();
+    let mut first_error = None;
+    for handle in handles {
+        let outcome =
+            handle.await.unwrap_or_else(|e| Err(WeirError::internal(format!("a job of this worker stopped: {e}"))));
+        if let Err(e) = outcome {
+            first_error.get_or_insert(e);
         }
-    }))
-    .await;
-    outcomes.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(())
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// How this worker shows in the groups: its id, or host and process; and its static id.
@@ -499,7 +510,9 @@ impl WorkerJob {
         let (restored, first_seq) = loop {
             let restored = store.latest(&config.fingerprint)?;
             let state = restored.as_ref().and_then(|r| r.tasks.get("sink-task0")).and_then(|t| t.sink.as_deref());
-            let first = sink::fence(&layout.kafka, &prefix, sink::next_transaction(state), &name)?;
+            let (from, began) = (sink::next_transaction(state), Instant::now());
+            let first = sink::fence(&layout.kafka, &prefix, from, &name)?;
+            log::debug!("task {name}: fenced '{prefix}-{from}' to '{prefix}-{}' in {:?}", first - 1, began.elapsed());
             if committed()? == restored.as_ref().map(|r| r.epoch) {
                 break (restored, first);
             }

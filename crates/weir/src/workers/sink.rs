@@ -146,8 +146,13 @@ fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -
     let bootstrap: Vec<String> =
         config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
     let id = format!("{prefix}-{seq}");
-    weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
-        .map_err(|e| e.context(format!("{name}: fencing '{id}'")))
+    let began = Instant::now();
+    let epoch = weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
+        .map_err(|e| e.context(format!("{name}: fencing '{id}'")))?;
+    if began.elapsed() > Duration::from_secs(1) {
+        log::warn!("{name}: initializing '{id}' took {:?} (the broker was finishing its transaction)", began.elapsed());
+    }
+    Ok(epoch)
 }
 
 /// The transactional ids of one task in this process: the first it may use (past every id
