@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
@@ -102,6 +104,11 @@ impl Broker {
                     values.push((m.key().map(text), m.payload().map(text)));
                     last_progress = Instant::now();
                 }
+                // The test broker stops answering for a while when it writes its data out (a
+                // large state): librdkafka reports the connections down, then reconnects.
+                Some(Err(KafkaError::MessageConsumption(
+                    RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure,
+                ))) => last_progress = Instant::now(),
                 Some(Err(e)) => panic!("reading {topic}: {e}"),
                 None => {
                     let at_end = consumer.position().map(|pos| {

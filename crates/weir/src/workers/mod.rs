@@ -433,9 +433,12 @@ impl WorkerJob {
             }
             tasks.next_id += 1;
             match tokio::task::block_in_place(|| self.start(sub, p, tasks.next_id)) {
-                Ok(run) => {
+                Ok(Some(run)) => {
                     tasks.retry.remove(&task);
                     tasks.running.insert(task, run);
+                }
+                Ok(None) => {
+                    tasks.retry.insert(task, (Instant::now() + Duration::from_millis(500), backoff));
                 }
                 // The cluster did not answer in time (a worker paused, a broker moving): the
                 // task stays assigned here, and is tried again.
@@ -475,7 +478,8 @@ impl WorkerJob {
     }
 
     /// Start task `p` of `sub`: restored from the checkpoint its committed offsets name.
-    fn start(&self, sub: &SubTopology, p: i32, id: u64) -> Result<Running> {
+    /// `None`: the group no longer gives the task to this worker.
+    fn start(&self, sub: &SubTopology, p: i32, id: u64) -> Result<Option<Running>> {
         let layout = self.layout.clone();
         let job = &layout.job;
         let tasks = layout.tasks[&sub.id];
@@ -517,6 +521,12 @@ impl WorkerJob {
                 break (restored, first);
             }
         };
+        // Asked again now that the predecessors are fenced: a worker paused while it started
+        // the task may have resumed after its replacement took it over, and must not run it.
+        if !self.owned(sub)?.contains(&p) {
+            log::info!("task {name}: not started, the group gives it to another worker now");
+            return Ok(None);
+        }
         options.restore = restored;
         let seqs = sink::Seqs::new(prefix, first_seq);
         match &options.restore {
@@ -572,6 +582,6 @@ impl WorkerJob {
             }),
         };
         let handle = spawn_job(id, name, &sub.root, spec, connectors, options)?;
-        Ok(Running { handle, name: run_name, seqs: run_seqs })
+        Ok(Some(Running { handle, name: run_name, seqs: run_seqs }))
     }
 }
