@@ -187,6 +187,15 @@ pub(crate) async fn load_bids(broker: &Broker, events: u64) {
     .await;
 }
 
+/// One record per partition of topic `bids` far ahead in event time: every window of the
+/// bids before it fires.
+pub(crate) fn bids_far_ahead(broker: &Broker) {
+    let sample = broker.read_committed("bids").pop().expect("a bid");
+    let at = sample.find("\"date_time\":\"").expect("a date_time field") + "\"date_time\":\"".len();
+    let ahead = format!("{}2030-01-01 00:00:00.000{}", &sample[..at], &sample[at + 23..]);
+    broker.produce(&[("bids", 0, ahead.clone(), None), ("bids", 1, ahead, None)]);
+}
+
 /// A broker with 18,400 bids in topic `bids`, an empty topic `out`, and the rows of an
 /// uninterrupted run of the windowed job (into topic `reference`).
 async fn with_reference() -> (PathBuf, Broker, Vec<String>) {
@@ -547,11 +556,7 @@ async fn completed_checkpoints_commit_offsets_to_the_consumer_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_source_still_commits_exactly_once_output() {
     let (dir, broker, want) = with_reference().await;
-    // One record per partition far ahead in event time: every window of the bids fires.
-    let sample = broker.read_committed("bids").pop().expect("a bid");
-    let at = sample.find("\"date_time\":\"").expect("a date_time field") + "\"date_time\":\"".len();
-    let ahead = format!("{}2030-01-01 00:00:00.000{}", &sample[..at], &sample[at + 23..]);
-    broker.produce(&[("bids", 0, ahead.clone(), None), ("bids", 1, ahead, None)]);
+    bids_far_ahead(&broker);
 
     let bounded = job(&broker.bootstrap, "out", "exactly-once", &dir.join("checkpoints"), None);
     let unbounded = bounded.replace(",\n               'scan.bounded.mode' = 'latest-offset'", "");

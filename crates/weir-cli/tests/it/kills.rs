@@ -65,8 +65,23 @@ pub fn kill_in_phases<P: Copy + Ord + Debug>(
     start: impl Fn(P) -> Child,
     in_phase: impl Fn(P) -> bool,
 ) -> BTreeMap<P, u32> {
-    let mut seed =
+    let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+    kill_in_phases_seeded(phases, random, 100..700, seed, each, total, start, in_phase)
+}
+
+/// [`kill_in_phases`] with the random kills `random_ms` after the start, drawn from `seed`.
+#[allow(clippy::too_many_arguments)]
+pub fn kill_in_phases_seeded<P: Copy + Ord + Debug>(
+    phases: &[P],
+    random: P,
+    random_ms: std::ops::Range<u64>,
+    mut seed: u64,
+    each: u32,
+    total: u32,
+    start: impl Fn(P) -> Child,
+    in_phase: impl Fn(P) -> bool,
+) -> BTreeMap<P, u32> {
     println!("random seed {seed}");
     let mut next = move |below: u64| {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -81,7 +96,7 @@ pub fn kill_in_phases<P: Copy + Ord + Debug>(
         let phase = phases[round % phases.len()];
         round += 1;
         let mut child = start(phase);
-        let wait = if phase == random { 100 + next(600) } else { 4000 };
+        let wait = if phase == random { random_ms.start + next(random_ms.end - random_ms.start) } else { 4000 };
         let deadline = Instant::now() + Duration::from_millis(wait);
         while Instant::now() < deadline && child.try_wait().expect("poll").is_none() && !in_phase(phase) {
             std::thread::sleep(Duration::from_millis(2));

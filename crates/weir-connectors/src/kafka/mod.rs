@@ -4,14 +4,16 @@
 //! `upsert-kafka` connector is the same sink keyed by the table's `PRIMARY KEY`: an insert or
 //! update is the key's new value, a delete a tombstone.
 //!
-//! Everything here is plain Kafka protocol through librdkafka (rdkafka), plus the two
-//! requests of [`txn`] for finishing a transaction after a crash.
+//! Everything here is plain Kafka protocol through librdkafka (rdkafka), plus the requests of
+//! [`txn`] and [`recovery`] for ending the transactions a crash left open.
 
 pub mod admin;
 mod codec;
+pub mod recovery;
 mod sink;
 mod source;
 pub mod txn;
+mod wire;
 mod writer;
 
 use std::time::Duration;

@@ -12,14 +12,10 @@
 //!
 //! After a restart from checkpoint `n`, the transactions it recorded are committed as their
 //! producers would have ([`super::txn`]: a crash between checkpoint completion and commit
-//! loses nothing and duplicates nothing). Then every id that attempts after `n` may have used
-//! is initialized, which aborts what they left open and fences them: probing upward from the
-//! next `s` recorded in `n` until an id that was never used (epoch 0), as Flink does. The ids
-//! are dense for that: an id is used only when a transaction is opened, in order, and each
-//! attempt starts at the `s` of the checkpoint it restored, so the ids used after any
-//! checkpoint are one unbroken run. (Ids per checkpoint number had gaps, at checkpoints
-//! without rows, and a fixed look-ahead of three missed the transactions of checkpoints that
-//! never completed: each held back every later committed row on its partitions.)
+//! loses nothing and duplicates nothing). Then [`super::recovery`] ends every transaction that
+//! attempts after `n` may have left open, whatever the moment they died (it states the
+//! invariant that makes them all reachable), and the attempt starts past every id it
+//! initialized: each id carries one transaction, ever.
 //!
 //! `at-least-once`: an idempotent producer, flushed at every barrier. `none`: no flush.
 
@@ -34,15 +30,12 @@ use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProdu
 use rdkafka::{ClientContext, Statistics};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
+use super::recovery;
 use super::txn::{self, PreCommitted};
 use super::writer::TopicWriter;
 use super::Delivery;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
-/// Probing stops after this many never-used ids in a row: one would do while restores only
-/// move forward; the rest cover a restore from an older checkpoint (the newest was damaged),
-/// after which the ids used since need not start right at its `s`.
-const FRESH_IDS_TO_STOP: u32 = 3;
 
 /// Delivery errors and the producer id and epoch, from librdkafka's callbacks.
 #[derive(Default)]
@@ -130,6 +123,9 @@ pub struct KafkaSink {
     /// At-least-once and none: one producer for the job.
     plain: Option<(KafkaProducer, SinkContext)>,
     writer: TopicWriter,
+    /// Rows written since this sink was made (fault injection: a kill during an attempt's
+    /// first transaction).
+    wrote: bool,
 }
 
 impl KafkaSink {
@@ -166,11 +162,17 @@ impl KafkaSink {
             pending: BTreeMap::new(),
             plain: None,
             writer,
+            wrote: false,
         })
     }
 
+    /// The task's transactional ids are `<base>-<s>`.
+    fn id_base(&self) -> String {
+        format!("{}-{}", self.prefix, self.task)
+    }
+
     fn transactional_id(&self, seq: u64) -> String {
-        format!("{}-{}-{}", self.prefix, self.task, seq)
+        format!("{}-{seq}", self.id_base())
     }
 
     /// A transactional producer for transaction `seq`'s id, initialized: whatever an
@@ -182,6 +184,7 @@ impl KafkaSink {
         let producer: KafkaProducer =
             config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
         producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot initialize transactions", e))?;
+        log::debug!("Kafka sink of '{}': initialized '{}' for its next transaction", self.table, self.transactional_id(seq));
         Ok((producer, context))
     }
 
@@ -189,7 +192,14 @@ impl KafkaSink {
         if self.open.is_none() {
             let seq = self.next_seq;
             let (producer, context) = self.transactional_producer(seq)?;
+            weir_core::fault::pause("kafka_begin");
             producer.begin_transaction().map_err(|e| kafka_error("cannot begin a transaction", e))?;
+            log::debug!(
+                "Kafka sink of '{}': began transaction '{}' for checkpoint {}",
+                self.table,
+                self.transactional_id(seq),
+                self.epoch
+            );
             let id = PreCommitted { transactional_id: self.transactional_id(seq), producer_id: -1, producer_epoch: -1 };
             self.next_seq = seq + 1;
             self.open = Some(Transaction { epoch: self.epoch, seq, producer, context, id });
@@ -227,6 +237,12 @@ impl KafkaSink {
             if let Some((id, epoch)) = t.context.0.lock().ok().and_then(|o| o.producer) {
                 t.id.producer_id = id;
                 t.id.producer_epoch = epoch;
+                log::debug!(
+                    "Kafka sink of '{}': pre-committed transaction '{}' (producer id {id}, epoch {epoch}) for checkpoint {}",
+                    self.table,
+                    t.id.transactional_id,
+                    t.epoch
+                );
                 break;
             }
             if Instant::now() > deadline {
@@ -257,6 +273,14 @@ impl KafkaSink {
     }
 
     fn commit_one(&self, t: Transaction) -> Result<()> {
+        log::debug!(
+            "Kafka sink of '{}': committing transaction '{}' (producer id {}, epoch {}) of checkpoint {}",
+            self.table,
+            t.id.transactional_id,
+            t.id.producer_id,
+            t.id.producer_epoch,
+            t.epoch
+        );
         t.producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| {
             let message =
                 format!("Kafka: committing the output of checkpoint {} to table '{}' failed: {e}", t.epoch, self.table);
@@ -287,7 +311,12 @@ impl Sink for KafkaSink {
             _ => return Err(WeirError::internal("no producer")),
         };
         self.writer.write(producer, &chunk)?;
-        Self::check(context, &self.table)
+        Self::check(context, &self.table)?;
+        if !self.wrote {
+            self.wrote = true;
+            weir_core::fault::pause("kafka_first_write");
+        }
+        Ok(())
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
@@ -350,6 +379,7 @@ impl Sink for KafkaSink {
                 let outcome = tokio::task::spawn_blocking(move || txn::commit(&bootstrap, &id, timeout))
                     .await
                     .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
+                weir_core::fault::pause("kafka_restore_commit");
                 if let txn::Outcome::Superseded(code) = outcome {
                     return Err(WeirError::external(format!(
                         "Kafka: the output of checkpoint {e} to table '{}' (transaction '{}') cannot be committed: the \
@@ -362,24 +392,21 @@ impl Sink for KafkaSink {
                 }
             }
         }
-        // 2. Abort what attempts after it left open, and fence them.
-        let ids: Vec<String> = (next_seq..).take(1 << 20).map(|s| self.transactional_id(s)).collect();
-        let (bootstrap, txn_timeout) = (self.bootstrap.clone(), self.txn_timeout);
-        let probed = tokio::task::spawn_blocking(move || {
-            let mut fresh_in_a_row = 0;
-            for (probed, id) in ids.iter().enumerate() {
-                let epoch = txn::init_producer_id(&bootstrap, id, txn_timeout, FLUSH_TIMEOUT)?;
-                fresh_in_a_row = if epoch == 0 { fresh_in_a_row + 1 } else { 0 };
-                if fresh_in_a_row == FRESH_IDS_TO_STOP {
-                    return Ok(probed + 1);
-                }
-            }
-            Err(WeirError::internal("a million transactional ids in use"))
+        // 2. End what attempts after it left open, fence them, and start past every id used.
+        let (bootstrap, base, txn_timeout) = (self.bootstrap.clone(), self.id_base(), self.txn_timeout);
+        let first = tokio::task::spawn_blocking(move || {
+            recovery::end_earlier_attempts(&bootstrap, &base, next_seq, txn_timeout, FLUSH_TIMEOUT)
         })
         .await
         .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
-        log::debug!("Kafka sink of '{}', task {}: {probed} transactional ids initialized", self.table, self.task);
-        self.next_seq = next_seq;
+        log::debug!(
+            "Kafka sink of '{}', task {}: restored checkpoint {epoch} (next id '{}'); its first transaction is '{}'",
+            self.table,
+            self.task,
+            self.transactional_id(next_seq),
+            self.transactional_id(first)
+        );
+        self.next_seq = first;
         Ok(())
     }
 

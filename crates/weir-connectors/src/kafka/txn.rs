@@ -15,16 +15,15 @@
 //! the id had been used before (epoch 0: never). The sink probes its ids upward with it after
 //! a restart, as Flink's Kafka sink does.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use weir_core::{Result, WeirError};
 
+use super::wire::{call, put_string, Reader};
+
 const FIND_COORDINATOR: i16 = 10;
 const END_TXN: i16 = 26;
 const INIT_PRODUCER_ID: i16 = 22;
-const CLIENT_ID: &str = "weir-txn-recovery";
 
 /// Kafka error codes this module tells apart.
 const NONE: i16 = 0;
@@ -45,10 +44,6 @@ pub struct PreCommitted {
     pub producer_epoch: i16,
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
 
 /// One request to the coordinator of `transactional_id`, retried while the coordinator moves
 /// or is busy; `decide` reads the response: `Ok(Some(_))` is the answer, `Ok(None)` retries.
@@ -83,7 +78,7 @@ fn with_coordinator<T>(
                     continue;
                 }
             };
-            match decide(&mut Reader { bytes: &response, at: 0 })? {
+            match decide(&mut Reader::new(&response))? {
                 Ok(answer) => return Ok(answer),
                 Err(code) => last_error = format!("error code {code} (retried)"),
             }
@@ -102,14 +97,14 @@ fn retriable(code: i16) -> bool {
 }
 
 /// Initialize `transactional_id` as a new producer would: its open transaction, if any, is
-/// aborted and its producer fenced. Returns the new producer epoch: 0 if the id had never
-/// been used.
+/// aborted and its producer fenced. Returns the producer id and the new producer epoch
+/// (epoch 0: the id had never been used).
 pub fn init_producer_id(
     bootstrap: &[String],
     transactional_id: &str,
     txn_timeout: Duration,
     timeout: Duration,
-) -> Result<i16> {
+) -> Result<(i64, i16)> {
     let mut body = Vec::new();
     put_string(&mut body, transactional_id);
     body.extend_from_slice(&(txn_timeout.as_millis().min(i32::MAX as u128) as i32).to_be_bytes());
@@ -118,13 +113,17 @@ pub fn init_producer_id(
         transactional_id,
         timeout,
         "initialize",
-        |coordinator, step| call(coordinator, INIT_PRODUCER_ID, 0, &body, step),
+        |coordinator, step| call(coordinator, INIT_PRODUCER_ID, 0, false, &body, step),
         |r| {
             let _throttle = r.i32()?;
             match r.i16()? {
                 NONE => {
-                    let _producer_id = r.take(8)?;
-                    Ok(Ok(r.i16()?))
+                    let producer_id = r.i64()?;
+                    let epoch = r.i16()?;
+                    log::debug!(
+                        "Kafka: initialized transactional id '{transactional_id}': producer id {producer_id}, epoch {epoch}"
+                    );
+                    Ok(Ok((producer_id, epoch)))
                 }
                 code if retriable(code) => Ok(Err(code)),
                 code => Err(WeirError::external(format!(
@@ -133,69 +132,6 @@ pub fn init_producer_id(
             }
         },
     )
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        let b = self
-            .bytes
-            .get(self.at..self.at + n)
-            .ok_or_else(|| WeirError::external("Kafka: a response is shorter than its layout"))?;
-        self.at += n;
-        Ok(b)
-    }
-    fn i16(&mut self) -> Result<i16> {
-        Ok(i16::from_be_bytes(self.take(2)?.try_into().map_err(|_| WeirError::internal("i16"))?))
-    }
-    fn i32(&mut self) -> Result<i32> {
-        Ok(i32::from_be_bytes(self.take(4)?.try_into().map_err(|_| WeirError::internal("i32"))?))
-    }
-    fn string(&mut self) -> Result<Option<String>> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        Ok(Some(String::from_utf8_lossy(self.take(len as usize)?).into_owned()))
-    }
-}
-
-/// One request, one response (its body, after the correlation id).
-fn call(broker: &str, api_key: i16, api_version: i16, body: &[u8], timeout: Duration) -> Result<Vec<u8>> {
-    let external = |e: std::io::Error| WeirError::external(format!("Kafka broker {broker}: {e}"));
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(broker)
-        .map_err(external)?
-        .next()
-        .ok_or_else(|| WeirError::external(format!("Kafka broker {broker}: no address")))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(external)?;
-    stream.set_read_timeout(Some(timeout)).map_err(external)?;
-    stream.set_write_timeout(Some(timeout)).map_err(external)?;
-    let correlation_id: i32 = 1;
-    let mut request = Vec::with_capacity(64 + body.len());
-    request.extend_from_slice(&api_key.to_be_bytes());
-    request.extend_from_slice(&api_version.to_be_bytes());
-    request.extend_from_slice(&correlation_id.to_be_bytes());
-    put_string(&mut request, CLIENT_ID);
-    request.extend_from_slice(body);
-    let mut framed = (request.len() as i32).to_be_bytes().to_vec();
-    framed.extend_from_slice(&request);
-    stream.write_all(&framed).map_err(external)?;
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).map_err(external)?;
-    let size = i32::from_be_bytes(size);
-    if !(4..=1 << 20).contains(&size) {
-        return Err(WeirError::external(format!("Kafka broker {broker}: response of {size} bytes")));
-    }
-    let mut response = vec![0u8; size as usize];
-    stream.read_exact(&mut response).map_err(external)?;
-    if i32::from_be_bytes([response[0], response[1], response[2], response[3]]) != correlation_id {
-        return Err(WeirError::external(format!("Kafka broker {broker}: response to another request")));
-    }
-    Ok(response.split_off(4))
 }
 
 /// The broker coordinating `transactional_id`, as `host:port`.
@@ -207,8 +143,8 @@ fn find_coordinator(
     let mut body = Vec::new();
     put_string(&mut body, transactional_id);
     body.push(1); // key type: transaction
-    let response = call(bootstrap, FIND_COORDINATOR, 1, &body, timeout)?;
-    let mut r = Reader { bytes: &response, at: 0 };
+    let response = call(bootstrap, FIND_COORDINATOR, 1, false, &body, timeout)?;
+    let mut r = Reader::new(&response);
     let _throttle = r.i32()?;
     let error = r.i16()?;
     let _message = r.string()?;
@@ -241,11 +177,19 @@ pub fn commit(bootstrap: &[String], txn: &PreCommitted, timeout: Duration) -> Re
         &txn.transactional_id,
         timeout,
         "commit",
-        |coordinator, step| call(coordinator, END_TXN, 1, &body, step),
+        |coordinator, step| call(coordinator, END_TXN, 1, false, &body, step),
         |r| {
             let _throttle = r.i32()?;
             match r.i16()? {
-                NONE => Ok(Ok(Outcome::Committed)),
+                NONE => {
+                    log::debug!(
+                        "Kafka: committed transaction '{}' (producer id {}, epoch {}) on recovery",
+                        txn.transactional_id,
+                        txn.producer_id,
+                        txn.producer_epoch
+                    );
+                    Ok(Ok(Outcome::Committed))
+                }
                 code @ (INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING | INVALID_TXN_STATE) => {
                     Ok(Ok(Outcome::Superseded(code)))
                 }

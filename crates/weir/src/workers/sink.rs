@@ -24,7 +24,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use weir_connectors::kafka::{send, TopicWriter};
+use weir_connectors::kafka::{recovery, send, TopicWriter};
 use weir_core::{Chunk, Result, Sink, Watermark, WeirError};
 use weir_runtime::KeyGroups;
 
@@ -120,39 +120,31 @@ fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
     }
 }
 
-/// Initialize the transactional ids the task's earlier runs may have used from `from` on,
-/// as the single-process Kafka sink does after a restart: each open transaction is aborted
-/// (or, if it was committing, committed first) and its producer fenced. Probing stops after
-/// three ids in a row that were never used; the id after them is returned, the first the
-/// task may use. Done before a task reads which checkpoint it restores, and again until that
-/// does not change, so that no commit lands after the read.
+/// End what the task's earlier runs may have left open under the ids from `from` on, as the
+/// single-process Kafka sink does after a restart ([`recovery`]): each open transaction is
+/// aborted (or, if it was committing, committed first) and its producer fenced. Returns the
+/// first id the task may use, past every id initialized here. Done before a task reads which
+/// checkpoint it restores, and again until that does not change, so that no commit lands
+/// after the read.
 ///
 /// An id fenced here is never used again: each id carries one transaction, ever. (On the
 /// test broker, a `read_committed` reader skipped committed records of a transaction that
 /// reused an id whose earlier transaction had been aborted by a fence.)
 pub fn fence(config: &rdkafka::ClientConfig, prefix: &str, from: u64, name: &str) -> Result<u64> {
-    let mut fresh_in_a_row = 0;
-    let mut seq = from;
-    while fresh_in_a_row < 3 {
-        fresh_in_a_row = if init_id(config, prefix, seq, name)? == 0 { fresh_in_a_row + 1 } else { 0 };
-        seq += 1;
-    }
-    Ok(seq)
+    recovery::end_earlier_attempts(&bootstrap(config), prefix, from, Duration::from_secs(60), TIMEOUT)
+        .map_err(|e| e.context(format!("{name}: fencing the ids '{prefix}-{from}' on")))
 }
 
-/// Initialize `<prefix>-<seq>`, returning the producer epoch the broker gave it (0: the id
-/// was never used).
-fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -> Result<i16> {
-    let bootstrap: Vec<String> =
-        config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
+fn bootstrap(config: &rdkafka::ClientConfig) -> Vec<String> {
+    config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect()
+}
+
+/// Initialize `<prefix>-<seq>`: abort what it holds open and fence its producer.
+fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -> Result<()> {
     let id = format!("{prefix}-{seq}");
-    let began = Instant::now();
-    let epoch = weir_connectors::kafka::txn::init_producer_id(&bootstrap, &id, Duration::from_secs(60), TIMEOUT)
+    weir_connectors::kafka::txn::init_producer_id(&bootstrap(config), &id, Duration::from_secs(60), TIMEOUT)
         .map_err(|e| e.context(format!("{name}: fencing '{id}'")))?;
-    if began.elapsed() > Duration::from_secs(1) {
-        log::warn!("{name}: initializing '{id}' took {:?} (the broker was finishing its transaction)", began.elapsed());
-    }
-    Ok(epoch)
+    Ok(())
 }
 
 /// The transactional ids of one task in this process: the first it may use (past every id
