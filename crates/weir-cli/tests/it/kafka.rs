@@ -147,7 +147,7 @@ pub(crate) fn bids_table(bootstrap: &str, topic: &str, extra: &str) -> String {
 }
 
 /// The windowed job: Kafka `bids` -> 1 s tumbling count and sum per auction -> Kafka `out`.
-fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
+pub(crate) fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
     let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
     format!(
         "SET 'parallelism' = '2';

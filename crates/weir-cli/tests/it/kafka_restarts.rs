@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use crate::kafka::{bids_far_ahead, bids_table, load_bids, run_to_end, write_sql, Broker};
+use crate::kafka::{bids_far_ahead, load_bids, run_to_end, write_sql, Broker};
 use crate::kills::kill_in_phases_seeded;
 use crate::weir_bin;
 
@@ -60,31 +60,18 @@ const MOMENTS: [Moment; 7] = [
     Moment::CommittingRestored,
 ];
 
-/// Kafka `bids` (two partitions) -> tumbling count and sum per auction -> Kafka `out`, with
-/// 1 s checkpoints. `rate`: records per second and source task, read without end.
+/// The windowed job of the Kafka tests (`bids` -> 1 s tumbling count and sum per auction ->
+/// `out`) with 1 s checkpoints, as the issue's; with a `rate` (records per second and source
+/// task), read without end.
 fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
-    let bids = match rate {
-        Some(r) => bids_table(bootstrap, "bids", &format!(", 'scan.records-per-second' = '{r}'"))
-            .replace(",\n               'scan.bounded.mode' = 'latest-offset'", ""),
-        None => bids_table(bootstrap, "bids", ""),
+    let sql = crate::kafka::job(bootstrap, out, delivery, checkpoints, rate).replace("'100ms'", "'1s'");
+    let sql = match rate {
+        Some(_) => sql.replace(",\n               'scan.bounded.mode' = 'latest-offset'", ""),
+        None => sql,
     };
-    assert_eq!(rate.is_some(), !bids.contains("scan.bounded.mode"), "the source's end is not as asked");
-    format!(
-        "SET 'parallelism' = '2';
-SET 'checkpoint.interval' = '1s';
-SET 'checkpoint.dir' = '{ck}';
-SET 'restart.attempts' = '0';
-{bids};
-CREATE TABLE {out} (auction BIGINT, window_start TIMESTAMP(3), cnt BIGINT, total BIGINT)
-  WITH ('connector' = 'kafka', 'topic' = '{out}', 'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'json',
-        'key.fields' = 'auction', 'sink.delivery-guarantee' = '{delivery}', 'sink.transactional-id-prefix' = 'weir-{out}');
-INSERT INTO {out}
-SELECT auction, window_start, COUNT(*), SUM(price)
-FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '1' SECOND))
-GROUP BY auction, window_start, window_end;
-",
-        ck = checkpoints.display(),
-    )
+    assert!(sql.contains("'1s'"), "the checkpoint interval is not as asked");
+    assert_eq!(rate.is_some(), !sql.contains("scan.bounded.mode"), "the source's end is not as asked");
+    sql
 }
 
 /// Transactions the broker reports open under `prefix`.

@@ -394,17 +394,20 @@ impl Sink for KafkaSink {
         }
         // 2. End what attempts after it left open, fence them, and start past every id used.
         let (bootstrap, base, txn_timeout) = (self.bootstrap.clone(), self.id_base(), self.txn_timeout);
+        let began = Instant::now();
         let first = tokio::task::spawn_blocking(move || {
             recovery::end_earlier_attempts(&bootstrap, &base, next_seq, txn_timeout, FLUSH_TIMEOUT)
         })
         .await
         .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
         log::debug!(
-            "Kafka sink of '{}', task {}: restored checkpoint {epoch} (next id '{}'); its first transaction is '{}'",
+            "Kafka sink of '{}', task {}: restored checkpoint {epoch} (next id '{}'); its first transaction is '{}' \
+             (earlier attempts' transactions ended in {:?})",
             self.table,
             self.task,
             self.transactional_id(next_seq),
-            self.transactional_id(first)
+            self.transactional_id(first),
+            began.elapsed()
         );
         self.next_seq = first;
         Ok(())
