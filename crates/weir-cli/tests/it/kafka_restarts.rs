@@ -76,9 +76,10 @@ fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Opt
 
 /// Transactions the broker reports open under `prefix`.
 fn open_under(broker: &Broker, prefix: &str) -> Vec<String> {
-    let open = weir_connectors::kafka::recovery::open_transactions(&[broker.bootstrap.clone()], Duration::from_secs(10))
-        .expect("list transactions")
-        .expect("the test broker lists transactions");
+    let open =
+        weir_connectors::kafka::recovery::open_transactions(&[broker.bootstrap.clone()], Duration::from_secs(10))
+            .expect("list transactions")
+            .expect("the test broker lists transactions");
     let mut ids: Vec<String> =
         open.into_iter().map(|t| t.transactional_id).filter(|id| id.starts_with(prefix)).collect();
     ids.sort();
@@ -94,7 +95,11 @@ async fn with_reference(dir: &Path, unbounded_after: bool) -> (Broker, Vec<Strin
     bids_far_ahead(&broker);
     broker.create_topic("reference", 2).await;
     broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None)));
+    run_to_end(&write_sql(
+        dir,
+        "reference.sql",
+        job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
+    ));
     let mut want = broker.read_committed("reference");
     assert!(want.len() > 1000, "the reference has {} rows", want.len());
     if unbounded_after {

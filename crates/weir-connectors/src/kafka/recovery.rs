@@ -36,6 +36,9 @@ use super::wire::{call, put_uvarint, Reader};
 /// move forward; the rest cover a restore from an older checkpoint (the newest was damaged).
 pub const FRESH_IDS_TO_STOP: u32 = 3;
 
+/// A probe that finds this many used ids in a row is not walking one job's ids.
+const MAX_PROBED: u64 = 1 << 20;
+
 const METADATA: i16 = 3;
 const API_VERSIONS: i16 = 18;
 const LIST_TRANSACTIONS: i16 = 66;
@@ -71,6 +74,12 @@ pub fn end_earlier_attempts(
     let mut next = from;
     let mut fresh_in_a_row = 0;
     while fresh_in_a_row < FRESH_IDS_TO_STOP {
+        if next - from > MAX_PROBED {
+            return Err(WeirError::external(format!(
+                "Kafka: more than {MAX_PROBED} transactional ids from '{base}-{from}' on were used before: is \
+                 'sink.transactional-id-prefix' shared with another job?"
+            )));
+        }
         fresh_in_a_row = if init(next)? == 0 { fresh_in_a_row + 1 } else { 0 };
         weir_core::fault::pause("kafka_probe");
         next += 1;
@@ -106,7 +115,10 @@ pub fn end_earlier_attempts(
         if s < next {
             continue;
         }
-        log::warn!("Kafka: transaction '{base}-{s}' was open past the ids the probe reached ('{base}-{}'); aborting it", next - 1);
+        log::warn!(
+            "Kafka: transaction '{base}-{s}' was open past the ids the probe reached ('{base}-{}'); aborting it",
+            next - 1
+        );
         // The ids between are initialized too: the run from `from` stays unbroken, so that a
         // later restore's probe reaches the ids this attempt will use.
         while next <= s {

@@ -184,7 +184,11 @@ impl KafkaSink {
         let producer: KafkaProducer =
             config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
         producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot initialize transactions", e))?;
-        log::debug!("Kafka sink of '{}': initialized '{}' for its next transaction", self.table, self.transactional_id(seq));
+        log::debug!(
+            "Kafka sink of '{}': initialized '{}' for its next transaction",
+            self.table,
+            self.transactional_id(seq)
+        );
         Ok((producer, context))
     }
 

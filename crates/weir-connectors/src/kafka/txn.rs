@@ -44,7 +44,6 @@ pub struct PreCommitted {
     pub producer_epoch: i16,
 }
 
-
 /// One request to the coordinator of `transactional_id`, retried while the coordinator moves
 /// or is busy; `decide` reads the response: `Ok(Some(_))` is the answer, `Ok(None)` retries.
 fn with_coordinator<T>(

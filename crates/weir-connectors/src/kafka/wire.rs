@@ -104,7 +104,8 @@ impl<'a> Reader<'a> {
     pub(super) fn skip_tags(&mut self) -> Result<()> {
         for _ in 0..self.uvarint()? {
             let _tag = self.uvarint()?;
-            let size = usize::try_from(self.uvarint()?).map_err(|_| WeirError::external("Kafka: a huge tagged field"))?;
+            let size =
+                usize::try_from(self.uvarint()?).map_err(|_| WeirError::external("Kafka: a huge tagged field"))?;
             self.take(size)?;
         }
         Ok(())
