@@ -175,8 +175,12 @@ fn brokers(bootstrap: &[String], timeout: Duration) -> Result<Vec<String>> {
 
 /// Whether `broker` answers `api_key` at version 0 (ApiVersions v0).
 fn supports(broker: &str, api_key: i16, timeout: Duration) -> Result<bool> {
-    let response = call(broker, API_VERSIONS, 0, false, &[], timeout)?;
-    let mut r = Reader::new(&response);
+    supported_in(&call(broker, API_VERSIONS, 0, false, &[], timeout)?, api_key)
+}
+
+/// Whether an ApiVersions v0 response lists `api_key` from version 0.
+fn supported_in(response: &[u8], api_key: i16) -> Result<bool> {
+    let mut r = Reader::new(response);
     if r.i16()? != 0 {
         return Ok(false);
     }
@@ -199,33 +203,94 @@ fn list_transactions(broker: &str, timeout: Duration) -> Result<Vec<OpenTransact
     let deadline = Instant::now() + timeout;
     loop {
         let response = call(broker, LIST_TRANSACTIONS, 0, true, &body, timeout)?;
-        let mut r = Reader::new(&response);
-        let _throttle = r.i32()?;
-        match r.i16()? {
-            0 => {}
-            COORDINATOR_LOAD_IN_PROGRESS if Instant::now() < deadline => {
+        match open_in(&response)? {
+            Ok(open) => return Ok(open),
+            Err(COORDINATOR_LOAD_IN_PROGRESS) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
-                continue;
             }
-            code => {
+            Err(code) => {
                 return Err(WeirError::external(format!(
                     "Kafka: broker {broker} cannot list transactions (error code {code})"
                 )))
             }
         }
-        for _ in 0..r.compact_len()?.unwrap_or(0) {
-            r.compact_string()?;
+    }
+}
+
+/// The open transactions of a ListTransactions v0 response, or its error code.
+fn open_in(response: &[u8]) -> Result<std::result::Result<Vec<OpenTransaction>, i16>> {
+    let mut r = Reader::new(response);
+    let _throttle = r.i32()?;
+    let code = r.i16()?;
+    if code != 0 {
+        return Ok(Err(code));
+    }
+    for _ in 0..r.compact_len()?.unwrap_or(0) {
+        r.compact_string()?;
+    }
+    let mut open = Vec::new();
+    for _ in 0..r.compact_len()?.unwrap_or(0) {
+        let transactional_id = r.compact_string()?.unwrap_or_default();
+        let producer_id = r.i64()?;
+        let state = r.compact_string()?.unwrap_or_default();
+        r.skip_tags()?;
+        if !matches!(state.as_str(), "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead") {
+            open.push(OpenTransaction { transactional_id, producer_id, state });
         }
-        let mut open = Vec::new();
-        for _ in 0..r.compact_len()?.unwrap_or(0) {
-            let transactional_id = r.compact_string()?.unwrap_or_default();
-            let producer_id = r.i64()?;
-            let state = r.compact_string()?.unwrap_or_default();
-            r.skip_tags()?;
-            if !matches!(state.as_str(), "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead") {
-                open.push(OpenTransaction { transactional_id, producer_id, state });
+    }
+    Ok(Ok(open))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compact(out: &mut Vec<u8>, s: &str) {
+        put_uvarint(out, s.len() as u64 + 1);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    #[test]
+    fn a_listing_keeps_the_open_transactions_only() {
+        let mut b = 0i32.to_be_bytes().to_vec(); // throttle
+        b.extend_from_slice(&0i16.to_be_bytes());
+        put_uvarint(&mut b, 2); // one unknown state filter
+        compact(&mut b, "Bogus");
+        put_uvarint(&mut b, 4); // three transactions
+        for (id, pid, state) in
+            [("a-0-1", 7i64, "Ongoing"), ("a-0-2", 8, "CompleteCommit"), ("a-0-3", 9, "PrepareAbort")]
+        {
+            compact(&mut b, id);
+            b.extend_from_slice(&pid.to_be_bytes());
+            compact(&mut b, state);
+            b.push(0);
+        }
+        b.push(0);
+        let open = open_in(&b).expect("parsed").expect("no error");
+        let ids: Vec<(&str, i64)> = open.iter().map(|t| (t.transactional_id.as_str(), t.producer_id)).collect();
+        assert_eq!(ids, [("a-0-1", 7), ("a-0-3", 9)]);
+        // An error code is returned as such; a response cut short is an error.
+        let mut e = 0i32.to_be_bytes().to_vec();
+        e.extend_from_slice(&14i16.to_be_bytes());
+        assert_eq!(open_in(&e).expect("parsed"), Err(14));
+        assert!(open_in(&b[..b.len() - 5]).is_err());
+    }
+
+    #[test]
+    fn a_broker_without_list_transactions_gets_the_probe_alone() {
+        let versions = |keys: &[(i16, i16)]| {
+            let mut b = 0i16.to_be_bytes().to_vec();
+            b.extend_from_slice(&(keys.len() as i32).to_be_bytes());
+            for (key, min) in keys {
+                b.extend_from_slice(&key.to_be_bytes());
+                b.extend_from_slice(&min.to_be_bytes());
+                b.extend_from_slice(&3i16.to_be_bytes());
             }
-        }
-        return Ok(open);
+            b
+        };
+        assert!(supported_in(&versions(&[(22, 0), (66, 0)]), LIST_TRANSACTIONS).expect("parsed"));
+        assert!(!supported_in(&versions(&[(22, 0), (26, 0)]), LIST_TRANSACTIONS).expect("parsed"));
+        assert!(!supported_in(&versions(&[(66, 1)]), LIST_TRANSACTIONS).expect("parsed"));
+        assert!(!supported_in(&35i16.to_be_bytes(), LIST_TRANSACTIONS).expect("an error code"));
     }
 }

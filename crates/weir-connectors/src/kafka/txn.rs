@@ -1,5 +1,6 @@
 //! Finishing another producer's transaction: the commit-phase recovery of the exactly-once
-//! sink; and finding the transactional ids that earlier attempts used.
+//! sink; and initializing a transactional id, with which [`super::recovery`] ends what
+//! earlier attempts left open.
 //!
 //! A sink task pre-commits transaction `n` (flushes it) and records its transactional id,
 //! producer id and producer epoch in checkpoint `n`. If the process dies after checkpoint `n`
@@ -12,8 +13,8 @@
 //!
 //! `InitProducerId` (v0) is the third: initializing a transactional id aborts whatever
 //! transaction it has open and fences its producer, and the epoch it returns tells whether
-//! the id had been used before (epoch 0: never). The sink probes its ids upward with it after
-//! a restart, as Flink's Kafka sink does.
+//! the id had been used before (epoch 0: never). A restart probes its ids upward with it, as
+//! Flink's Kafka sink does.
 
 use std::time::{Duration, Instant};
 
