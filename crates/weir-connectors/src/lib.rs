@@ -8,11 +8,14 @@
 //! | `print` | | yes |
 //! | `blackhole` | | yes |
 //! | `nexmark` (`table` = `bid`, `auction`, `person`) | yes | |
+//! | `datagen` (Flink's options; deterministic, rewindable) | yes | |
 
 mod blackhole;
+mod datagen;
 mod delivery;
 mod filesystem;
 mod format;
+mod generator;
 pub mod jdbc;
 pub mod kafka;
 mod nexmark;

@@ -6,18 +6,19 @@
 //! flight and 1000 active people. Event `n` happens at 2023-01-01 00:00:00 + `n` ms: event
 //! time comes from the event number, never from the wall clock (`'rate'` only paces the
 //! generator). Every value is a hash of (seed, event number, field), so the events are the
-//! same whatever the parallelism; the source tasks generate interleaved blocks of events.
+//! same whatever the parallelism; the source tasks generate interleaved blocks of events
+//! ([`crate::generator`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMillisecondArray};
-use datafusion::arrow::buffer::{Buffer, OffsetBuffer};
+use datafusion::arrow::array::{ArrayRef, Int64Array, TimestampMillisecondArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_core::{Result, Source, Split, TableDef, WeirError};
+
+use crate::generator::{mix, strings, Blocks};
 
 const PROPORTION: u64 = 50;
 const FIRST_ID: i64 = 1000;
@@ -195,16 +196,7 @@ pub struct NexmarkSource {
     columns: Vec<usize>,
     /// Total events (all kinds) or unbounded.
     events: Option<u64>,
-    /// Events per second for this task, if paced.
-    rate: Option<f64>,
-    split: Split,
-    /// Blocks to generate before `next_block`: left by the tasks of an earlier run at another
-    /// parallelism (ascending).
-    pending: std::collections::VecDeque<u64>,
-    /// The next of this task's blocks: `split.index`, then every `split.count`-th.
-    next_block: u64,
-    started: Option<Instant>,
-    generated: u64,
+    blocks: Blocks,
 }
 
 impl NexmarkSource {
@@ -225,12 +217,7 @@ impl NexmarkSource {
             schema,
             columns,
             events: number(table, "events")?,
-            rate: number(table, "rate")?.map(|r| r as f64 / split.count as f64),
-            split,
-            pending: Default::default(),
-            next_block: split.index as u64,
-            started: None,
-            generated: 0,
+            blocks: Blocks::new(split, number(table, "rate")?),
         })
     }
 
@@ -276,25 +263,10 @@ impl Source for NexmarkSource {
         let per_batch = self.kind.epochs_per_batch();
         let events = self.events;
         let past_end = move |block: u64| events.is_some_and(|events| block * per_batch * PROPORTION >= events);
-        while self.pending.front().is_some_and(|b| past_end(*b)) {
-            self.pending.pop_front();
-        }
-        let block = self.pending.front().copied().unwrap_or(self.next_block);
-        if past_end(block) {
-            return Ok(None);
-        }
+        let Some(block) = self.blocks.next(past_end).await else { return Ok(None) };
         let first_epoch = block * per_batch;
-        if let Some(rate) = self.rate {
-            // Pace by wall-clock time; the values and event times do not depend on it.
-            let started = *self.started.get_or_insert_with(Instant::now);
-            let due = started + Duration::from_secs_f64(self.generated as f64 / rate);
-            tokio::time::sleep_until(due.into()).await;
-        }
-        if self.pending.pop_front().is_none() {
-            self.next_block += self.split.count as u64;
-        }
         let batch = self.generate(first_epoch, first_epoch + per_batch)?;
-        self.generated += per_batch * PROPORTION;
+        self.blocks.generated(per_batch * PROPORTION);
         Ok(Some(batch))
     }
 
@@ -304,73 +276,23 @@ impl Source for NexmarkSource {
         true
     }
 
-    /// The blocks this task has still to generate: `pending`, then every `step`-th from
-    /// `from`.
     fn position(&self) -> Option<Vec<u8>> {
-        let json = serde_json::json!({
-            "pending": self.pending.iter().collect::<Vec<_>>(),
-            "from": self.next_block,
-            "step": self.split.count,
-        });
-        Some(json.to_string().into_bytes())
+        Some(self.blocks.position())
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let (pending, from, step) = unread(position)?;
-        if step != self.split.count as u64 || from % step != self.split.index as u64 % step {
-            return Err(WeirError::internal("a nexmark position of another task"));
-        }
-        self.pending = pending.into();
-        self.next_block = from;
-        Ok(())
+        self.blocks.seek(position)
     }
 
-    /// Every block no earlier task generated, split anew: the blocks below the highest
-    /// frontier that some task had still to generate are listed, and from there on every
-    /// block is left, so this task takes its share of both.
     fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
-        let tasks = positions.iter().map(|p| unread(p)).collect::<Result<Vec<_>>>()?;
-        let frontier = tasks.iter().map(|(_, from, _)| *from).max().unwrap_or(0);
-        let mut left: Vec<u64> = Vec::new();
-        for (pending, from, step) in &tasks {
-            left.extend(pending.iter().copied().filter(|b| *b < frontier));
-            left.extend((*from..frontier).step_by(*step as usize));
-        }
-        left.sort_unstable();
-        left.dedup();
-        let (index, count) = (self.split.index as u64, self.split.count as u64);
-        self.pending = left.into_iter().filter(|b| b % count == index).collect();
-        self.next_block = frontier + (index + count - frontier % count) % count;
-        Ok(())
+        self.blocks.seek_rescaled(positions)
     }
-}
-
-/// A task's position: its pending blocks, its frontier and its step.
-fn unread(position: &[u8]) -> Result<(Vec<u64>, u64, u64)> {
-    let damaged = || WeirError::internal("a nexmark position in a checkpoint is damaged");
-    let v: serde_json::Value = serde_json::from_slice(position).map_err(|_| damaged())?;
-    let pending = v["pending"]
-        .as_array()
-        .ok_or_else(damaged)?
-        .iter()
-        .map(|b| b.as_u64().ok_or_else(damaged))
-        .collect::<Result<_>>()?;
-    let from = v["from"].as_u64().ok_or_else(damaged)?;
-    let step = v["step"].as_u64().filter(|s| *s > 0).ok_or_else(damaged)?;
-    Ok((pending, from, step))
 }
 
 /// Values of event `n`: pure functions of (seed, n, field).
 struct Gen {
     seed: u64,
     kind: Kind,
-}
-
-fn mix(mut z: u64) -> u64 {
-    // splitmix64's finalizer
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Gen {
@@ -524,22 +446,5 @@ fn letters(seed: u64, len: usize, out: &mut Vec<u8>) {
             bits = mix(bits);
         }
         out.push(b'a' + (bits >> (8 * (i % 8))) as u8 % 26);
-    }
-}
-
-/// A string column built in one buffer: no allocation per value.
-fn strings(ns: &[u64], mut write: impl FnMut(u64, &mut Vec<u8>)) -> ArrayRef {
-    let mut values = Vec::with_capacity(ns.len() * 16);
-    let mut offsets: Vec<i32> = Vec::with_capacity(ns.len() + 1);
-    offsets.push(0);
-    for &n in ns {
-        write(n, &mut values);
-        offsets.push(values.len() as i32);
-    }
-    // Every byte written above is ASCII, so the values are valid UTF-8.
-    let offsets = OffsetBuffer::new(offsets.into());
-    match StringArray::try_new(offsets, Buffer::from_vec(values), None) {
-        Ok(a) => Arc::new(a),
-        Err(_) => Arc::new(StringArray::from(vec![None::<&str>; ns.len()])),
     }
 }

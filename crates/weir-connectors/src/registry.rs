@@ -9,7 +9,8 @@ use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
 
-const CONNECTORS: &[&str] = &["filesystem", "kafka", "upsert-kafka", "jdbc", "nexmark", "print", "blackhole"];
+const CONNECTORS: &[&str] =
+    &["filesystem", "kafka", "upsert-kafka", "jdbc", "nexmark", "datagen", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -33,8 +34,10 @@ impl Connectors {
 
 impl ConnectorFactory for Connectors {
     fn validate(&self, table: &TableDef) -> Result<()> {
-        if self.connector(table)? != "kafka" {
-            table.check_no_metadata()?;
+        match self.connector(table)? {
+            "kafka" => {}
+            "filesystem" => crate::filesystem::validate_metadata(table)?,
+            _ => table.check_no_metadata()?,
         }
         match self.connector(table)? {
             "filesystem" => {
@@ -54,6 +57,7 @@ impl ConnectorFactory for Connectors {
                 table.options.check_known(&table.name, &known)
             }
             "nexmark" => crate::nexmark::validate(table),
+            "datagen" => crate::datagen::validate(table),
             "kafka" => crate::kafka::validate(table),
             "upsert-kafka" => crate::kafka::validate_upsert(table),
             "jdbc" => crate::jdbc::validate(table),
@@ -66,6 +70,7 @@ impl ConnectorFactory for Connectors {
         match self.connector(table)? {
             "filesystem" => Ok(Box::new(FileSource::new(table, projection, split)?)),
             "nexmark" => Ok(Box::new(crate::nexmark::NexmarkSource::new(table, projection, split)?)),
+            "datagen" => Ok(Box::new(crate::datagen::DatagenSource::new(table, projection, split)?)),
             "kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
             "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSource::new(table, projection, split)?)),
             other => Err(WeirError::user(format!(
@@ -80,6 +85,7 @@ impl ConnectorFactory for Connectors {
             Some("filesystem") => true,
             Some("kafka" | "upsert-kafka") => table.options.get("scan.bounded.mode").is_some_and(|m| m != "unbounded"),
             Some("nexmark") => table.options.get("events").is_some(),
+            Some("datagen") => crate::datagen::bounded(table),
             _ => false,
         }
     }
@@ -231,9 +237,10 @@ impl ConnectorFactory for Connectors {
             )));
         }
         match connector {
-            "nexmark" => {
-                Err(WeirError::user(format!("table '{}' uses connector 'nexmark', which can only be read", table.name)))
-            }
+            "nexmark" | "datagen" => Err(WeirError::user(format!(
+                "table '{}' uses connector '{connector}', which can only be read",
+                table.name
+            ))),
             "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
             "kafka" | "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
             "jdbc" => Ok(Box::new(crate::jdbc::JdbcSink::new(table, schema, split)?)),

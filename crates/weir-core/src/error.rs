@@ -107,7 +107,7 @@ impl WeirError {
             }
             DataFusionError::Context(c, inner) => WeirError::from_datafusion(*inner).context(c),
             DataFusionError::SchemaError(..) | DataFusionError::SQL(..) => Self::user(e.strip_backtrace()),
-            DataFusionError::NotImplemented(m) => Self::not_supported(m),
+            DataFusionError::NotImplemented(m) => Self::not_supported(one_line_refusal(&m)),
             DataFusionError::Shared(inner) => Self::internal(inner.strip_backtrace()),
             DataFusionError::IoError(e) => Self::external(e.to_string()),
             DataFusionError::ArrowError(a, _) => WeirError::from(*a),
@@ -119,6 +119,33 @@ impl WeirError {
             other => Self::internal(other.strip_backtrace()),
         }
     }
+}
+
+/// DataFusion's refusals of syntax it does not plan carry a dump of the syntax tree
+/// (`Unsupported ast node MatchRecognize { table: … }`). The user gets the construct's SQL
+/// name instead (`MATCH_RECOGNIZE`), which the planner then finds in the statement's tokens to
+/// give it a position.
+fn one_line_refusal(message: &str) -> String {
+    let cut = |text: &str| -> String {
+        let end = text.find(['{', '(', '[']).unwrap_or(text.len());
+        text[..end].trim().to_string()
+    };
+    if let Some(rest) = message.strip_prefix("Unsupported ast node ") {
+        // CamelCase to SQL's spelling: MatchRecognize -> MATCH_RECOGNIZE.
+        let node = cut(rest);
+        let mut sql = String::with_capacity(node.len() + 4);
+        for (i, c) in node.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                sql.push('_');
+            }
+            sql.push(c.to_ascii_uppercase());
+        }
+        return sql;
+    }
+    if message.contains(" { ") || message.len() > 300 {
+        return cut(message);
+    }
+    message.to_string()
 }
 
 impl From<ArrowError> for WeirError {

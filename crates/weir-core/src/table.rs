@@ -90,9 +90,53 @@ pub struct TableDef {
     pub definition: String,
     /// Metadata columns (`METADATA FROM 'key'`): column name -> the connector's key.
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Computed columns (`name AS expression`), in `schema` but never read or written by the
+    /// connector: the source task evaluates them over each batch it reads.
+    pub computed: Vec<ComputedColumn>,
+}
+
+/// `name AS expression` in `CREATE TABLE`: a virtual column, computed from the table's
+/// physical and metadata columns as rows are read.
+#[derive(Debug, Clone)]
+pub struct ComputedColumn {
+    /// Its index in the table's schema.
+    pub index: usize,
+    /// The expression as written, planned against the table's stored columns.
+    pub sql: String,
 }
 
 impl TableDef {
+    /// The computed column at `index` of the schema, if it is one.
+    pub fn computed_at(&self, index: usize) -> Option<&ComputedColumn> {
+        self.computed.iter().find(|c| c.index == index)
+    }
+
+    /// The index in [`TableDef::stored`]'s schema of this schema's column `index`; `None`
+    /// for a computed column.
+    pub fn stored_index(&self, index: usize) -> Option<usize> {
+        if self.computed_at(index).is_some() {
+            return None;
+        }
+        Some(index - self.computed.iter().filter(|c| c.index < index).count())
+    }
+
+    /// The table as its connector sees it: the columns it reads or writes (physical and
+    /// metadata), without the computed ones. The same table when nothing is computed.
+    pub fn stored(self: &std::sync::Arc<Self>) -> std::sync::Arc<Self> {
+        if self.computed.is_empty() {
+            return self.clone();
+        }
+        let fields: Vec<_> = (0..self.schema.fields().len())
+            .filter(|i| self.computed_at(*i).is_none())
+            .map(|i| self.schema.field(i).clone())
+            .collect();
+        let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ));
+        std::sync::Arc::new(TableDef { schema, computed: Vec::new(), ..self.as_ref().clone() })
+    }
+
     /// Refuse metadata columns, for a connector that has none.
     pub fn check_no_metadata(&self) -> Result<()> {
         match self.metadata.keys().next() {

@@ -8,11 +8,12 @@
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL past the end) | `NULLIF(split_part(s, sep, i + 1), '')` |
 //! | `REGEXP_EXTRACT(s, re [, group])` | `regexp_match(s, re)[group]` (group 1 by default) |
 //! | `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | Weir's own, [`crate::date_format`] |
+//! | `TIMESTAMPDIFF(DAY, a, b)`, `TIMESTAMPADD(MONTH, n, t)` | Weir's own, the unit as a string ([`crate::time_functions`]) |
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement,
+    visit_expressions_mut, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, VisitMut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -43,12 +44,20 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("regexp_extract", [s, re]) => format!("(regexp_match({s}, {re}))[1]"),
         ("regexp_extract", [s, re, group]) => format!("(regexp_match({s}, {re}))[{group}]"),
         ("date_format", [ts, pattern]) => format!("{}({ts}, {pattern})", crate::date_format::NAME),
+        // The unit is a keyword, not a value: passed as a string.
+        ("timestampdiff", [Expr::Identifier(unit), a, b]) => {
+            format!("{}('{}', {a}, {b})", crate::time_functions::TIMESTAMPDIFF, unit.value)
+        }
+        ("timestampadd", [Expr::Identifier(unit), n, t]) => {
+            format!("{}('{}', {n}, {t})", crate::time_functions::TIMESTAMPADD, unit.value)
+        }
         _ => return None,
     })
 }
 
-/// Rewrite Flink-only function calls in `statement` into DataFusion expressions.
-pub fn rewrite(statement: &mut Statement) -> Result<()> {
+/// Rewrite Flink-only function calls in `statement` (or an expression) into DataFusion
+/// expressions.
+pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
         if let Expr::Function(f) = expr {

@@ -9,6 +9,7 @@ pub mod legacy_windows;
 pub mod parser;
 pub mod planner;
 pub mod temporal;
+pub mod time_functions;
 pub mod types;
 pub mod windows;
 

@@ -99,6 +99,9 @@ pub struct ColumnDef {
     /// `METADATA [FROM 'key'] [VIRTUAL]`: filled by the connector, not read from the record's
     /// value (the key, defaulting to the column's name).
     pub metadata: Option<String>,
+    /// `name AS expression`: a computed column (its `data_type` is then unspecified, the
+    /// expression's type).
+    pub computed: Option<Expr>,
 }
 
 pub fn location(l: SqlLocation) -> Location {
@@ -406,7 +409,23 @@ impl StatementParser<'_, '_> {
             } else {
                 let name = self.ident()?;
                 if self.p.parse_keyword(Keyword::AS) {
-                    return Err(WeirError::not_supported(format!("computed column '{}'", name.value)).at(Some(at)));
+                    let expr = self.p.parse_expr().map_err(parser_error)?;
+                    if self.p.parse_keyword(Keyword::COMMENT) {
+                        self.string()?;
+                    }
+                    table.columns.push(ColumnDef {
+                        name,
+                        data_type: DataType::Unspecified,
+                        not_null: false,
+                        location: at,
+                        metadata: None,
+                        computed: Some(expr),
+                    });
+                    if !self.p.consume_token(&Token::Comma) {
+                        self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+                        break;
+                    }
+                    continue;
                 }
                 let data_type = self.p.parse_data_type().map_err(parser_error)?;
                 let mut not_null = false;
@@ -432,7 +451,7 @@ impl StatementParser<'_, '_> {
                         break;
                     }
                 }
-                table.columns.push(ColumnDef { name, data_type, not_null, location: at, metadata });
+                table.columns.push(ColumnDef { name, data_type, not_null, location: at, metadata, computed: None });
             }
             if !self.p.consume_token(&Token::Comma) {
                 self.p.expect_token(&Token::RParen).map_err(parser_error)?;

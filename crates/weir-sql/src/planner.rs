@@ -13,7 +13,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::{cast, concat};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::{TableType, ViewTable};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, FetchType, LogicalPlan, SkipType, WriteOp};
@@ -44,6 +44,11 @@ struct StreamTable {
 
 crate::windows::planned_only_table!(StreamTable, TableType::Base);
 
+/// Whether a computed column's expression is `PROCTIME()`: a processing-time attribute.
+fn is_proctime(sql: &str) -> bool {
+    sql.replace(' ', "").eq_ignore_ascii_case("PROCTIME()")
+}
+
 fn ident_location(ident: &Ident) -> Option<Location> {
     (ident.span.start.line > 0).then(|| location(ident.span.start))
 }
@@ -58,6 +63,10 @@ fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
     if let Some((_, rest)) = e.message.split_once("No field named ") {
         let word = rest.split([' ', ',']).next().unwrap_or("").trim_end_matches('.');
         names.push(word.rsplit('.').next().unwrap_or(word).trim_matches(['"', '\'']).to_string());
+    }
+    // A refused construct by its keyword (`not supported: MATCH_RECOGNIZE`).
+    if let Some(rest) = e.message.strip_prefix("not supported: ") {
+        names.extend(rest.split_whitespace().next().map(str::to_string));
     }
     names.extend(e.message.split('\'').skip(1).step_by(2).map(|n| n.rsplit('.').next().unwrap_or(n).to_string()));
     let at = names.iter().find_map(|n| find_identifier(tokens, n)).unwrap_or(start);
@@ -89,6 +98,8 @@ pub struct Planner {
     /// Set while planning the input of a window aggregate whose table has a late-data
     /// table: the window function then passes every column of the table along.
     whole_rows: std::sync::atomic::AtomicBool,
+    /// `CAST(ts AS STRING)` as Flink writes it ([`crate::time_functions::flink_casts`]).
+    timestamp_text: Arc<datafusion::logical_expr::ScalarUDF>,
 }
 
 /// Flink's legacy connector options (`'connector.type' = 'filesystem'`, `'connector.path'`,
@@ -115,6 +126,18 @@ impl Planner {
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::ProcTime::default()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::now()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::local()));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::time_functions::ToTimestampLtz::default(),
+        ));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::time_functions::TimestampDiff::default(),
+        ));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::time_functions::TimestampAdd::default(),
+        ));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::time_functions::ConvertTz::default(),
+        ));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(
@@ -135,6 +158,9 @@ impl Planner {
             side_effects: Default::default(),
             functions: Default::default(),
             temporal_times: Default::default(),
+            timestamp_text: Arc::new(datafusion::logical_expr::ScalarUDF::new_from_impl(
+                crate::time_functions::TimestampText::default(),
+            )),
         }
     }
 
@@ -153,16 +179,46 @@ impl Planner {
         if self.catalog.exists(&name) {
             return if ct.if_not_exists { Ok(false) } else { Err(self.already_exists(&name, &ct.name)) };
         }
-        let mut fields: Vec<Field> = Vec::with_capacity(ct.columns.len());
-        for column in &ct.columns {
-            let column_name = normalize(&column.name);
-            if fields.iter().any(|f| f.name() == &column_name) {
-                return Err(WeirError::user(format!("table '{name}': column '{column_name}' is declared twice"))
-                    .at(Some(column.location)));
+        for (i, column) in ct.columns.iter().enumerate() {
+            if ct.columns[..i].iter().any(|c| c.name.value == column.name.value) {
+                return Err(WeirError::user(format!(
+                    "table '{name}': column '{}' is declared twice",
+                    column.name.value
+                ))
+                .at(Some(column.location)));
             }
+        }
+        let mut fields: Vec<Field> = Vec::with_capacity(ct.columns.len());
+        for column in ct.columns.iter().filter(|c| c.computed.is_none()) {
+            let column_name = normalize(&column.name);
             let data_type = arrow_type(&column.data_type)
                 .map_err(|e| e.context(format!("table '{name}', column '{column_name}'")).at(Some(column.location)))?;
             fields.push(Field::new(column_name, data_type, !column.not_null));
+        }
+        // Computed columns are typed by their expressions over the stored columns, and take
+        // their declared places among them.
+        let stored = DFSchema::try_from(Schema::new(fields.clone()))?;
+        let mut computed = Vec::new();
+        for (index, column) in ct.columns.iter().enumerate() {
+            let Some(expr) = &column.computed else { continue };
+            let column_name = normalize(&column.name);
+            let mut expr = expr.clone();
+            crate::flink_functions::rewrite(&mut expr)?;
+            let sql = expr.to_string();
+            let typed = self
+                .ctx
+                .state()
+                .create_logical_expr(&sql, &stored)
+                .map_err(WeirError::from)
+                .and_then(|e| Ok(datafusion::logical_expr::ExprSchemable::get_type(&e, &stored)?))
+                .map_err(|e| {
+                    // Positions inside the expression's own text mean nothing in the statement.
+                    let mut e = e.context(format!("table '{name}', computed column '{column_name}' AS {sql}"));
+                    e.location = Some(column.location);
+                    e
+                })?;
+            fields.insert(index, Field::new(column_name, typed, true));
+            computed.push(weir_core::ComputedColumn { index, sql });
         }
         if fields.is_empty() {
             return Err(WeirError::user(format!("table '{name}' has no columns")).at(ident_location(&ct.name)));
@@ -186,6 +242,8 @@ impl Planner {
                     ))
                     .at(ident_location(ident)));
                 }
+                let mut expr = expr.clone();
+                crate::flink_functions::rewrite(&mut expr)?;
                 Some(WatermarkDef { column, sql: expr.to_string() })
             }
         };
@@ -218,8 +276,10 @@ impl Planner {
                 .iter()
                 .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
                 .collect(),
+            computed,
         };
-        self.connectors.validate(&table)?;
+        let table = Arc::new(table);
+        self.connectors.validate(&table.stored())?;
         if let Some(wm) = &table.watermark {
             let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {
                 e.context(format!("table '{name}': WATERMARK expression '{}'", wm.sql))
@@ -235,11 +295,14 @@ impl Planner {
                 .at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i))));
             }
         }
-        self.ctx.register_table(name.as_str(), Arc::new(StreamTable { schema: table.schema.clone() }))?;
+        self.ctx.register_table(
+            TableReference::bare(name.as_str()),
+            Arc::new(StreamTable { schema: table.schema.clone() }),
+        )?;
         if let Ok(mut schemas) = self.schemas.write() {
             schemas.insert(name.clone(), table.schema.clone());
         }
-        self.catalog.tables.insert(name, Arc::new(table));
+        self.catalog.tables.insert(name, table);
         Ok(true)
     }
 
@@ -274,8 +337,11 @@ impl Planner {
         let node = self.stream_node(&plan).map_err(|e| place(e, tokens, start))?;
         node.check_changelog().map_err(|e| place(e, tokens, start))?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        self.ctx.deregister_table(name.as_str())?;
-        self.ctx.register_table(name.as_str(), Arc::new(ViewTable::new(plan.clone(), Some(query_text.to_string()))))?;
+        self.ctx.deregister_table(TableReference::bare(name.as_str()))?;
+        self.ctx.register_table(
+            TableReference::bare(name.as_str()),
+            Arc::new(ViewTable::new(plan.clone(), Some(query_text.to_string()))),
+        )?;
         if let Ok(mut views) = self.view_schemas.write() {
             views.insert(name.clone(), schema.clone());
         }
@@ -306,7 +372,7 @@ impl Planner {
             };
             return Err(WeirError::user(format!("{what} '{name}' does not exist{hint}")).at(ident_location(ident)));
         }
-        self.ctx.deregister_table(name.as_str())?;
+        self.ctx.deregister_table(TableReference::bare(name.as_str()))?;
         if let Ok(mut schemas) = self.schemas.write() {
             schemas.remove(&name);
         }
@@ -353,6 +419,11 @@ impl Planner {
         tokens: &[TokenWithSpan],
         start: Location,
     ) -> Result<StreamPlan> {
+        let mut statement = statement.clone();
+        if let SqlStatement::Insert(insert) = &mut statement {
+            self.name_stored_columns(insert)?;
+        }
+        let statement = &statement;
         let plan = self.logical_plan(statement, tokens, start).await.map_err(|e| match statement {
             SqlStatement::Insert(insert) if !e.message.contains(" not found") => {
                 e.context(format!("INSERT INTO {}", insert.table))
@@ -372,7 +443,17 @@ impl Planner {
             }
             other => (other.clone(), SinkTarget::Caller),
         };
-        let root = self.stream_node(&input).map_err(|e| place(e, tokens, start))?;
+        let mut root = self.stream_node(&input).map_err(|e| place(e, tokens, start))?;
+        // A sink writes its stored columns: computed ones (NULL here) are dropped.
+        let sink = match sink {
+            SinkTarget::Table(table) if !table.computed.is_empty() => {
+                let stored = table.stored();
+                let indices = (0..table.schema.fields().len()).filter(|i| table.computed_at(*i).is_none()).collect();
+                root = root.with_operator(OperatorSpec::Select { indices, schema: stored.schema.clone() });
+                SinkTarget::Table(stored)
+            }
+            other => other,
+        };
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
         if let SinkTarget::Table(table) = &sink {
             self.connectors
@@ -380,6 +461,38 @@ impl Planner {
                 .map_err(|e| place(e, tokens, start))?;
         }
         Ok(StreamPlan { root, sink })
+    }
+
+    /// `INSERT INTO t` where `t` has computed columns writes only its stored columns, as in
+    /// Flink: they are named, so that DataFusion expects no value for the computed ones.
+    fn name_stored_columns(&self, insert: &mut datafusion::sql::sqlparser::ast::Insert) -> Result<()> {
+        use datafusion::sql::sqlparser::ast::{ObjectName, TableObject};
+        let TableObject::TableName(name) = &insert.table else { return Ok(()) };
+        let Some(table) = name.0.last().and_then(|p| p.as_ident()).and_then(|i| self.catalog.tables.get(&normalize(i)))
+        else {
+            return Ok(());
+        };
+        if table.computed.is_empty() {
+            return Ok(());
+        }
+        for column in &insert.columns {
+            let ident = column.0.last().and_then(|p| p.as_ident());
+            let index = ident.and_then(|i| table.schema.index_of(&normalize(i)).ok());
+            if index.is_some_and(|i| table.computed_at(i).is_some()) {
+                return Err(WeirError::user(format!(
+                    "INSERT INTO {}: column '{column}' is computed, and cannot be written",
+                    table.name
+                ))
+                .at(ident.and_then(ident_location)));
+            }
+        }
+        if insert.columns.is_empty() {
+            insert.columns = (0..table.schema.fields().len())
+                .filter(|i| table.computed_at(*i).is_none())
+                .map(|i| ObjectName::from(vec![Ident::with_quote('"', table.schema.field(i).name())]))
+                .collect();
+        }
+        Ok(())
     }
 
     /// A query's logical plan, optimized, as Weir's operator graph. Time attributes of
@@ -390,7 +503,8 @@ impl Planner {
     }
 
     fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(self.ctx.state().create_physical_expr(expr.clone(), schema)?)
+        let expr = crate::time_functions::flink_casts(expr.clone(), schema, &self.timestamp_text)?;
+        Ok(self.ctx.state().create_physical_expr(expr, schema)?)
     }
 
     /// Translate an optimized logical plan into Weir's operator graph.
@@ -484,10 +598,12 @@ impl Planner {
     /// changelog by key. Returns the node and the columns it outputs.
     fn watermarked_source(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
         let (node, read) = self.watermarked_read(table, wanted)?;
-        let weir_core::Changelog::Upsert(key) = node.changelog() else { return Ok((node, read)) };
+        let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(&table.stored()) else {
+            return Ok((node, read));
+        };
         let key: Vec<usize> = key
             .iter()
-            .map(|k| read.iter().position(|r| r == k))
+            .map(|k| read.iter().position(|r| table.stored_index(*r) == Some(*k)))
             .collect::<Option<_>>()
             .ok_or_else(|| WeirError::internal("an upsert key column is not read"))?;
         let schema = node.schema();
@@ -498,36 +614,83 @@ impl Planner {
 
     fn watermarked_read(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
         let mut read = wanted.to_vec();
-        // An upsert source reads its key too: rows are told apart by it.
-        if let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(table) {
-            for k in key {
-                if !read.contains(&k) {
-                    read.push(k);
-                }
-            }
-        }
-        let Some(wm) = &table.watermark else {
-            let schema = Arc::new(table.schema.project(&read)?);
-            let changelog = self.connectors.source_changelog(table);
-            return Ok((
-                Node::Source { table: table.clone(), projection: Some(read.clone()), schema, changelog },
-                read,
-            ));
-        };
-        let (_, needed) = self.watermark_expr(table, &table.schema)?;
-        for column in needed {
-            let index = table.schema.index_of(&column)?;
+        let add = |read: &mut Vec<usize>, index: usize| {
             if !read.contains(&index) {
                 read.push(index);
             }
+        };
+        // An upsert source reads its key too: rows are told apart by it.
+        if let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(&table.stored()) {
+            for k in key {
+                let index = (0..table.schema.fields().len()).find(|i| table.stored_index(*i) == Some(k));
+                add(&mut read, index.ok_or_else(|| WeirError::internal("an upsert key column is computed"))?);
+            }
         }
-        let read_schema = Arc::new(table.schema.project(&read)?);
-        let (expr, _) = self.watermark_expr(table, &read_schema)?;
-        let changelog = self.connectors.source_changelog(table);
-        let source =
-            Node::Source { table: table.clone(), projection: Some(read.clone()), schema: read_schema, changelog };
+        if table.watermark.is_some() {
+            for column in self.watermark_expr(table, &table.schema)?.1 {
+                add(&mut read, table.schema.index_of(&column)?);
+            }
+        }
+        let node = self.computed_read(table, &read)?;
+        let Some(wm) = &table.watermark else { return Ok((node, read)) };
+        let (expr, _) = self.watermark_expr(table, &node.schema())?;
         let display = format!("{} AS {}", wm.column, wm.sql);
-        Ok((source.with_operator(OperatorSpec::Watermark { expr, display }), read))
+        Ok((node.with_operator(OperatorSpec::Watermark { expr, display }), read))
+    }
+
+    /// The source of `table`, giving its columns `read` in that order. Computed columns are
+    /// evaluated in the source task, over the stored columns read for them: the connector only
+    /// ever sees [`TableDef::stored`].
+    fn computed_read(&self, table: &Arc<TableDef>, read: &[usize]) -> Result<Node> {
+        let stored = table.stored();
+        let changelog = self.connectors.source_changelog(&stored);
+        if table.computed.is_empty() {
+            let schema = Arc::new(table.schema.project(read)?);
+            return Ok(Node::Source { table: stored, projection: Some(read.to_vec()), schema, changelog });
+        }
+        // Stored columns to read: those wanted, then those the computed ones need.
+        let mut projection: Vec<usize> = read.iter().filter_map(|i| table.stored_index(*i)).collect();
+        let mut computed = Vec::new();
+        for &index in read {
+            if let Some(column) = table.computed_at(index) {
+                let expr = self.computed_expr(table, column)?;
+                for c in expr.column_refs() {
+                    let at = stored.schema.index_of(&c.name)?;
+                    if !projection.contains(&at) {
+                        projection.push(at);
+                    }
+                }
+                computed.push((index, expr));
+            }
+        }
+        let read_schema = Arc::new(stored.schema.project(&projection)?);
+        let df_schema = DFSchema::try_from(read_schema.as_ref().clone())?;
+        let mut exprs = Vec::with_capacity(read.len());
+        let mut display = Vec::with_capacity(read.len());
+        for &index in read {
+            let name = table.schema.field(index).name();
+            match computed.iter().find(|(i, _)| *i == index) {
+                Some((_, expr)) => {
+                    exprs.push(self.physical(expr, &df_schema)?);
+                    display.push(format!("{} AS {name}", expr.human_display()));
+                }
+                None => {
+                    let at = table.stored_index(index).and_then(|s| projection.iter().position(|p| *p == s));
+                    let at = at.ok_or_else(|| WeirError::internal("a stored column is not read"))?;
+                    exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(name, at)));
+                    display.push(name.clone());
+                }
+            }
+        }
+        let source = Node::Source { table: stored, projection: Some(projection), schema: read_schema, changelog };
+        let schema = Arc::new(table.schema.project(read)?);
+        Ok(source.with_operator(OperatorSpec::Project { exprs, schema, display }))
+    }
+
+    /// The logical expression of computed column `column`, over the table's stored columns.
+    fn computed_expr(&self, table: &Arc<TableDef>, column: &weir_core::ComputedColumn) -> Result<Expr> {
+        let stored = DFSchema::try_from(table.stored().schema.as_ref().clone())?;
+        Ok(self.ctx.state().create_logical_expr(&column.sql, &stored)?)
     }
 
     fn scan_node(&self, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {

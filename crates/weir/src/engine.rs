@@ -330,22 +330,30 @@ impl Engine {
                 let rows = schema
                     .fields()
                     .iter()
-                    .map(|f| {
+                    .enumerate()
+                    .map(|(i, f)| {
                         let watermark = table
                             .as_ref()
                             .and_then(|t| t.watermark.as_ref())
                             .filter(|w| &w.column == f.name())
                             .map(|w| w.sql.clone())
                             .unwrap_or_default();
+                        // As Flink's `extras`: how a virtual column gets its value.
+                        let extras = match table.as_ref() {
+                            Some(t) if let Some(c) = t.computed_at(i) => format!("AS {}", c.sql),
+                            Some(t) if let Some(key) = t.metadata.get(f.name()) => format!("METADATA FROM '{key}'"),
+                            _ => String::new(),
+                        };
                         vec![
                             f.name().clone(),
                             sql_type_name(f.data_type()),
                             if f.is_nullable() { "true" } else { "false" }.to_string(),
+                            extras,
                             watermark,
                         ]
                     })
                     .collect();
-                Ok(Outcome::Table(vec![text_batch(&["name", "type", "null", "watermark"], rows)?]))
+                Ok(Outcome::Table(vec![text_batch(&["name", "type", "null", "extras", "watermark"], rows)?]))
             }
             Statement::Set { key: None, .. } => {
                 let rows = state.settings.all().into_iter().map(|(k, v)| vec![k, v]).collect();

@@ -4,6 +4,7 @@ mod crash;
 mod guarantees;
 mod joins;
 mod kafka;
+mod kafka_computed;
 mod kafka_restarts;
 mod kafka_upsert;
 mod kills;

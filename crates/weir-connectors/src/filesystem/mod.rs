@@ -11,7 +11,7 @@ mod source;
 
 pub use commit::{PartitionCommit, OPTIONS as COMMIT_OPTIONS};
 pub use sink::{rolling_policy, FileSink};
-pub use source::FileSource;
+pub use source::{validate_metadata, FileSource};
 
 /// Files that readers of a table directory ignore.
 pub fn is_hidden(name: &str) -> bool {

@@ -107,6 +107,12 @@ fn visible_of(pending: &str) -> String {
 
 impl FileSink {
     pub fn new(table: &TableDef, _schema: SchemaRef, split: Split) -> Result<Self> {
+        if let Some(column) = table.metadata.keys().next() {
+            return Err(WeirError::not_supported(format!(
+                "writing into filesystem table '{}': its metadata column '{column}' is read-only",
+                table.name
+            )));
+        }
         let format = Format::from_options(table)?;
         let dir = PathBuf::from(table.options.required(&table.name, "path")?);
         let schema = &table.schema;

@@ -24,16 +24,66 @@ pub struct FileSource {
     current: Option<(usize, Box<dyn BatchReader>)>,
     skipped_in_done_files: u64,
     skipped_current: u64,
-    /// A partitioned table (`PARTITIONED BY`): how output columns come from the files and
-    /// from the `col=value` directories.
-    partitioned: Option<Partitioned>,
+    /// A partitioned table (`PARTITIONED BY`) or one with metadata columns: how output
+    /// columns come from the files, from the `col=value` directories and from each file.
+    derived: Option<Derived>,
 }
 
-struct Partitioned {
+struct Derived {
     root: PathBuf,
     keys: Vec<String>,
-    /// Per output column: `Ok(i)` column `i` of what the reader returns, `Err(k)` key `k`.
-    columns: Vec<std::result::Result<usize, usize>>,
+    columns: Vec<Derive>,
+}
+
+/// Where an output column comes from.
+enum Derive {
+    /// Column `i` of what the reader returns.
+    File(usize),
+    /// Partition key `k` of the file's directories.
+    Partition(usize),
+    /// The file's metadata.
+    Metadata(FileMetadata),
+}
+
+/// The metadata a filesystem column can hold (`METADATA FROM 'file.path'`), as Flink's.
+#[derive(Debug, Clone, Copy)]
+enum FileMetadata {
+    Path,
+    Name,
+    Size,
+}
+
+const METADATA_KEYS: &str = "file.path, file.name, file.size";
+
+fn file_metadata(table: &TableDef, key: &str) -> Result<FileMetadata> {
+    match key {
+        "file.path" => Ok(FileMetadata::Path),
+        "file.name" => Ok(FileMetadata::Name),
+        "file.size" => Ok(FileMetadata::Size),
+        other => Err(WeirError::user(format!(
+            "table '{}': the filesystem connector has no metadata '{other}'; metadata keys are: {METADATA_KEYS}",
+            table.name
+        ))),
+    }
+}
+
+/// Check a filesystem table's metadata columns: known keys, declared with their types.
+pub fn validate_metadata(table: &TableDef) -> Result<()> {
+    for (column, key) in &table.metadata {
+        let declared = table.schema.field_with_name(column)?.data_type();
+        let fits = match file_metadata(table, key)? {
+            FileMetadata::Path | FileMetadata::Name => *declared == datafusion::arrow::datatypes::DataType::Utf8,
+            FileMetadata::Size => declared.is_integer(),
+        };
+        if !fits {
+            let wanted = if key == "file.size" { "BIGINT" } else { "STRING" };
+            return Err(WeirError::user(format!(
+                "table '{}': metadata column '{column}' ('{key}') is {wanted}, not {declared}",
+                table.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The files that make up a table: `path` itself, or the visible files of the directory.
@@ -102,38 +152,43 @@ impl FileSource {
         let parts = assign(&format, files, split)?;
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);
-        // Partition columns are not in the files: the reader reads the others.
-        let (table_schema, projection, partitioned) = if table.partition_keys.is_empty() {
+        // Partition and metadata columns are not in the files: the reader reads the others.
+        let (table_schema, projection, derived) = if table.partition_keys.is_empty() && table.metadata.is_empty() {
             (table.schema.clone(), projection, None)
         } else {
-            let is_key = |i: &usize| table.partition_keys.contains(table.schema.field(*i).name());
-            let file_columns: Vec<usize> = (0..table.schema.fields().len()).filter(|i| !is_key(i)).collect();
+            let derived = |name: &String| table.partition_keys.contains(name) || table.metadata.contains_key(name);
+            let file_columns: Vec<usize> =
+                (0..table.schema.fields().len()).filter(|i| !derived(table.schema.field(*i).name())).collect();
             let file_schema = std::sync::Arc::new(table.schema.project(&file_columns)?);
             let mut read: Vec<usize> = Vec::new();
             let mut columns = Vec::with_capacity(projection.len());
             for i in &projection {
                 let name = table.schema.field(*i).name();
-                match table.partition_keys.iter().position(|k| k == name) {
-                    Some(k) => columns.push(Err(k)),
-                    None => {
-                        columns.push(Ok(read.len()));
-                        read.push(file_schema.index_of(name)?);
-                    }
+                if let Some(key) = table.metadata.get(name) {
+                    columns.push(Derive::Metadata(file_metadata(table, key)?));
+                } else if let Some(k) = table.partition_keys.iter().position(|k| k == name) {
+                    columns.push(Derive::Partition(k));
+                } else {
+                    columns.push(Derive::File(read.len()));
+                    read.push(file_schema.index_of(name)?);
                 }
             }
             // Row counts come with columns: read one even if the query wants none.
             if read.is_empty() {
+                if file_schema.fields().is_empty() {
+                    return Err(WeirError::user(format!("table '{}' has no column stored in its files", table.name)));
+                }
                 read.push(0);
             }
-            let partitioned = Partitioned { root: PathBuf::from(path), keys: table.partition_keys.clone(), columns };
-            (file_schema, read, Some(partitioned))
+            let derived = Derived { root: PathBuf::from(path), keys: table.partition_keys.clone(), columns };
+            (file_schema, read, Some(derived))
         };
         Ok(Self {
             format,
             table_schema,
             schema,
             projection,
-            partitioned,
+            derived,
             parts,
             next_part: 0,
             resume_at: None,
@@ -145,21 +200,39 @@ impl FileSource {
 }
 
 impl FileSource {
-    /// A batch of part `index` with the partition columns its directories give.
-    fn with_partition_columns(&self, index: usize, batch: RecordBatch) -> Result<RecordBatch> {
-        let Some(p) = &self.partitioned else { return Ok(batch) };
+    /// A batch of part `index` with the partition columns its directories give and the
+    /// file's metadata.
+    fn with_derived_columns(&self, index: usize, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(d) = &self.derived else { return Ok(batch) };
         let path = &self.parts[index].0;
-        let relative = path.strip_prefix(&p.root).unwrap_or(path);
-        let values = super::partition::values_of(relative, &p.keys);
+        let relative = path.strip_prefix(&d.root).unwrap_or(path);
+        let values = super::partition::values_of(relative, &d.keys);
         let rows = batch.num_rows();
-        let columns = p
+        let metadata = |m: FileMetadata| -> Result<Option<String>> {
+            Ok(match m {
+                FileMetadata::Path => Some(path.display().to_string()),
+                FileMetadata::Name => path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                FileMetadata::Size => Some(
+                    std::fs::metadata(path)
+                        .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?
+                        .len()
+                        .to_string(),
+                ),
+            })
+        };
+        let columns = d
             .columns
             .iter()
             .zip(self.schema.fields())
             .map(|(c, field)| match c {
-                Ok(i) => Ok(batch.column(*i).clone()),
-                Err(k) => super::partition::constant(values[*k].as_deref(), field.data_type(), rows, field.name())
-                    .map_err(|e| e.context(format!("'{}'", path.display()))),
+                Derive::File(i) => Ok(batch.column(*i).clone()),
+                Derive::Partition(k) => {
+                    super::partition::constant(values[*k].as_deref(), field.data_type(), rows, field.name())
+                        .map_err(|e| e.context(format!("'{}'", path.display())))
+                }
+                Derive::Metadata(m) => {
+                    super::partition::constant(metadata(*m)?.as_deref(), field.data_type(), rows, field.name())
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         let options = datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
@@ -205,7 +278,7 @@ impl Source for FileSource {
             self.skipped_current = reader.records_skipped();
             if let Some(batch) = batch? {
                 self.current = Some((index, reader));
-                return Ok(Some(self.with_partition_columns(index, batch)?));
+                return Ok(Some(self.with_derived_columns(index, batch)?));
             }
         }
     }

@@ -505,6 +505,10 @@ impl Planner {
                     return (name == "window_time").then_some(TimeAttribute::Event);
                 }
                 let table = self.catalog.tables.get(scan.table_name.table())?;
+                let index = table.schema.index_of(name).ok()?;
+                if table.computed_at(index).is_some_and(|c| super::is_proctime(&c.sql)) {
+                    return Some(TimeAttribute::Processing);
+                }
                 (table.watermark.as_ref()?.column == *name).then_some(TimeAttribute::Event)
             }
             _ => None,

@@ -81,10 +81,13 @@ impl Planner {
         let Some(table) = self.catalog.tables.get(&window.table) else {
             return self.processing_time_window(window, scan);
         };
-        if table.watermark.as_ref().map(|w| &w.column) != Some(&window.time_column) {
+        let time = table.schema.index_of(&window.time_column)?;
+        // A computed `PROCTIME()` column windows by processing time.
+        let processing = table.computed_at(time).is_some_and(|c| super::is_proctime(&c.sql));
+        if !processing && table.watermark.as_ref().map(|w| &w.column) != Some(&window.time_column) {
             return Err(WeirError::user(format!(
-                "the DESCRIPTOR column '{}' of a window must be the event time column of table '{}' \
-                 (declared with WATERMARK FOR {} AS …)",
+                "the DESCRIPTOR column '{}' of a window must be a time attribute of table '{}': its event time \
+                 column (declared with WATERMARK FOR {} AS …) or a computed column AS PROCTIME()",
                 window.time_column, window.table, window.time_column
             )));
         }
@@ -98,11 +101,17 @@ impl Planner {
             && table.options.get(LATE_DATA_TABLE).is_some();
         let extra: Vec<usize> = if whole_rows { (0..base).filter(|i| !wanted.contains(i)).collect() } else { vec![] };
         wanted.extend(&extra);
-        let time = table.schema.index_of(&window.time_column)?;
         if !wanted.contains(&time) {
             wanted.push(time);
         }
-        let (node, read) = self.watermarked_source(table, &wanted)?;
+        let (node, read) = if processing {
+            let time_column =
+                wanted.iter().position(|i| *i == time).ok_or_else(|| WeirError::internal("time column not read"))?;
+            let node = self.computed_read(table, &wanted)?;
+            (node.with_operator(OperatorSpec::ProcessingTimeWatermark { time_column }), wanted.clone())
+        } else {
+            self.watermarked_source(table, &wanted)?
+        };
         let read_schema = node.schema();
         let mut fields: Vec<_> = read_schema.fields().iter().cloned().collect();
         fields.extend(WINDOW_COLUMNS.iter().map(|name| {

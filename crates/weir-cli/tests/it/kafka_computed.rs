@@ -1,0 +1,90 @@
+//! Computed columns at a Kafka source, under crashes: the event time is computed from an
+//! epoch field (`ts AS TO_TIMESTAMP_LTZ(event_ms, 3)`) and carries the watermark; a 1 s
+//! tumbling window over it goes exactly once into Kafka while the job is killed in every
+//! phase of the two-phase commit. The rows equal those of the same window over a table whose
+//! time column is stored, run without crashes.
+
+use crate::kafka::{bids_table, job, load_bids, run_to_end, write_sql, Broker};
+use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
+
+/// The bids of topic `bids`, copied to topic `clicks` with their time as epoch milliseconds.
+async fn load_clicks(broker: &Broker) {
+    broker.create_topic("clicks", 2).await;
+    let engine = weir::Engine::new();
+    crate::run(
+        &engine,
+        &format!(
+            "SET 'parallelism' = '1';
+             {bids};
+             CREATE TABLE clicks (auction BIGINT, bidder BIGINT, price BIGINT, event_ms BIGINT)
+               WITH ('connector' = 'kafka', 'topic' = 'clicks', 'properties.bootstrap.servers' = '{bootstrap}',
+                     'format' = 'json', 'key.fields' = 'auction');
+             INSERT INTO clicks SELECT auction, bidder, price, CAST(date_time AS BIGINT) FROM bids;",
+            bids = bids_table(&broker.bootstrap, "bids", ""),
+            bootstrap = broker.bootstrap,
+        ),
+    )
+    .await;
+}
+
+/// The windowed job of the Kafka tests over `clicks`, whose event time is computed.
+fn computed_job(bootstrap: &str, out: &str, checkpoints: &std::path::Path, rate: Option<u32>) -> String {
+    let sql = job(bootstrap, out, "exactly-once", checkpoints, rate);
+    let extra = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
+    let stored = bids_table(bootstrap, "bids", &extra);
+    let computed = stored
+        .replace("CREATE TABLE bids", "CREATE TABLE clicks")
+        .replace("'topic' = 'bids'", "'topic' = 'clicks'")
+        .replace("date_time TIMESTAMP(3),", "event_ms BIGINT, ts AS TO_TIMESTAMP_LTZ(event_ms, 3),")
+        .replace("WATERMARK FOR date_time AS date_time", "WATERMARK FOR ts AS ts");
+    assert!(
+        sql.contains(&stored) && computed.contains("ts AS TO_TIMESTAMP_LTZ"),
+        "the job's source is not as expected"
+    );
+    let sql =
+        sql.replace(&stored, &computed).replace("TABLE bids, DESCRIPTOR(date_time)", "TABLE clicks, DESCRIPTOR(ts)");
+    assert!(sql.contains("DESCRIPTOR(ts)"), "the job's window is not as expected");
+    sql
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computed_event_time_goes_exactly_once_through_crashes() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    load_clicks(&broker).await;
+    assert_eq!(broker.read_committed("clicks").len(), 18_400, "clicks loaded");
+
+    // The reference: the window over the stored time column, uninterrupted.
+    broker.create_topic("reference", 2).await;
+    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref"), None)));
+    let want = broker.read_committed("reference");
+    assert!(want.len() > 1000, "reference has {} rows", want.len());
+
+    // Uninterrupted over the computed column: the same rows.
+    broker.create_topic("plain", 2).await;
+    run_to_end(&write_sql(&dir, "plain.sql", computed_job(&broker.bootstrap, "plain", &dir.join("plain"), None)));
+    assert!(broker.read_committed("plain") == want, "the computed event time gives other windows");
+
+    // Killed over and over (slowed to 2 tasks x 700 records/s), then run to the end.
+    broker.create_topic("out", 2).await;
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", computed_job(&broker.bootstrap, "out", &checkpoints, Some(700)));
+    let faults = dir.join("faults");
+    let kills = kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        16,
+        |phase| start(&sql, phase, &faults, "kafka"),
+        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+    );
+    println!("kills per phase: {kills:?}");
+    run_to_end(&sql);
+    let got = broker.read_committed("out");
+    let mut dedup = got.clone();
+    dedup.dedup();
+    assert_eq!(dedup.len(), got.len(), "duplicates in the output");
+    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}

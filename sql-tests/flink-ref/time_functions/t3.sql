@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, m TIMESTAMP(3), s TIMESTAMP(3), y TIMESTAMP(3)) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, TIMESTAMPADD(MONTH, 1, a), TIMESTAMPADD(SECOND, -90, a), TIMESTAMPADD(YEAR, id - 3, a) FROM pairs;
