@@ -9,6 +9,16 @@
 //! | `REGEXP_EXTRACT(s, re [, group])` | `regexp_match(s, re)[group]` (group 1 by default) |
 //! | `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | Weir's own, [`crate::date_format`] |
 //! | `TIMESTAMPDIFF(DAY, a, b)`, `TIMESTAMPADD(MONTH, n, t)` | Weir's own, the unit as a string ([`crate::time_functions`]) |
+//! | `FROM_UNIXTIME(n [, pattern])` (text, not a timestamp) | `DATE_FORMAT(to_timestamp_seconds(n), pattern)` |
+//! | `YEAR(d)`, `QUARTER`, `MONTH`, `WEEK`, `DAYOFYEAR`, `DAYOFMONTH`, `DAYOFWEEK` (Sunday = 1) | `CAST(date_part(…) AS BIGINT)` |
+//! | `IF(c, a, b)` | `CASE WHEN c THEN a ELSE b END` |
+//! | `IS_ALPHA`, `IS_DIGIT`, `IS_DECIMAL` (NULL is false) | `COALESCE(regexp_like(…), false)` |
+//! | `CEILING`, `SIGN`, `E()`, `TRUNCATE`, `HEX` (integers, upper case), `LOCATE`, `REGEXP` | `ceil`, `signum`, `exp(1.0)`, `trunc`, `upper(to_hex)`, `strpos`, `regexp_like` |
+//! | `TO_BASE64`, `FROM_BASE64` (padded) | `encode`/`decode` with `base64pad` |
+//! | `SHA224`…`SHA512`, `SHA2(s, bits)` (hexadecimal text) | `encode(sha…(s), 'hex')` |
+//! | `CURRENT_ROW_TIMESTAMP()`, `UNIX_TIMESTAMP()`, `CURRENT_DATABASE()` | `now()`, its epoch seconds, `'default_database'` |
+//! | `VARIANCE`, `LISTAGG(x [, sep])` | `var_samp`, `string_agg` |
+//! | `FLOOR(t TO unit)`, `CEIL(t TO unit)` | `date_trunc('unit', t)` (plus one unit for `CEIL` off the unit) |
 
 use std::ops::ControlFlow;
 
@@ -44,6 +54,45 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("regexp_extract", [s, re]) => format!("(regexp_match({s}, {re}))[1]"),
         ("regexp_extract", [s, re, group]) => format!("(regexp_match({s}, {re}))[{group}]"),
         ("date_format", [ts, pattern]) => format!("{}({ts}, {pattern})", crate::date_format::NAME),
+        ("from_unixtime", [n]) => format!("{}(to_timestamp_seconds({n}), 'yyyy-MM-dd HH:mm:ss')", crate::date_format::NAME),
+        ("from_unixtime", [n, pattern]) => format!("{}(to_timestamp_seconds({n}), {pattern})", crate::date_format::NAME),
+        // Date parts as Flink's BIGINTs; Flink's weeks start on Sunday = 1.
+        ("year" | "quarter" | "month" | "week", [d]) => format!("CAST(date_part('{name}', {d}) AS BIGINT)"),
+        ("dayofyear", [d]) => format!("CAST(date_part('doy', {d}) AS BIGINT)"),
+        ("dayofmonth", [d]) => format!("CAST(date_part('day', {d}) AS BIGINT)"),
+        ("dayofweek", [d]) => format!("CAST(date_part('dow', {d}) + 1 AS BIGINT)"),
+        ("current_row_timestamp", []) => "now()".to_string(),
+        ("unix_timestamp", []) => "CAST(date_part('epoch', now()) AS BIGINT)".to_string(),
+        ("current_database", []) => "'default_database'".to_string(),
+        ("if", [c, a, b]) => format!("(CASE WHEN {c} THEN {a} ELSE {b} END)"),
+        // Java's StringUtils: letters / digits of any script; NULL is false.
+        ("is_alpha", [s]) => format!("COALESCE(regexp_like({s}, '^\\p{{L}}+$'), false)"),
+        ("is_digit", [s]) => format!("COALESCE(regexp_like({s}, '^\\p{{Nd}}+$'), false)"),
+        ("is_decimal", [s]) => {
+            format!("COALESCE(regexp_like({s}, '^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]+)?$'), false)")
+        }
+        ("ceiling", [x]) => format!("ceil({x})"),
+        ("sign", [x]) => format!("signum({x})"),
+        ("e", []) => "exp(1.0)".to_string(),
+        ("truncate", [x]) => format!("trunc({x})"),
+        ("truncate", [x, n]) => format!("trunc({x}, {n})"),
+        ("hex", [n]) => format!("upper(to_hex({n}))"),
+        ("to_base64", [s]) => format!("encode({s}, 'base64pad')"),
+        ("from_base64", [s]) => format!("CAST(decode({s}, 'base64pad') AS VARCHAR)"),
+        ("locate", [needle, s]) => format!("strpos({s}, {needle})"),
+        ("locate", [needle, s, from]) => format!(
+            "(CASE WHEN strpos(substr({s}, {from}), {needle}) = 0 THEN 0 ELSE strpos(substr({s}, {from}), {needle}) + ({from}) - 1 END)"
+        ),
+        ("regexp", [s, re]) => format!("regexp_like({s}, {re})"),
+        // Flink's SHA-2 functions give hexadecimal text, DataFusion's bytes.
+        ("sha224" | "sha256" | "sha384" | "sha512", [s]) => format!("encode({name}({s}), 'hex')"),
+        ("sha2", [s, bits]) => format!(
+            "(CASE {bits} WHEN 224 THEN encode(sha224({s}), 'hex') WHEN 256 THEN encode(sha256({s}), 'hex') \
+             WHEN 384 THEN encode(sha384({s}), 'hex') WHEN 512 THEN encode(sha512({s}), 'hex') END)"
+        ),
+        ("variance", [x]) => format!("var_samp({x})"),
+        ("listagg", [x]) => format!("string_agg({x}, ',')"),
+        ("listagg", [x, sep]) => format!("string_agg({x}, {sep})"),
         // The unit is a keyword, not a value: passed as a string.
         ("timestampdiff", [Expr::Identifier(unit), a, b]) => {
             format!("{}('{}', {a}, {b})", crate::time_functions::TIMESTAMPDIFF, unit.value)
@@ -55,11 +104,53 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
     })
 }
 
+/// `FLOOR(t TO unit)` and `CEIL(t TO unit)` on times, which DataFusion refuses: `date_trunc`,
+/// and for `CEIL` one unit more unless `t` is on the unit already.
+fn floor_or_ceil(expr: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{CeilFloorKind, DateTimeField};
+    let (ceil, inner, field) = match expr {
+        Expr::Floor { expr, field: CeilFloorKind::DateTimeField(f) } => (false, expr, f),
+        Expr::Ceil { expr, field: CeilFloorKind::DateTimeField(f) } => (true, expr, f),
+        _ => return None,
+    };
+    let unit = match field {
+        DateTimeField::Year => "year",
+        DateTimeField::Quarter => "quarter",
+        DateTimeField::Month => "month",
+        DateTimeField::Day => "day",
+        DateTimeField::Hour => "hour",
+        DateTimeField::Minute => "minute",
+        DateTimeField::Second => "second",
+        _ => return None,
+    };
+    let floor = format!("date_trunc('{unit}', {inner})");
+    // As Calcite: a month, quarter or year is ceiled from the day, the time of day ignored.
+    let on_unit = match unit {
+        "year" | "quarter" | "month" => format!("date_trunc('day', {inner})"),
+        _ => inner.to_string(),
+    };
+    Some(if ceil {
+        format!("(CASE WHEN {floor} = {on_unit} THEN {floor} ELSE {floor} + INTERVAL '1' {unit} END)")
+    } else {
+        floor
+    })
+}
+
 /// Rewrite Flink-only function calls in `statement` (or an expression) into DataFusion
 /// expressions.
 pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
+        if let Some(text) = floor_or_ceil(expr) {
+            match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
+                Ok(new) => *expr = new,
+                Err(e) => {
+                    failed = Some(parser_error(e).context("rewriting FLOOR/CEIL TO"));
+                    return ControlFlow::Break(());
+                }
+            }
+            return ControlFlow::Continue(());
+        }
         if let Expr::Function(f) = expr {
             let name = f.name.to_string().to_ascii_lowercase();
             let text = plain_args(&f.args).and_then(|args| replacement(&name, &args));

@@ -138,6 +138,16 @@ impl Planner {
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
             crate::time_functions::ConvertTz::default(),
         ));
+        for json in [
+            crate::json_functions::JsonPathFunction::value(),
+            crate::json_functions::JsonPathFunction::query(),
+            crate::json_functions::JsonPathFunction::exists(),
+        ] {
+            ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(json));
+        }
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::json_functions::JsonString::default(),
+        ));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(

@@ -535,7 +535,7 @@ impl ScalarUDFImpl for TimestampText {
 }
 
 /// Casts that Flink writes otherwise than Arrow, in `expr` over `schema`: a timestamp cast to
-/// text becomes [`TimestampText`].
+/// text becomes [`TimestampText`], a boolean `TRUE` or `FALSE`.
 pub fn flink_casts(
     expr: datafusion::logical_expr::Expr,
     schema: &datafusion::common::DFSchema,
@@ -551,10 +551,19 @@ pub fn flink_casts(
                 Expr::TryCast(c) => (&c.expr, c.field.data_type()),
                 _ => return Ok(Transformed::no(e)),
             };
-            if !to_text(target) || !matches!(inner.get_type(schema), Ok(DataType::Timestamp(..))) {
+            if !to_text(target) {
                 return Ok(Transformed::no(e));
             }
-            let call = text.call(vec![inner.as_ref().clone()]);
+            let call = match inner.get_type(schema) {
+                Ok(DataType::Timestamp(..)) => text.call(vec![inner.as_ref().clone()]),
+                // Flink writes booleans in capitals.
+                Ok(DataType::Boolean) => {
+                    datafusion::logical_expr::when(inner.as_ref().clone(), datafusion::prelude::lit("TRUE"))
+                        .when(datafusion::prelude::not(inner.as_ref().clone()), datafusion::prelude::lit("FALSE"))
+                        .end()?
+                }
+                _ => return Ok(Transformed::no(e)),
+            };
             let call = if *target == DataType::Utf8 { call } else { call.cast_to(target, schema)? };
             Ok(Transformed::yes(call))
         })?

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, sg INT, tr STRING, ce INT, e_ STRING, loc3 INT, sha2 STRING, fu STRING, fu2 STRING, ls STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, CAST(SIGN(age - 30) AS INT), CAST(TRUNCATE(age / 7.0, 2) AS STRING), CAST(CEILING(age / 7.0) AS INT), CAST(ROUND(E(), 4) AS STRING), LOCATE('a', name, 3), SHA2(name, 224), FROM_UNIXTIME(age * 100000), FROM_UNIXTIME(age, 'yyyy/MM/dd HH:mm:ss'), CAST(IS_ALPHA(CAST(age AS STRING)) AS STRING) FROM people;

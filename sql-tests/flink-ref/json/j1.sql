@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, a STRING, c STRING, d1 STRING, d2 STRING, nm STRING, sp STRING, first_t STRING, strict_missing STRING, root1 STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, JSON_VALUE(doc, '$.a'), JSON_VALUE(doc, '$.b.c'), JSON_VALUE(doc, '$.b.d[1]'), JSON_VALUE(doc, '$.b.d[2]'), JSON_VALUE(doc, '$.name'), JSON_VALUE(doc, '$.[''a b'']'), JSON_VALUE(doc, 'lax $.tags[0].t'), JSON_VALUE(doc, 'strict $.nope'), JSON_VALUE(doc, '$[1]') FROM docs;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, b STRING, d STRING, tags STRING, all_t STRING, scalar_q STRING, ex_a BOOLEAN, ex_nope BOOLEAN, ex_d BOOLEAN, js_name STRING, js_num STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, JSON_QUERY(doc, '$.b'), JSON_QUERY(doc, '$.b.d'), JSON_QUERY(doc, '$.tags'), JSON_QUERY(doc, 'lax $.tags[*].t'), JSON_QUERY(doc, '$.name'), JSON_EXISTS(doc, '$.a'), JSON_EXISTS(doc, '$.nope'), JSON_EXISTS(doc, '$.b.d[2]'), JSON_STRING(JSON_VALUE(doc, '$.name')), JSON_STRING(id * 2) FROM docs;
