@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod date_format;
 pub mod flink_functions;
+pub mod hints;
 pub mod json_functions;
 pub mod legacy_windows;
 pub mod parser;

@@ -156,7 +156,11 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
         if token.token == Token::SemiColon {
             // Keep inner whitespace (the parser skips it; texts are rebuilt from it).
             let mut meaningful: Vec<_> = std::mem::take(&mut current);
-            while meaningful.last().is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
+            // A table hint (`/*+ OPTIONS(…) */`) is a comment that counts, even last.
+            while meaningful
+                .last()
+                .is_some_and(|t| matches!(t.token, Token::Whitespace(_)) && !crate::hints::is_hint(&t.token))
+            {
                 meaningful.pop();
             }
             let lead = meaningful.iter().take_while(|t| matches!(t.token, Token::Whitespace(_))).count();
@@ -176,7 +180,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
 
 /// Parse one statement from its tokens (no `;`).
 pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
-    let tokens = rewrite_temporal_tables(rewrite_window_tvfs(tokens)?)?;
+    let tokens = rewrite_temporal_tables(rewrite_window_tvfs(crate::hints::rewrite(tokens)?)?)?;
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
     let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());

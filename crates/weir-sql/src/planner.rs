@@ -149,6 +149,7 @@ impl Planner {
             crate::json_functions::JsonString::default(),
         ));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
+        ctx.register_udtf(crate::hints::FUNCTION, Arc::new(crate::hints::HintedFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
             ctx.register_udtf(
                 &format!("__weir_{kind}"),
@@ -713,15 +714,27 @@ impl Planner {
             Some(window) => self.window_node(window, scan)?,
             None => {
                 // A temporal table is read as the table is; the join above knows it by its scan.
-                let name = match any.downcast_ref::<crate::temporal::TemporalTable>() {
-                    Some(temporal) => temporal.table.as_str(),
-                    None => scan.table_name.table(),
+                let name = match (
+                    any.downcast_ref::<crate::temporal::TemporalTable>(),
+                    any.downcast_ref::<crate::hints::HintedTable>(),
+                ) {
+                    (Some(temporal), _) => temporal.table.as_str(),
+                    (_, Some(hinted)) => hinted.table.as_str(),
+                    _ => scan.table_name.table(),
                 };
                 let table = self
                     .catalog
                     .tables
                     .get(name)
                     .ok_or_else(|| WeirError::internal(format!("scanned table '{name}' is not in the catalog")))?;
+                let hinted;
+                let table = match any.downcast_ref::<crate::hints::HintedTable>() {
+                    Some(hint) => {
+                        hinted = self.with_hinted_options(table, &hint.options)?;
+                        &hinted
+                    }
+                    None => table,
+                };
                 let wanted = scan.projection.clone().unwrap_or_else(|| (0..table.schema.fields().len()).collect());
                 let (node, read) = self.watermarked_source(table, &wanted)?;
                 if read.len() == wanted.len() {
@@ -736,6 +749,18 @@ impl Planner {
             node = node.with_operator(OperatorSpec::Limit { skip: 0, fetch: Some(fetch) });
         }
         Ok(node)
+    }
+
+    /// `table` with the options of an `OPTIONS` hint over its own, checked as `WITH` options.
+    fn with_hinted_options(&self, table: &Arc<TableDef>, options: &[(String, String)]) -> Result<Arc<TableDef>> {
+        let mut hinted = table.as_ref().clone();
+        for (key, value) in options {
+            let (key, value) = legacy_option(key, value);
+            hinted.options.insert(key, value, None);
+        }
+        let hinted = Arc::new(hinted);
+        self.connectors.validate(&hinted.stored()).map_err(|e| e.context("in an OPTIONS hint"))?;
+        Ok(hinted)
     }
 
     /// `VALUES (…), (…)`: each expression evaluated once, column by column.

@@ -153,7 +153,9 @@ impl FileSource {
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);
         // Partition and metadata columns are not in the files: the reader reads the others.
-        let (table_schema, projection, derived) = if table.partition_keys.is_empty() && table.metadata.is_empty() {
+        // A query that reads no column (`count(*)`) still needs the rows: read one, keep none.
+        let plain = table.partition_keys.is_empty() && table.metadata.is_empty() && !projection.is_empty();
+        let (table_schema, projection, derived) = if plain {
             (table.schema.clone(), projection, None)
         } else {
             let derived = |name: &String| table.partition_keys.contains(name) || table.metadata.contains_key(name);

@@ -504,7 +504,10 @@ impl Planner {
                 if any.is::<WindowTable>() {
                     return (name == "window_time").then_some(TimeAttribute::Event);
                 }
-                let table = self.catalog.tables.get(scan.table_name.table())?;
+                let table = match any.downcast_ref::<crate::hints::HintedTable>() {
+                    Some(hinted) => self.catalog.tables.get(&hinted.table)?,
+                    None => self.catalog.tables.get(scan.table_name.table())?,
+                };
                 let index = table.schema.index_of(name).ok()?;
                 if table.computed_at(index).is_some_and(|c| super::is_proctime(&c.sql)) {
                     return Some(TimeAttribute::Processing);
