@@ -16,5 +16,5 @@ pub mod types;
 pub mod windows;
 
 pub use catalog::Catalog;
-pub use parser::{parse_script, ObjectKind, ParsedStatement, Statement};
+pub use parser::{parse_script, AlterTable, ObjectKind, ParsedStatement, Statement};
 pub use planner::Planner;

@@ -40,6 +40,12 @@ pub enum Statement {
         name: Ident,
         if_exists: bool,
     },
+    /// `ALTER TABLE [IF EXISTS] t SET (…) | RESET (…) | RENAME TO u`.
+    AlterTable {
+        name: Ident,
+        if_exists: bool,
+        action: AlterTable,
+    },
     ShowTables,
     ShowViews,
     ShowJobs,
@@ -71,6 +77,13 @@ pub enum Statement {
     Query(Box<SqlStatement>),
     /// `INSERT INTO t SELECT …`: starts a job.
     Insert(Box<SqlStatement>),
+}
+
+#[derive(Debug, Clone)]
+pub enum AlterTable {
+    Set(Vec<(String, String, Location)>),
+    Reset(Vec<(String, Location)>),
+    Rename(Ident),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +290,9 @@ impl StatementParser<'_, '_> {
             self.end()?;
             return Ok(Statement::Drop { kind, name, if_exists });
         }
+        if p.parse_keyword(Keyword::ALTER) {
+            return self.alter();
+        }
         if p.parse_keyword(Keyword::SHOW) {
             let statement = if self.p.parse_keyword(Keyword::TABLES) {
                 Statement::ShowTables
@@ -356,6 +372,50 @@ impl StatementParser<'_, '_> {
                 Err(WeirError::not_supported(format!("the statement {keyword} …")))
             }
         }
+    }
+
+    /// After `ALTER`: `TABLE [IF EXISTS] t` and one action.
+    fn alter(&mut self) -> Result<Statement> {
+        if !self.p.parse_keyword(Keyword::TABLE) {
+            let at = self.here();
+            return Err(WeirError::not_supported(format!("ALTER {}: Weir alters tables", self.p.peek_token().token))
+                .at(Some(at)));
+        }
+        let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let name = self.name()?;
+        let at = self.here();
+        let action = if self.p.parse_keyword(Keyword::SET) {
+            self.p.expect_token(&Token::LParen).map_err(parser_error)?;
+            let mut options = Vec::new();
+            loop {
+                let (key, at) = self.string()?;
+                self.p.expect_token(&Token::Eq).map_err(parser_error)?;
+                options.push((key, self.string()?.0, at));
+                if !self.p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+            AlterTable::Set(options)
+        } else if self.p.parse_keyword(Keyword::RESET) {
+            self.p.expect_token(&Token::LParen).map_err(parser_error)?;
+            let mut keys = vec![self.string()?];
+            while self.p.consume_token(&Token::Comma) {
+                keys.push(self.string()?);
+            }
+            self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+            AlterTable::Reset(keys)
+        } else if self.p.parse_keywords(&[Keyword::RENAME, Keyword::TO]) {
+            AlterTable::Rename(self.name()?)
+        } else {
+            let found = self.p.peek_token().token;
+            return Err(WeirError::not_supported(format!(
+                "ALTER TABLE … {found}: Weir's ALTER TABLE sets and resets options and renames tables"
+            ))
+            .at(Some(at)));
+        };
+        self.end()?;
+        Ok(Statement::AlterTable { name, if_exists, action })
     }
 
     fn object_kind(&mut self) -> Result<ObjectKind> {

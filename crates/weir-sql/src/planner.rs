@@ -22,18 +22,19 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Ident, Query, Statement as SqlStatement};
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
-use weir_core::{ConnectorFactory, Location, Options, Result, TableDef, WatermarkDef, WeirError, LATE_DATA_TABLE};
+use weir_core::{ConnectorFactory, Location, Result, TableDef, WeirError, LATE_DATA_TABLE};
 use weir_runtime::operators::{LateOutput, SessionSpec, WindowKind, WindowSpec};
 use weir_runtime::{Node, OperatorSpec, Partitioning, SinkTarget, StreamPlan};
 
 use crate::catalog::{normalize, Catalog, ViewDef};
-use crate::parser::{find_identifier, location, CreateTable, ObjectKind};
-use crate::types::arrow_type;
+use crate::parser::{find_identifier, location};
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
+mod ddl;
 mod grouped;
 mod joins;
 mod ranking;
+mod sources;
 mod windowed;
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
@@ -100,6 +101,9 @@ pub struct Planner {
     whole_rows: std::sync::atomic::AtomicBool,
     /// `CAST(ts AS STRING)` as Flink writes it ([`crate::time_functions::flink_casts`]).
     timestamp_text: Arc<datafusion::logical_expr::ScalarUDF>,
+    /// What a relative `'path'` given in an `OPTIONS` hint is relative to (the engine's
+    /// base directory, as for `CREATE TABLE`); the working directory when `None`.
+    pub base_dir: Option<std::path::PathBuf>,
 }
 
 /// Flink's legacy connector options (`'connector.type' = 'filesystem'`, `'connector.path'`,
@@ -172,6 +176,7 @@ impl Planner {
             timestamp_text: Arc::new(datafusion::logical_expr::ScalarUDF::new_from_impl(
                 crate::time_functions::TimestampText::default(),
             )),
+            base_dir: None,
         }
     }
 
@@ -182,139 +187,6 @@ impl Planner {
     fn already_exists(&self, name: &str, ident: &Ident) -> WeirError {
         let what = if self.catalog.views.contains_key(name) { "view" } else { "table" };
         WeirError::user(format!("{what} '{name}' already exists")).at(ident_location(ident))
-    }
-
-    /// `CREATE TABLE`. Returns false if it existed and `IF NOT EXISTS` was given.
-    pub fn create_table(&mut self, ct: &CreateTable, text: &str) -> Result<bool> {
-        let name = normalize(&ct.name);
-        if self.catalog.exists(&name) {
-            return if ct.if_not_exists { Ok(false) } else { Err(self.already_exists(&name, &ct.name)) };
-        }
-        for (i, column) in ct.columns.iter().enumerate() {
-            if ct.columns[..i].iter().any(|c| c.name.value == column.name.value) {
-                return Err(WeirError::user(format!(
-                    "table '{name}': column '{}' is declared twice",
-                    column.name.value
-                ))
-                .at(Some(column.location)));
-            }
-        }
-        let mut fields: Vec<Field> = Vec::with_capacity(ct.columns.len());
-        for column in ct.columns.iter().filter(|c| c.computed.is_none()) {
-            let column_name = normalize(&column.name);
-            let data_type = arrow_type(&column.data_type)
-                .map_err(|e| e.context(format!("table '{name}', column '{column_name}'")).at(Some(column.location)))?;
-            fields.push(Field::new(column_name, data_type, !column.not_null));
-        }
-        // Computed columns are typed by their expressions over the stored columns, and take
-        // their declared places among them.
-        let stored = DFSchema::try_from(Schema::new(fields.clone()))?;
-        let mut computed = Vec::new();
-        for (index, column) in ct.columns.iter().enumerate() {
-            let Some(expr) = &column.computed else { continue };
-            let column_name = normalize(&column.name);
-            let mut expr = expr.clone();
-            crate::flink_functions::rewrite(&mut expr)?;
-            let sql = expr.to_string();
-            let typed = self
-                .ctx
-                .state()
-                .create_logical_expr(&sql, &stored)
-                .map_err(WeirError::from)
-                .and_then(|e| Ok(datafusion::logical_expr::ExprSchemable::get_type(&e, &stored)?))
-                .map_err(|e| {
-                    // Positions inside the expression's own text mean nothing in the statement.
-                    let mut e = e.context(format!("table '{name}', computed column '{column_name}' AS {sql}"));
-                    e.location = Some(column.location);
-                    e
-                })?;
-            fields.insert(index, Field::new(column_name, typed, true));
-            computed.push(weir_core::ComputedColumn { index, sql });
-        }
-        if fields.is_empty() {
-            return Err(WeirError::user(format!("table '{name}' has no columns")).at(ident_location(&ct.name)));
-        }
-        let schema = Arc::new(Schema::new(fields));
-        let column_of = |ident: &Ident, role: &str| -> Result<String> {
-            let column = normalize(ident);
-            if schema.field_with_name(&column).is_err() {
-                return Err(WeirError::user(format!("table '{name}' has no column '{column}' ({role})"))
-                    .at(ident_location(ident)));
-            }
-            Ok(column)
-        };
-        let watermark = match &ct.watermark {
-            None => None,
-            Some((ident, expr)) => {
-                let column = column_of(ident, "named in WATERMARK FOR")?;
-                if !matches!(schema.field_with_name(&column).map(|f| f.data_type()), Ok(DataType::Timestamp(..))) {
-                    return Err(WeirError::user(format!(
-                        "table '{name}': the WATERMARK column '{column}' must be a TIMESTAMP or TIMESTAMP_LTZ"
-                    ))
-                    .at(ident_location(ident)));
-                }
-                let mut expr = expr.clone();
-                crate::flink_functions::rewrite(&mut expr)?;
-                Some(WatermarkDef { column, sql: expr.to_string() })
-            }
-        };
-        if ct.options.iter().any(|(k, _, _)| k == LATE_DATA_TABLE) && watermark.is_none() {
-            return Err(WeirError::user(format!(
-                "table '{name}': '{LATE_DATA_TABLE}' needs event time: declare WATERMARK FOR a column"
-            ))
-            .at(ct.options.iter().find(|(k, _, _)| k == LATE_DATA_TABLE).map(|(_, _, at)| *at)));
-        }
-        let primary_key = ct.primary_key.iter().map(|i| column_of(i, "in PRIMARY KEY")).collect::<Result<Vec<_>>>()?;
-        let partition_keys =
-            ct.partitioned_by.iter().map(|i| column_of(i, "in PARTITIONED BY")).collect::<Result<Vec<_>>>()?;
-        let mut options = Options::default();
-        for (key, value, at) in &ct.options {
-            let (key, value) = legacy_option(key, value);
-            if options.insert(key.clone(), value, Some(*at)).is_some() {
-                return Err(WeirError::user(format!("table '{name}': option '{key}' is given twice")).at(Some(*at)));
-            }
-        }
-        let table = TableDef {
-            name: name.clone(),
-            schema,
-            watermark,
-            partition_keys,
-            primary_key,
-            options,
-            definition: text.to_string(),
-            metadata: ct
-                .columns
-                .iter()
-                .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
-                .collect(),
-            computed,
-        };
-        let table = Arc::new(table);
-        self.connectors.validate(&table.stored())?;
-        if let Some(wm) = &table.watermark {
-            let (expr, _) = self.watermark_expr(&table, &table.schema).map_err(|e| {
-                e.context(format!("table '{name}': WATERMARK expression '{}'", wm.sql))
-                    .at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i)))
-            })?;
-            let df_schema = DFSchema::try_from(table.schema.as_ref().clone())?;
-            let data_type = expr.data_type(df_schema.as_arrow())?;
-            if !matches!(data_type, DataType::Timestamp(..)) {
-                return Err(WeirError::user(format!(
-                    "table '{name}': the WATERMARK expression '{}' must be a timestamp, not {data_type}",
-                    wm.sql
-                ))
-                .at(ct.watermark.as_ref().and_then(|(i, _)| ident_location(i))));
-            }
-        }
-        self.ctx.register_table(
-            TableReference::bare(name.as_str()),
-            Arc::new(StreamTable { schema: table.schema.clone() }),
-        )?;
-        if let Ok(mut schemas) = self.schemas.write() {
-            schemas.insert(name.clone(), table.schema.clone());
-        }
-        self.catalog.tables.insert(name, table);
-        Ok(true)
     }
 
     /// The physical watermark expression of `table` against `schema` (some of its columns),
@@ -361,36 +233,6 @@ impl Planner {
             name.clone(),
             ViewDef { name: name.clone(), schema, definition: format!("CREATE VIEW {name} AS {query_text}") },
         );
-        Ok(true)
-    }
-
-    /// `DROP TABLE` / `DROP VIEW`. Returns false if it did not exist and `IF EXISTS` was given.
-    pub fn drop(&mut self, kind: ObjectKind, ident: &Ident, if_exists: bool) -> Result<bool> {
-        let name = normalize(ident);
-        let removed = match kind {
-            ObjectKind::Table => self.catalog.tables.remove(&name).is_some(),
-            ObjectKind::View => self.catalog.views.remove(&name).is_some(),
-        };
-        if !removed {
-            if if_exists {
-                return Ok(false);
-            }
-            let what = if kind == ObjectKind::Table { "table" } else { "view" };
-            let hint = match kind {
-                ObjectKind::Table if self.catalog.views.contains_key(&name) => " (it is a view: DROP VIEW)",
-                ObjectKind::View if self.catalog.tables.contains_key(&name) => " (it is a table: DROP TABLE)",
-                _ => "",
-            };
-            return Err(WeirError::user(format!("{what} '{name}' does not exist{hint}")).at(ident_location(ident)));
-        }
-        self.ctx.deregister_table(TableReference::bare(name.as_str()))?;
-        if let Ok(mut schemas) = self.schemas.write() {
-            schemas.remove(&name);
-        }
-        if let Ok(mut views) = self.view_schemas.write() {
-            views.remove(&name);
-        }
-        self.view_plans.remove(&name);
         Ok(true)
     }
 
@@ -604,106 +446,6 @@ impl Planner {
         Ok(input.with_operator(OperatorSpec::Project { exprs, schema, display }))
     }
 
-    /// A source reading `wanted` columns of `table` (and the columns its watermark needs),
-    /// with its watermark generated; an upsert source's rows also made a retracting
-    /// changelog by key. Returns the node and the columns it outputs.
-    fn watermarked_source(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
-        let (node, read) = self.watermarked_read(table, wanted)?;
-        let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(&table.stored()) else {
-            return Ok((node, read));
-        };
-        let key: Vec<usize> = key
-            .iter()
-            .map(|k| read.iter().position(|r| table.stored_index(*r) == Some(*k)))
-            .collect::<Option<_>>()
-            .ok_or_else(|| WeirError::internal("an upsert key column is not read"))?;
-        let schema = node.schema();
-        let exchange = Node::Exchange { partitioning: Partitioning::Hash(key.clone()), input: Box::new(node) };
-        let spec = weir_runtime::operators::UpsertSpec { key, schema };
-        Ok((exchange.with_operator(OperatorSpec::UpsertNormalize { spec }), read))
-    }
-
-    fn watermarked_read(&self, table: &Arc<TableDef>, wanted: &[usize]) -> Result<(Node, Vec<usize>)> {
-        let mut read = wanted.to_vec();
-        let add = |read: &mut Vec<usize>, index: usize| {
-            if !read.contains(&index) {
-                read.push(index);
-            }
-        };
-        // An upsert source reads its key too: rows are told apart by it.
-        if let weir_core::Changelog::Upsert(key) = self.connectors.source_changelog(&table.stored()) {
-            for k in key {
-                let index = (0..table.schema.fields().len()).find(|i| table.stored_index(*i) == Some(k));
-                add(&mut read, index.ok_or_else(|| WeirError::internal("an upsert key column is computed"))?);
-            }
-        }
-        if table.watermark.is_some() {
-            for column in self.watermark_expr(table, &table.schema)?.1 {
-                add(&mut read, table.schema.index_of(&column)?);
-            }
-        }
-        let node = self.computed_read(table, &read)?;
-        let Some(wm) = &table.watermark else { return Ok((node, read)) };
-        let (expr, _) = self.watermark_expr(table, &node.schema())?;
-        let display = format!("{} AS {}", wm.column, wm.sql);
-        Ok((node.with_operator(OperatorSpec::Watermark { expr, display }), read))
-    }
-
-    /// The source of `table`, giving its columns `read` in that order. Computed columns are
-    /// evaluated in the source task, over the stored columns read for them: the connector only
-    /// ever sees [`TableDef::stored`].
-    fn computed_read(&self, table: &Arc<TableDef>, read: &[usize]) -> Result<Node> {
-        let stored = table.stored();
-        let changelog = self.connectors.source_changelog(&stored);
-        if table.computed.is_empty() {
-            let schema = Arc::new(table.schema.project(read)?);
-            return Ok(Node::Source { table: stored, projection: Some(read.to_vec()), schema, changelog });
-        }
-        // Stored columns to read: those wanted, then those the computed ones need.
-        let mut projection: Vec<usize> = read.iter().filter_map(|i| table.stored_index(*i)).collect();
-        let mut computed = Vec::new();
-        for &index in read {
-            if let Some(column) = table.computed_at(index) {
-                let expr = self.computed_expr(table, column)?;
-                for c in expr.column_refs() {
-                    let at = stored.schema.index_of(&c.name)?;
-                    if !projection.contains(&at) {
-                        projection.push(at);
-                    }
-                }
-                computed.push((index, expr));
-            }
-        }
-        let read_schema = Arc::new(stored.schema.project(&projection)?);
-        let df_schema = DFSchema::try_from(read_schema.as_ref().clone())?;
-        let mut exprs = Vec::with_capacity(read.len());
-        let mut display = Vec::with_capacity(read.len());
-        for &index in read {
-            let name = table.schema.field(index).name();
-            match computed.iter().find(|(i, _)| *i == index) {
-                Some((_, expr)) => {
-                    exprs.push(self.physical(expr, &df_schema)?);
-                    display.push(format!("{} AS {name}", expr.human_display()));
-                }
-                None => {
-                    let at = table.stored_index(index).and_then(|s| projection.iter().position(|p| *p == s));
-                    let at = at.ok_or_else(|| WeirError::internal("a stored column is not read"))?;
-                    exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(name, at)));
-                    display.push(name.clone());
-                }
-            }
-        }
-        let source = Node::Source { table: stored, projection: Some(projection), schema: read_schema, changelog };
-        let schema = Arc::new(table.schema.project(read)?);
-        Ok(source.with_operator(OperatorSpec::Project { exprs, schema, display }))
-    }
-
-    /// The logical expression of computed column `column`, over the table's stored columns.
-    fn computed_expr(&self, table: &Arc<TableDef>, column: &weir_core::ComputedColumn) -> Result<Expr> {
-        let stored = DFSchema::try_from(table.stored().schema.as_ref().clone())?;
-        Ok(self.ctx.state().create_logical_expr(&column.sql, &stored)?)
-    }
-
     fn scan_node(&self, scan: &datafusion::logical_expr::TableScan) -> Result<Node> {
         if !scan.filters.is_empty() {
             return Err(WeirError::internal("a filter was pushed into a table scan"));
@@ -749,18 +491,6 @@ impl Planner {
             node = node.with_operator(OperatorSpec::Limit { skip: 0, fetch: Some(fetch) });
         }
         Ok(node)
-    }
-
-    /// `table` with the options of an `OPTIONS` hint over its own, checked as `WITH` options.
-    fn with_hinted_options(&self, table: &Arc<TableDef>, options: &[(String, String)]) -> Result<Arc<TableDef>> {
-        let mut hinted = table.as_ref().clone();
-        for (key, value) in options {
-            let (key, value) = legacy_option(key, value);
-            hinted.options.insert(key, value, None);
-        }
-        let hinted = Arc::new(hinted);
-        self.connectors.validate(&hinted.stored()).map_err(|e| e.context("in an OPTIONS hint"))?;
-        Ok(hinted)
     }
 
     /// `VALUES (…), (…)`: each expression evaluated once, column by column.

@@ -261,6 +261,7 @@ impl Engine {
 
     async fn execute_inner(&self, statement: &ParsedStatement) -> Result<Outcome> {
         let mut state = self.state.lock().await;
+        state.planner.base_dir = self.base_dir.clone();
         let tokens = &statement.tokens;
         let start = statement.location;
         match &statement.statement {
@@ -295,6 +296,31 @@ impl Engine {
                     format!("{what} '{name}' does not exist; nothing done.")
                 }))
             }
+            Statement::AlterTable { name, if_exists, action } => {
+                let action = match action {
+                    weir_sql::AlterTable::Set(options) => {
+                        let ct = weir_sql::parser::CreateTable {
+                            name: name.clone(),
+                            if_not_exists: false,
+                            columns: Vec::new(),
+                            watermark: None,
+                            primary_key: Vec::new(),
+                            partitioned_by: Vec::new(),
+                            options: options.clone(),
+                        };
+                        // Relative paths, and a verify run's scratch copies, as in CREATE TABLE.
+                        weir_sql::AlterTable::Set(self.resolve_paths(&ct)?.options)
+                    }
+                    other => other.clone(),
+                };
+                let altered = state.planner.alter_table(name, *if_exists, &action)?;
+                let name = weir_sql::catalog::normalize(name);
+                Ok(Outcome::Done(if altered {
+                    format!("Table '{name}' altered.")
+                } else {
+                    format!("Table '{name}' does not exist; nothing done.")
+                }))
+            }
             Statement::ShowTables | Statement::ShowViews => {
                 let catalog = &state.planner.catalog;
                 let names: Vec<Vec<String>> = if matches!(statement.statement, Statement::ShowTables) {
@@ -323,7 +349,9 @@ impl Engine {
                         return Err(WeirError::user(format!("'{key}' is a table: SHOW CREATE TABLE")))
                     }
                 };
-                Ok(Outcome::Table(vec![text_batch(&["statement"], vec![vec![text]])?]))
+                // One row per line, as EXPLAIN.
+                let lines = text.lines().map(|l| vec![l.to_string()]).collect();
+                Ok(Outcome::Table(vec![text_batch(&["statement"], lines)?]))
             }
             Statement::Describe { name } => {
                 let (schema, table) = state.planner.schema_of(name)?;
