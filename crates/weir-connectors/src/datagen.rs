@@ -351,21 +351,5 @@ impl Source for DatagenSource {
         Ok(Some(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?))
     }
 
-    /// Paced by a sleep before anything is generated: a read dropped while it waits loses
-    /// nothing.
-    fn cancel_safe(&self) -> bool {
-        true
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        Some(self.blocks.position())
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<()> {
-        self.blocks.seek(position)
-    }
-
-    fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
-        self.blocks.seek_rescaled(positions)
-    }
+    crate::generator::rewind_by_blocks!();
 }

@@ -117,6 +117,30 @@ impl Blocks {
     }
 }
 
+/// The `Source` methods of a generator whose `blocks` field is its [`Blocks`]: cancel-safe
+/// (paced by a sleep before anything is generated, so a read dropped while it waits loses
+/// nothing), and rewound by its blocks.
+macro_rules! rewind_by_blocks {
+    () => {
+        fn cancel_safe(&self) -> bool {
+            true
+        }
+
+        fn position(&self) -> Option<Vec<u8>> {
+            Some(self.blocks.position())
+        }
+
+        fn seek(&mut self, position: &[u8]) -> weir_core::Result<()> {
+            self.blocks.seek(position)
+        }
+
+        fn seek_rescaled(&mut self, positions: &[&[u8]]) -> weir_core::Result<()> {
+            self.blocks.seek_rescaled(positions)
+        }
+    };
+}
+pub(crate) use rewind_by_blocks;
+
 /// A task's position: its pending blocks, its frontier and its step.
 fn unread(position: &[u8]) -> Result<(Vec<u64>, u64, u64)> {
     let damaged = || WeirError::internal("a generator position in a checkpoint is damaged");

@@ -270,23 +270,7 @@ impl Source for NexmarkSource {
         Ok(Some(batch))
     }
 
-    /// Paced by a sleep before anything is generated: a read dropped while it waits loses
-    /// nothing.
-    fn cancel_safe(&self) -> bool {
-        true
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        Some(self.blocks.position())
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<()> {
-        self.blocks.seek(position)
-    }
-
-    fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
-        self.blocks.seek_rescaled(positions)
-    }
+    crate::generator::rewind_by_blocks!();
 }
 
 /// Values of event `n`: pure functions of (seed, n, field).

@@ -4,7 +4,7 @@
 //! phase of the two-phase commit. The rows equal those of the same window over a table whose
 //! time column is stored, run without crashes.
 
-use crate::kafka::{bids_table, job, load_bids, run_to_end, write_sql, Broker};
+use crate::kafka::{bids_table, job, run_to_end, with_reference, write_sql, Broker};
 use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 
 /// The bids of topic `bids`, copied to topic `clicks` with their time as epoch milliseconds.
@@ -49,25 +49,18 @@ fn computed_job(bootstrap: &str, out: &str, checkpoints: &std::path::Path, rate:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_computed_event_time_goes_exactly_once_through_crashes() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
+    // The reference: the window over the stored time column, uninterrupted.
+    let (dir, broker, want) = with_reference().await;
     load_clicks(&broker).await;
     assert_eq!(broker.read_committed("clicks").len(), 18_400, "clicks loaded");
-
-    // The reference: the window over the stored time column, uninterrupted.
-    broker.create_topic("reference", 2).await;
-    run_to_end(&write_sql(&dir, "reference.sql", job(&broker.bootstrap, "reference", "none", &dir.join("ref"), None)));
-    let want = broker.read_committed("reference");
-    assert!(want.len() > 1000, "reference has {} rows", want.len());
 
     // Uninterrupted over the computed column: the same rows.
     broker.create_topic("plain", 2).await;
     run_to_end(&write_sql(&dir, "plain.sql", computed_job(&broker.bootstrap, "plain", &dir.join("plain"), None)));
     assert!(broker.read_committed("plain") == want, "the computed event time gives other windows");
 
-    // Killed over and over (slowed to 2 tasks x 700 records/s), then run to the end.
-    broker.create_topic("out", 2).await;
+    // Killed over and over (slowed to 2 tasks x 700 records/s), then run to the end, into
+    // topic `out` (empty).
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", computed_job(&broker.bootstrap, "out", &checkpoints, Some(700)));
     let faults = dir.join("faults");
