@@ -4,7 +4,7 @@
 //! phase of the two-phase commit. The rows equal those of the same window over a table whose
 //! time column is stored, run without crashes.
 
-use crate::kafka::{bids_table, job, run_to_end, with_reference, write_sql, Broker};
+use crate::kafka::{assert_same_rows, bids_table, job, run_to_end, with_reference, write_sql, Broker};
 use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 
 /// The bids of topic `bids`, copied to topic `clicks` with their time as epoch milliseconds.
@@ -74,10 +74,5 @@ async fn a_computed_event_time_goes_exactly_once_through_crashes() {
     );
     println!("kills per phase: {kills:?}");
     run_to_end(&sql);
-    let got = broker.read_committed("out");
-    let mut dedup = got.clone();
-    dedup.dedup();
-    assert_eq!(dedup.len(), got.len(), "duplicates in the output");
-    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
-    assert!(got == want, "rows differ from the uninterrupted run");
+    assert_same_rows(&broker.read_committed("out"), &want);
 }
