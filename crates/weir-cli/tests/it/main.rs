@@ -1,6 +1,7 @@
 //! Weir's integration tests: one binary (links once), one module per concern.
 
 mod crash;
+mod datagen;
 mod guarantees;
 mod joins;
 mod kafka;
