@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
+use crate::kills::{assert_same_rows, in_phase, kill_in_phases, start, Phase, PHASES};
 use crate::weir_bin;
 
 /// 40,000 generated rows, paced to 2,000 a second so that the kills land before the end; the
@@ -67,10 +67,5 @@ fn a_datagen_job_killed_in_every_phase_publishes_the_rows_of_an_uninterrupted_ru
     );
     let last = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
-    let got = published(&dir.join("out"));
-    let mut distinct = got.clone();
-    distinct.dedup();
-    assert_eq!(distinct.len(), got.len(), "duplicate rows");
-    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
-    assert!(got == want, "rows differ from the uninterrupted run");
+    assert_same_rows(&published(&dir.join("out")), &want);
 }

@@ -15,7 +15,7 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
+use crate::kills::{assert_same_rows, in_phase, kill_in_phases, start, Phase, PHASES};
 use crate::{repo, weir_bin};
 
 /// A broker for one test, on a free port, with a fresh data directory; stopped on drop.
@@ -265,17 +265,6 @@ async fn exactly_once_under_sigkill_in_every_phase() {
     );
     run_to_end(&sql);
     assert_same_rows(&broker.read_committed("out"), &want);
-}
-
-/// A crash-tested run's rows against an uninterrupted run's: none twice (each window row is
-/// one auction's window, so none should be), none missing, in the same order.
-pub(crate) fn assert_same_rows(got: &[String], want: &[String]) {
-    let mut distinct = got.to_vec();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len(), got.len(), "duplicates in the output");
-    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
-    assert!(got == want, "rows differ from the uninterrupted run");
 }
 
 /// Completed checkpoints (with a manifest) of the job(s) under `checkpoints`.

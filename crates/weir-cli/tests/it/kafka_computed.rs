@@ -4,8 +4,8 @@
 //! phase of the two-phase commit. The rows equal those of the same window over a table whose
 //! time column is stored, run without crashes.
 
-use crate::kafka::{assert_same_rows, bids_table, job, run_to_end, with_reference, write_sql, Broker};
-use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
+use crate::kafka::{bids_table, job, run_to_end, with_reference, write_sql, Broker};
+use crate::kills::{assert_same_rows, in_phase, kill_in_phases, start, Phase, PHASES};
 
 /// The bids of topic `bids`, copied to topic `clicks` with their time as epoch milliseconds.
 async fn load_clicks(broker: &Broker) {

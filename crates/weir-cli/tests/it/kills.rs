@@ -117,3 +117,14 @@ pub fn kill_in_phases_seeded<P: Copy + Ord + Debug>(
     assert!(enough(&kills), "not enough kills ({each} in each phase, {total} in all): {kills:?}");
     kills
 }
+
+/// A crash-tested run's rows against an uninterrupted run's: none twice (the rows of these
+/// jobs are distinct, so a repeated one was written twice), none missing, in the same order.
+pub fn assert_same_rows(got: &[String], want: &[String]) {
+    let mut distinct = got.to_vec();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), got.len(), "duplicates in the output");
+    assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}
