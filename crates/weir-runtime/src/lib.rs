@@ -13,6 +13,7 @@ mod job;
 mod merge;
 pub mod operators;
 mod plan;
+mod shared_scan;
 mod values;
 
 #[cfg(test)]
@@ -26,6 +27,7 @@ pub use exchange::{hash_partition, Partitioning};
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use merge::InputMerger;
 pub use plan::{LookupOf, Node, OperatorSpec, SinkTarget, StreamPlan};
+pub use shared_scan::{share_scans, SharedScan};
 pub use values::ValuesSource;
 pub use weir_state::KeyGroups;
 

@@ -107,7 +107,7 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
         }),
     };
     let options = JobOptions { parallelism: 2, idle_timeout: Some(Duration::from_secs(2)), ..Default::default() };
-    let job = spawn_job(1, "idle".into(), &root, spec, Arc::new(Partitions), options).expect("job");
+    let job = spawn_job(1, "idle".into(), vec![(root, spec)], Arc::new(Partitions), options).expect("job");
     tokio::time::sleep(Duration::from_secs(5)).await;
     job.cancel();
     job.wait().await.expect("cancelled");
@@ -167,7 +167,7 @@ async fn a_hash_exchange_sends_each_key_to_one_task_and_loses_nothing() {
         make: Box::new(move |split| Ok(Box::new(Keys { task: split.index, seen: sinks.clone() }) as Box<dyn Sink>)),
     };
     let options = JobOptions { parallelism: 3, ..Default::default() };
-    let job = spawn_job(1, "exchange".into(), &root, spec, Arc::new(Partitions), options).expect("job");
+    let job = spawn_job(1, "exchange".into(), vec![(root, spec)], Arc::new(Partitions), options).expect("job");
     job.wait().await.expect("finished");
 
     let seen = seen.lock().expect("keys").clone();

@@ -13,6 +13,8 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location as SqlLocation, Token, TokenWithSpan, Tokenizer};
 use weir_core::{Location, Result, WeirError};
 
+use crate::statement_set::Piece;
+
 /// One statement of a script.
 #[derive(Debug, Clone)]
 pub struct ParsedStatement {
@@ -77,6 +79,14 @@ pub enum Statement {
     Query(Box<SqlStatement>),
     /// `INSERT INTO t SELECT …`: starts a job.
     Insert(Box<SqlStatement>),
+    /// INSERTs run as one job, each table they read scanned once (`EXECUTE STATEMENT SET
+    /// BEGIN … END`, or `BEGIN STATEMENT SET; … END;` in one script). Each is an `Insert`.
+    StatementSet(Vec<ParsedStatement>),
+    /// `BEGIN STATEMENT SET` whose `END` is yet to come (typed in the shell): the INSERTs
+    /// that follow are collected until `END`.
+    BeginStatementSet,
+    /// `END` of a statement set begun earlier.
+    EndStatementSet,
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +173,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
         .tokenize_with_location()
         .map_err(|e| WeirError::user(format!("SQL syntax error: {}", e.message)).at(Some(location(e.location))))?;
     let lines = Lines::new(text);
-    let mut statements = Vec::new();
+    let mut pieces = Vec::new();
     let mut current: Vec<TokenWithSpan> = Vec::new();
     for token in tokens.into_iter().chain(std::iter::once(TokenWithSpan::wrap(Token::SemiColon))) {
         if token.token == Token::SemiColon {
@@ -181,14 +191,13 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
             if let (Some(first), Some(last)) = (meaningful.first(), meaningful.last()) {
                 let start = lines.offset(text, first.span.start);
                 let end = lines.offset(text, last.span.end).max(start);
-                let statement_text = text[start..end].to_string();
-                statements.push(parse_statement(meaningful, statement_text)?);
+                pieces.push(Piece { tokens: meaningful, text: text[start..end].to_string() });
             }
         } else {
             current.push(token);
         }
     }
-    Ok(statements)
+    crate::statement_set::parse_pieces(pieces)
 }
 
 /// Parse one statement from its tokens (no `;`).
@@ -580,7 +589,18 @@ pub fn find_identifier(tokens: &[TokenWithSpan], name: &str) -> Option<Location>
 pub fn ends_statement(text: &str) -> bool {
     let dialect = GenericDialect {};
     match Tokenizer::new(&dialect, text).tokenize() {
-        Ok(tokens) => tokens.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))) == Some(&Token::SemiColon),
+        Ok(tokens) => {
+            let mut meaningful = tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_)));
+            let words: Vec<&Token> = meaningful.by_ref().take(4).collect();
+            let mut last = tokens.iter().rev().filter(|t| !matches!(t, Token::Whitespace(_)));
+            let ends = last.next() == Some(&Token::SemiColon);
+            // `EXECUTE STATEMENT SET BEGIN …` and `EXPLAIN STATEMENT SET BEGIN …` end at `END;`.
+            let spelled = |w: [&str; 4]| words.len() == 4 && words.iter().zip(w).all(|(t, w)| is_word(t, w));
+            if spelled(["EXECUTE", "STATEMENT", "SET", "BEGIN"]) || spelled(["EXPLAIN", "STATEMENT", "SET", "BEGIN"]) {
+                return ends && last.next().is_some_and(|t| is_word(t, "END"));
+            }
+            ends
+        }
         Err(_) => false,
     }
 }

@@ -15,6 +15,8 @@ use weir_sql::parser::{CreateTable, ParsedStatement, Statement};
 use weir_sql::types::sql_type_name;
 use weir_sql::{parse_script, ObjectKind, Planner};
 
+mod statement_set;
+
 use crate::query::{caller_channel, QueryStream};
 use crate::settings::Settings;
 
@@ -37,6 +39,8 @@ struct State {
     /// Each job's guarantee, by job id, as `SHOW JOBS` shows it.
     guarantees: std::collections::HashMap<u64, crate::guarantees::Report>,
     queries: u64,
+    /// The INSERTs of a statement set begun in the shell (`BEGIN STATEMENT SET`), until `END`.
+    pending_set: Option<Vec<ParsedStatement>>,
 }
 
 /// A Weir engine: run statements, start jobs, read query results.
@@ -66,17 +70,28 @@ pub struct PlannedInsert {
     pub checkpointed: bool,
 }
 
-/// An INSERT ready to run: what [`Engine::prepare_jobs`] gives a worker process.
+/// A job ready to run: what [`Engine::prepare_jobs`] gives a worker process (one INSERT
+/// each), or the INSERTs of a statement set.
 pub struct PreparedJob {
     pub name: String,
-    /// The plan, ending in the sink table's schema.
-    pub root: weir_runtime::Node,
-    pub sink: Arc<weir_core::TableDef>,
+    /// Each INSERT's plan, ending in its sink table's schema, and the sink as the job writes
+    /// it. In a statement set the tables several INSERTs read are scanned once for all.
+    pub branches: Vec<(weir_runtime::Node, Arc<weir_core::TableDef>)>,
     pub options: weir_runtime::JobOptions,
     /// With checkpoints: their settings (`dir` is the job's own directory).
     pub checkpoint: Option<weir_runtime::checkpoint::CheckpointConfig>,
     /// The session's settings when the INSERT ran.
     pub settings: Vec<(String, String)>,
+}
+
+impl PreparedJob {
+    /// The plan and sink of a job of one INSERT.
+    pub fn single(&self) -> Result<(&weir_runtime::Node, &Arc<weir_core::TableDef>)> {
+        match self.branches.as_slice() {
+            [(root, sink)] => Ok((root, sink)),
+            _ => Err(WeirError::internal(format!("job '{}' has {} INSERTs, not one", self.name, self.branches.len()))),
+        }
+    }
 }
 
 impl Default for Engine {
@@ -108,6 +123,7 @@ impl Engine {
                 jobs: Vec::new(),
                 guarantees: Default::default(),
                 queries: 0,
+                pending_set: None,
             }),
             connectors,
             base_dir: None,
@@ -165,6 +181,18 @@ impl Engine {
                         state.planner.plan(q, &statement.tokens, statement.location).await.map_err(|e| e.at(at))?;
                     if let Some(kept) = each(self, &state, plan, statement.location).map_err(|e| e.at(at))? {
                         out.push(kept);
+                    }
+                }
+                // Each INSERT of a set on its own (a worker runs each as a job of its own).
+                Statement::StatementSet(members) => {
+                    let state = self.state.lock().await;
+                    for m in members {
+                        let Statement::Insert(q) = &m.statement else { continue };
+                        let at = Some(m.location);
+                        let plan = state.planner.plan(q, &m.tokens, m.location).await.map_err(|e| e.at(at))?;
+                        if let Some(kept) = each(self, &state, plan, m.location).map_err(|e| e.at(at))? {
+                            out.push(kept);
+                        }
                     }
                 }
                 Statement::Query(_) => {}
@@ -264,7 +292,43 @@ impl Engine {
         state.planner.base_dir = self.base_dir.clone();
         let tokens = &statement.tokens;
         let start = statement.location;
+        if let Some(pending) = &mut state.pending_set {
+            match &statement.statement {
+                Statement::Insert(_) => {
+                    pending.push(statement.clone());
+                    return Ok(Outcome::Done(
+                        "INSERT added to the statement set (END runs the set as one job).".into(),
+                    ));
+                }
+                Statement::EndStatementSet => {}
+                _ => {
+                    return Err(WeirError::user(
+                        "a statement set holds INSERT statements only (END closes it and runs the INSERTs as one job)",
+                    ))
+                }
+            }
+        }
         match &statement.statement {
+            Statement::BeginStatementSet => {
+                state.pending_set = Some(Vec::new());
+                Ok(Outcome::Done("Statement set begun: INSERTs are collected until END.".into()))
+            }
+            Statement::EndStatementSet => {
+                let Some(members) = state.pending_set.take() else {
+                    return Err(WeirError::user("END without BEGIN STATEMENT SET"));
+                };
+                if members.is_empty() {
+                    return Err(WeirError::user(
+                        "this statement set is empty: put INSERT statements between BEGIN and END",
+                    ));
+                }
+                let job = self.start_set(&mut state, &members).await?;
+                self.job_outcome(state, job).await
+            }
+            Statement::StatementSet(members) => {
+                let job = self.start_set(&mut state, members).await?;
+                self.job_outcome(state, job).await
+            }
             Statement::CreateTable(ct) => {
                 let ct = self.resolve_paths(ct)?;
                 let name = weir_sql::catalog::normalize(&ct.name);
@@ -416,6 +480,11 @@ impl Engine {
                 };
                 Ok(Outcome::Table(vec![batch]))
             }
+            Statement::Explain(inner) if let Statement::StatementSet(members) = &inner.statement => {
+                let text = self.explain_set(&state, members).await?;
+                let lines = text.lines().map(|l| vec![l.to_string()]).collect();
+                Ok(Outcome::Table(vec![text_batch(&["plan"], lines)?]))
+            }
             Statement::Explain(inner) => {
                 let plan = match &inner.statement {
                     Statement::Query(q) | Statement::Insert(q) => {
@@ -453,41 +522,51 @@ impl Engine {
                     }),
                 };
                 let id = state.jobs.len() as u64 + 1;
-                let job = spawn_job(id, name, &plan.root, spec, self.connectors.clone(), state.settings.job_options())?;
+                let branches = vec![(plan.root.clone(), spec)];
+                let job = spawn_job(id, name, branches, self.connectors.clone(), state.settings.job_options())?;
                 state.jobs.push(job.clone());
                 Ok(Outcome::Query(QueryStream::new(schema, plan.root.changelog(), tx, rx, job)))
             }
             Statement::Insert(q) => {
                 let plan = state.planner.plan(q, tokens, start).await?;
-                if let SinkTarget::Table(table) = &plan.sink {
-                    if table.options.get("connector") == Some("jdbc") {
-                        // The database table, before any row: a missing table or a column
-                        // of another type is an error of the INSERT, not of the running job.
-                        weir_connectors::jdbc::check_table(table).await?;
-                    }
-                }
-                let report = self.guarantee(&state, &plan);
-                if let Some(e) = report.refusal() {
-                    return Err(e.at(Some(start)));
-                }
-                for warning in &report.warnings {
-                    log::warn!("{warning}");
-                }
-                let job = self.start_insert(&mut state, plan)?;
+                let report = self.check_insert(&state, &plan).await?;
+                let job = self.start_job(&mut state, vec![plan])?;
                 state.guarantees.insert(job.id(), report);
-                if state.settings.dml_sync() {
-                    drop(state);
-                    job.wait().await?;
-                    let status = job.status();
-                    return Ok(Outcome::Done(format!(
-                        "Job '{}' finished: {} row(s) written.",
-                        status.name,
-                        status.rows_written()
-                    )));
-                }
-                Ok(Outcome::Job(job))
+                self.job_outcome(state, job).await
             }
         }
+    }
+
+    /// What starting `job` gives the caller: the job, or with `'table.dml-sync'` the rows it
+    /// wrote once it has finished.
+    async fn job_outcome(&self, state: tokio::sync::MutexGuard<'_, State>, job: JobHandle) -> Result<Outcome> {
+        if !state.settings.dml_sync() {
+            return Ok(Outcome::Job(job));
+        }
+        drop(state);
+        job.wait().await?;
+        let status = job.status();
+        Ok(Outcome::Done(format!("Job '{}' finished: {} row(s) written.", status.name, status.rows_written())))
+    }
+
+    /// Whether the INSERT of `plan` may start, and what it guarantees: its database table
+    /// checked, its exactly-once checks passed (their warnings logged).
+    async fn check_insert(&self, state: &State, plan: &StreamPlan) -> Result<crate::guarantees::Report> {
+        if let SinkTarget::Table(table) = &plan.sink {
+            if table.options.get("connector") == Some("jdbc") {
+                // The database table, before any row: a missing table or a column
+                // of another type is an error of the INSERT, not of the running job.
+                weir_connectors::jdbc::check_table(table).await?;
+            }
+        }
+        let report = self.guarantee(state, plan);
+        if let Some(e) = report.refusal() {
+            return Err(e);
+        }
+        for warning in &report.warnings {
+            log::warn!("{warning}");
+        }
+        Ok(report)
     }
 
     /// What the job of `plan` guarantees, and the pitfalls found in it, in this session.
@@ -498,15 +577,23 @@ impl Engine {
         crate::guarantees::report(plan, &state.settings, connectors, &tables, &planner.side_effects, &planner.functions)
     }
 
-    fn start_insert(&self, state: &mut State, plan: StreamPlan) -> Result<JobHandle> {
-        let job = self.prepare_insert(state, plan)?;
-        let connectors = self.connectors.clone();
-        let target = job.sink.clone();
-        let spec = SinkSpec {
-            name: job.sink.name.clone(),
-            parallel: self.connectors.parallel_sink(&job.sink),
-            make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
-        };
+    /// Start the INSERTs of `plans` as one job (several in a statement set).
+    fn start_job(&self, state: &mut State, plans: Vec<StreamPlan>) -> Result<JobHandle> {
+        let job = self.prepare(state, plans)?;
+        let branches = job
+            .branches
+            .iter()
+            .map(|(root, sink)| {
+                let connectors = self.connectors.clone();
+                let target = sink.clone();
+                let spec = SinkSpec {
+                    name: sink.name.clone(),
+                    parallel: self.connectors.parallel_sink(sink),
+                    make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
+                };
+                (root.clone(), spec)
+            })
+            .collect();
         let mut options = job.options;
         if let Some(config) = job.checkpoint {
             use weir_runtime::checkpoint::{CheckpointStore, LocalStore};
@@ -531,46 +618,66 @@ impl Engine {
             options.checkpoint = Some((config, store));
         }
         let id = state.jobs.len() as u64 + 1;
-        let handle = spawn_job(id, job.name, &job.root, spec, self.connectors.clone(), options)?;
+        let handle = spawn_job(id, job.name, branches, self.connectors.clone(), options)?;
         state.jobs.push(handle.clone());
         Ok(handle)
     }
 
-    /// What running the INSERT of `plan` takes, short of starting it: the plan ending in the
-    /// sink's schema, the sink as the job writes it, the job's options and checkpoints.
-    fn prepare_insert(&self, state: &State, plan: StreamPlan) -> Result<PreparedJob> {
-        let SinkTarget::Table(table) = &plan.sink else {
-            return Err(WeirError::internal("INSERT without a target table"));
-        };
-        // Batches reach the sink with exactly the table's schema (names and nullability).
-        let indices = (0..table.schema.fields().len()).collect();
-        let root = plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() });
+    /// What running the INSERTs of `plans` as one job takes, short of starting it: each plan
+    /// ending in its sink's schema, the sinks as the job writes them, the tables several read
+    /// scanned once, the job's options and checkpoints.
+    fn prepare(&self, state: &State, plans: Vec<StreamPlan>) -> Result<PreparedJob> {
+        let mut roots = Vec::with_capacity(plans.len());
+        let mut sinks = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            let SinkTarget::Table(table) = &plan.sink else {
+                return Err(WeirError::internal("INSERT without a target table"));
+            };
+            // Batches reach the sink with exactly the table's schema (names and nullability).
+            let indices = (0..table.schema.fields().len()).collect();
+            roots.push(plan.root.clone().with_operator(OperatorSpec::Select { indices, schema: table.schema.clone() }));
+            sinks.push(table.clone());
+        }
+        let shared = weir_runtime::share_scans(&mut roots)?;
         let name = match state.settings.get("pipeline.name") {
             Some(n) => n.to_string(),
-            None => format!("insert-into-{}", table.name),
+            None => format!("insert-into-{}", sinks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",")),
         };
-        let mut target = table.clone();
-        if table.options.get("connector") == Some("jdbc") && table.options.get("sink.transactional-id-prefix").is_none()
-        {
-            // Prepared transactions are named after the job: stable across its restarts,
-            // apart from other jobs' (whose leftovers a start rolls back).
-            let mut named = (**table).clone();
-            named.options.insert("sink.transactional-id-prefix".into(), format!("weir-{name}"), None);
-            target = Arc::new(named);
+        for sink in &mut sinks {
+            if sink.options.get("connector") == Some("jdbc")
+                && sink.options.get("sink.transactional-id-prefix").is_none()
+            {
+                // Prepared transactions are named after the job and the table: stable across
+                // its restarts, apart from other jobs' (whose leftovers a start rolls back).
+                let prefix = match plans.len() {
+                    1 => format!("weir-{name}"),
+                    _ => format!("weir-{name}-{}", sink.name),
+                };
+                let mut named = (**sink).clone();
+                named.options.insert("sink.transactional-id-prefix".into(), prefix, None);
+                *sink = Arc::new(named);
+            }
         }
         let mut options = state.settings.job_options();
         if let Some(root) = options.rocksdb.take() {
             remove_dead_state(&root);
             options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
         }
+        let mut shape = String::new();
+        for (root, plan) in roots.iter().zip(&plans) {
+            shape.push_str(&StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape());
+        }
+        for scan in &shared {
+            shape.push_str(&format!("shared scan {} {:?} {:?}\n", scan.table, scan.columns, scan.readers));
+        }
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{}{} key groups, state in {}",
-            StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape(),
+            "{shape}{} key groups, state in {}",
             options.key_groups.max(),
             if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
         ));
         let checkpoint = state.settings.checkpoint_config(&name, fingerprint)?;
-        Ok(PreparedJob { name, root, sink: target, options, checkpoint, settings: state.settings.all() })
+        let branches = roots.into_iter().zip(sinks).collect();
+        Ok(PreparedJob { name, branches, options, checkpoint, settings: state.settings.all() })
     }
 
     /// Run a script's statements as [`Engine::execute`] does, except that each `INSERT` is
@@ -585,7 +692,7 @@ impl Engine {
             for warning in &report.warnings {
                 log::warn!("{warning}");
             }
-            engine.prepare_insert(state, plan).map(Some)
+            engine.prepare(state, vec![plan]).map(Some)
         })
         .await
     }

@@ -39,6 +39,28 @@ pub struct Report {
 }
 
 impl Report {
+    /// A statement set's report: each INSERT's, by its sink table.
+    pub fn of_set(reports: Vec<(String, Report)>) -> Report {
+        let mut set = Report::default();
+        let mut delivered: Vec<String> = Vec::new();
+        for (sink, r) in &reports {
+            set.lines.push(format!("  INSERT INTO {sink}:"));
+            set.lines.extend(r.lines.iter().map(|l| format!("  {l}")));
+            set.warnings.extend(r.warnings.iter().map(|w| format!("INSERT INTO {sink}: {w}")));
+            set.error = set.error.take().or_else(|| r.error.clone());
+            delivered.push(format!("{} ({sink})", r.delivered));
+            set.causes.extend(r.causes.iter().cloned());
+            set.varying_columns.extend(r.varying_columns.iter().cloned());
+            set.program_functions.extend(r.program_functions.iter().cloned());
+        }
+        let first = reports.first().map(|(_, r)| r.delivered.clone()).unwrap_or_default();
+        set.delivered = match reports.iter().all(|(_, r)| r.delivered == first) {
+            true => first,
+            false => delivered.join(", "),
+        };
+        set
+    }
+
     fn warn(&mut self, text: String) {
         self.lines.push(format!("  warning: {text}"));
         self.warnings.push(text);

@@ -22,8 +22,7 @@ pub(super) struct Attempt {
 }
 
 pub(super) fn build_attempt(
-    root: &Node,
-    sink: &mut SinkSpec<'static>,
+    branches: &mut [(Node, SinkSpec<'static>)],
     connectors: &dyn ConnectorFactory,
     options: &JobOptions,
     stats: &Arc<Mutex<Vec<CheckpointStats>>>,
@@ -45,26 +44,39 @@ pub(super) fn build_attempt(
         committed: checkpointing.as_ref().map(|_| committed_rx.clone()),
         keys: Vec::new(),
         late: Default::default(),
+        scans: Vec::new(),
+        met: Default::default(),
     };
-    let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
-    if !sink.parallel && inputs.len() > 1 {
-        inputs = vec![builder.merge_into_one("merge-to-sink", "merge to sink", inputs)];
+    // Each INSERT's tasks, in order (a statement set has several): the sources they read are
+    // opened last, once, for all of them.
+    for (k, (root, sink)) in branches.iter_mut().enumerate() {
+        builder.next_insert();
+        let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
+        // The first INSERT's keys are those of a job of one INSERT.
+        let (merge_key, sink_kind) = match k {
+            0 => ("merge-to-sink".to_string(), "sink-task".to_string()),
+            k => (format!("merge-to-sink{k}"), format!("sink{k}-task")),
+        };
+        if !sink.parallel && inputs.len() > 1 {
+            inputs = vec![builder.merge_into_one(&merge_key, &format!("merge to sink {}", sink.name), inputs)];
+        }
+        let count = inputs.len();
+        for (index, input) in inputs.into_iter().enumerate() {
+            let task_sink = (sink.make)(Split { index, count })?;
+            let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
+            let (checkpoint, restoring) = builder.checkpoint_of_task(&sink_kind, index, count);
+            // With checkpoints a sink always restores: from the checkpoint, or from nothing
+            // (epoch 0) to clear what an earlier attempt left unpublished.
+            let restored =
+                checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, index, count));
+            let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
+            builder.tasks.push((
+                format!("sink [{} {index}]", sink.name),
+                Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
+            ));
+        }
     }
-    let count = inputs.len();
-    for (index, input) in inputs.into_iter().enumerate() {
-        let task_sink = (sink.make)(Split { index, count })?;
-        let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
-        let (checkpoint, restoring) = builder.checkpoint_of_task("sink-task", index, count);
-        // With checkpoints a sink always restores: from the checkpoint, or from nothing
-        // (epoch 0) to clear what an earlier attempt left unpublished.
-        let restored =
-            checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, index, count));
-        let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
-        builder.tasks.push((
-            format!("sink [{index}]"),
-            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
-        ));
-    }
+    builder.spawn_scans()?;
     // Late rows: every window task's into one sink per late-data table.
     for (name, (table, receivers)) in std::mem::take(&mut builder.late) {
         let input =
@@ -170,21 +182,22 @@ pub(super) async fn supervise(
     ended
 }
 
-/// Start running `root` into the sink. Sources are opened here, so a missing file fails now,
+/// Start running each branch's plan into its sink: one job, with one checkpoint for all (a
+/// statement set's INSERTs), where the branches that read a table through the same scan share
+/// it. Sources are opened here, so a missing file fails now,
 /// before the job exists. A job with checkpoints that fails restarts from its latest
 /// checkpoint, up to `options.restart_attempts` times, waiting longer before each attempt.
 /// Must be called inside a Tokio runtime.
 pub fn spawn_job(
     id: u64,
     name: String,
-    root: &Node,
-    mut sink: SinkSpec<'static>,
+    mut branches: Vec<(Node, SinkSpec<'static>)>,
     connectors: Arc<dyn ConnectorFactory>,
     options: JobOptions,
 ) -> Result<JobHandle> {
     options.key_groups.check_parallelism(options.parallelism)?;
     let checkpoint_stats = Arc::new(Mutex::new(Vec::new()));
-    let first = build_attempt(root, &mut sink, connectors.as_ref(), &options, &checkpoint_stats)?;
+    let first = build_attempt(&mut branches, connectors.as_ref(), &options, &checkpoint_stats)?;
     let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (state_tx, state_rx) = watch::channel(JobState::Running);
     let (cancel_tx, mut cancel_rx) = watch::channel(false);
@@ -203,7 +216,6 @@ pub fn spawn_job(
         restarts: std::sync::atomic::AtomicU32::new(0),
     });
     let handle = JobHandle { inner: inner.clone() };
-    let root = root.clone();
     tokio::spawn(async move {
         let mut attempt = first;
         let mut backoff = options.restart_backoff;
@@ -231,7 +243,7 @@ pub fn spawn_job(
                     let mut next_options = options.clone();
                     let rebuilt = store.latest(&config.fingerprint).and_then(|restored| {
                         next_options.restore = restored;
-                        build_attempt(&root, &mut sink, connectors.as_ref(), &next_options, &checkpoint_stats)
+                        build_attempt(&mut branches, connectors.as_ref(), &next_options, &checkpoint_stats)
                     });
                     match rebuilt {
                         Ok(next) => {

@@ -30,6 +30,29 @@ pub(super) struct Builder<'a> {
     pub(super) keys: Vec<String>,
     /// Late rows of window operators, by late-data table: every task's channel.
     pub(super) late: std::collections::BTreeMap<String, (Arc<weir_core::TableDef>, Vec<mpsc::Receiver<Message>>)>,
+    /// The scans of sources, whose tasks are made once every INSERT's chains are built
+    /// ([`Builder::spawn_scans`]): the INSERTs of a statement set share a scan.
+    pub(super) scans: Vec<Scan>,
+    /// How many scans of each identity the INSERT being built has met so far: its second
+    /// scan of a table (a self-join) is a scan of its own, shared with other INSERTs' second.
+    pub(super) met: std::collections::HashMap<String, usize>,
+}
+
+/// One scan of a source table: read once by each of its tasks, which feed the chains of
+/// every INSERT that reads it.
+pub(super) struct Scan {
+    key: String,
+    table: Arc<weir_core::TableDef>,
+    projection: Option<Vec<usize>>,
+    /// By task index.
+    tasks: Vec<ScanTask>,
+}
+
+pub(super) struct ScanTask {
+    metrics: Arc<OperatorMetrics>,
+    chains: Vec<Chain>,
+    /// What each chain restores; the source's position comes from the first that has one.
+    restoring: Vec<Restoring>,
 }
 
 /// What a task restores from the checkpoint it starts from.
@@ -204,13 +227,16 @@ impl Builder<'_> {
         };
         let stage = self.stages;
         self.stages += 1;
+        let scan = match start {
+            Node::Source { table, projection, .. } if gather.is_none() => Some(self.scan_of(table, projection)),
+            _ => None,
+        };
         // Output channels: one per task, or a task-by-next-task matrix for an exchange.
         let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
             None => Vec::with_capacity(parallelism),
             Some((_, next)) => (0..next).map(|_| Vec::with_capacity(parallelism)).collect(),
         };
         for index in 0..parallelism {
-            let split = Split { index, count: parallelism };
             let output = match exchange {
                 None => {
                     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
@@ -235,7 +261,11 @@ impl Builder<'_> {
             // The task's own metrics first (source, values), so that they list in flow order.
             let source_metrics = match start {
                 _ if gather.is_some() => None,
-                Node::Source { table, .. } => Some(self.metrics(format!("Source: {} [{index}]", table.name))),
+                Node::Source { table, .. } => match scan.and_then(|at| self.scans[at].tasks.get(index)) {
+                    // Read by an INSERT built before: one source, its metrics.
+                    Some(task) => Some(task.metrics.clone()),
+                    None => Some(self.metrics(format!("Source: {} [{index}]", table.name))),
+                },
                 Node::Values { .. } => Some(self.metrics("Values".to_string())),
                 _ => None,
             };
@@ -271,38 +301,16 @@ impl Builder<'_> {
                 continue;
             }
             match start {
-                Node::Source { table, projection, .. } => {
-                    let mut source = self.connectors.source(table, projection.clone(), split)?;
-                    match &restored {
-                        Restoring::Nothing => {}
-                        Restoring::Same(state) => {
-                            if let Some(position) = &state.source {
-                                source.seek(position)?;
-                            }
-                        }
-                        Restoring::Rescaled(old) => {
-                            let positions: Vec<&[u8]> = old.iter().filter_map(|(_, s)| s.source.as_deref()).collect();
-                            source
-                                .seek_rescaled(&positions)
-                                .map_err(|e| e.context(format!("table '{}'", table.name)))?;
-                        }
+                Node::Source { .. } => {
+                    let (at, metrics) =
+                        scan.zip(source_metrics).ok_or_else(|| WeirError::internal("a source without its scan"))?;
+                    let tasks = &mut self.scans[at].tasks;
+                    if tasks.len() == index {
+                        tasks.push(ScanTask { metrics, chains: Vec::new(), restoring: Vec::new() });
                     }
-                    let partitions = source.partitions();
-                    let mut chain = chain;
-                    if !partitions.is_empty() {
-                        for (op, _) in chain.ops.iter_mut() {
-                            op.source_partitions(&partitions, self.options.idle_timeout);
-                        }
-                    }
-                    let trigger = self.trigger.clone().zip(self.committed.clone());
-                    let metrics =
-                        source_metrics.clone().ok_or_else(|| WeirError::internal("source without metrics"))?;
-                    let idle = self.options.idle_timeout;
-                    let chain = chain.with_metrics(metrics.clone());
-                    self.tasks.push((
-                        format!("source {} [{index}]", table.name),
-                        Box::pin(run_source(source, metrics, chain, idle, trigger)),
-                    ));
+                    let task = &mut tasks[index];
+                    task.chains.push(chain.with_metrics(task.metrics.clone()));
+                    task.restoring.push(restored);
                 }
                 Node::Values { batches, schema } => {
                     let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
@@ -310,8 +318,9 @@ impl Builder<'_> {
                         source_metrics.clone().ok_or_else(|| WeirError::internal("values without metrics"))?;
                     let chain = chain.with_metrics(metrics.clone());
                     let trigger = self.trigger.clone().zip(self.committed.clone());
+                    let chains = Branches::new(vec![chain]);
                     self.tasks
-                        .push(("values".to_string(), Box::pin(run_source(source, metrics, chain, None, trigger))));
+                        .push(("values".to_string(), Box::pin(run_source(source, metrics, chains, None, trigger))));
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -327,5 +336,66 @@ impl Builder<'_> {
             }
         }
         Ok(outputs)
+    }
+
+    /// The scan the INSERT being built reads `table` through, made on first use: the same
+    /// table read with the same options and columns is one scan for every INSERT.
+    fn scan_of(&mut self, table: &Arc<weir_core::TableDef>, projection: &Option<Vec<usize>>) -> usize {
+        let identity = format!("{}\u{0}{:?}\u{0}{:?}", table.name, table.options, projection);
+        let nth = self.met.entry(identity.clone()).or_insert(0);
+        let key = format!("{identity}\u{0}{nth}");
+        *nth += 1;
+        if let Some(at) = self.scans.iter().position(|s| s.key == key) {
+            return at;
+        }
+        self.scans.push(Scan { key, table: table.clone(), projection: projection.clone(), tasks: Vec::new() });
+        self.scans.len() - 1
+    }
+
+    /// Start building the next INSERT of the job: its scans are counted afresh.
+    pub(super) fn next_insert(&mut self) {
+        self.met.clear();
+    }
+
+    /// The source tasks of every scan, once every INSERT's chains are built: each opens its
+    /// split of the table, rewinds it to the checkpoint, and feeds its chains.
+    pub(super) fn spawn_scans(&mut self) -> Result<()> {
+        for scan in std::mem::take(&mut self.scans) {
+            let count = scan.tasks.len();
+            for (index, task) in scan.tasks.into_iter().enumerate() {
+                let split = Split { index, count };
+                let table = &scan.table;
+                let mut source = self.connectors.source(table, scan.projection.clone(), split)?;
+                match task.restoring.iter().find(|r| !matches!(r, Restoring::Nothing)) {
+                    None => {}
+                    Some(Restoring::Same(state)) => {
+                        if let Some(position) = &state.source {
+                            source.seek(position)?;
+                        }
+                    }
+                    Some(Restoring::Rescaled(old)) => {
+                        let positions: Vec<&[u8]> = old.iter().filter_map(|(_, s)| s.source.as_deref()).collect();
+                        source.seek_rescaled(&positions).map_err(|e| e.context(format!("table '{}'", table.name)))?;
+                    }
+                    Some(Restoring::Nothing) => {}
+                }
+                let mut chains = Branches::new(task.chains);
+                let partitions = source.partitions();
+                if !partitions.is_empty() {
+                    for chain in chains.chains_mut() {
+                        for (op, _) in chain.ops.iter_mut() {
+                            op.source_partitions(&partitions, self.options.idle_timeout);
+                        }
+                    }
+                }
+                let trigger = self.trigger.clone().zip(self.committed.clone());
+                let idle = self.options.idle_timeout;
+                self.tasks.push((
+                    format!("source {} [{index}]", table.name),
+                    Box::pin(run_source(source, task.metrics, chains, idle, trigger)),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -2,11 +2,13 @@
 //!
 //! - `build`: the tasks of a plan (operator chains, channels, exchanges);
 //! - `chain`: one task's fused operators and output;
+//! - `branches`: the chains one source task feeds (several in a statement set);
 //! - `tasks`: the source, merge and sink task loops;
 //! - `attempt`: running, supervising and restarting a job;
 //! - `handle`: what the caller holds.
 
 mod attempt;
+mod branches;
 mod build;
 mod chain;
 mod handle;
@@ -23,6 +25,7 @@ pub use attempt::spawn_job;
 pub use handle::{JobHandle, JobState, JobStatus};
 
 // The submodules see each other's items through `super::*`.
+use branches::*;
 use build::*;
 use chain::*;
 use handle::*;

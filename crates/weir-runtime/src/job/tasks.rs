@@ -40,7 +40,7 @@ impl SinkRestore {
 pub(super) async fn run_source(
     mut source: Box<dyn Source>,
     metrics: Arc<OperatorMetrics>,
-    mut chain: Chain,
+    mut chains: Branches,
     idle_timeout: Option<Duration>,
     checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
 ) -> Result<()> {
@@ -66,10 +66,10 @@ pub(super) async fn run_source(
                     .position()
                     .ok_or_else(|| WeirError::not_supported("checkpoints of a job with a source that cannot rewind"))?;
                 source.checkpoint_taken(epoch);
-                chain.extra.source = Some(position);
+                chains.set_source_position(position);
                 let kind =
                     if stop { weir_core::BarrierKind::StopWithCheckpoint } else { weir_core::BarrierKind::Checkpoint };
-                if !chain.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
+                if !chains.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
                     return Ok(());
                 }
                 if stop {
@@ -85,17 +85,17 @@ pub(super) async fn run_source(
             tokio::pin!(read);
             loop {
                 let idle_at = idle_timeout.filter(|_| !idle).map(|t| last_data + t);
-                let timer = chain.next_timer();
+                let timer = chains.next_timer();
                 tokio::select! {
                     r = &mut read => break Some(r),
                     () = sleep_until(timer) => {
-                        if !chain.on_timer().await? {
+                        if !chains.on_timer().await? {
                             return Ok(());
                         }
                     }
                     () = sleep_until(idle_at) => {
                         idle = true;
-                        if !chain.push(Message::Idle).await? {
+                        if !chains.push(Message::Idle).await? {
                             return Ok(());
                         }
                     }
@@ -118,26 +118,26 @@ pub(super) async fn run_source(
                         None => Chunk::inserts(batch),
                     };
                     let chunk = chunk.from_partition(source.batch_partition());
-                    if !chain.push(Message::Chunk(chunk)).await? {
+                    if !chains.push(Message::Chunk(chunk)).await? {
                         return Ok(());
                     }
                 }
                 if let Some(w) = source.watermark().filter(|w| *w > sent_watermark) {
                     sent_watermark = w;
-                    if !chain.push(Message::Watermark(w)).await? {
+                    if !chains.push(Message::Watermark(w)).await? {
                         return Ok(());
                     }
                 }
             }
             None => {
                 // A bounded input ended: every pending window may fire.
-                if chain.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
-                    chain.push(Message::End).await?;
+                if chains.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
+                    chains.push(Message::End).await?;
                 }
                 if let Some(position) = source.position() {
-                    chain.extra.source = Some(position);
+                    chains.set_source_position(position);
                 }
-                chain.finished().await?;
+                chains.finished().await?;
                 return Ok(());
             }
         }

@@ -119,14 +119,15 @@ impl Layout {
                 job.name
             )));
         };
-        let sources = job.root.source_tables();
+        let (root, _) = job.single()?;
+        let sources = root.source_tables();
         let template = sources
             .iter()
             .find(|t| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka")))
             .cloned()
             .ok_or_else(|| WeirError::user(format!("job '{}' reads no Kafka table: workers read Kafka", job.name)))?;
         let kafka = client_config(&template);
-        let subs = topology::cut(&job.name, &job.root, &template)?;
+        let subs = topology::cut(&job.name, root, &template)?;
         let partitions = job.options.parallelism;
         let mut tasks = BTreeMap::new();
         for sub in &subs {
@@ -542,6 +543,7 @@ impl WorkerJob {
             };
             move || -> Result<Target> {
                 let job = &layout.job;
+                let (_, sink) = job.single()?;
                 Ok(match &output {
                     Some((topic, keys)) => Target::Repartition {
                         topic: topic.clone(),
@@ -549,17 +551,17 @@ impl WorkerJob {
                         partitions: job.options.parallelism,
                         key_groups: job.options.key_groups,
                     },
-                    None if matches!(job.sink.options.get("connector"), Some("kafka" | "upsert-kafka")) => {
-                        Target::Topic(weir_connectors::kafka::TopicWriter::new(&job.sink, &job.sink.schema)?)
+                    None if matches!(sink.options.get("connector"), Some("kafka" | "upsert-kafka")) => {
+                        Target::Topic(weir_connectors::kafka::TopicWriter::new(sink, &sink.schema)?)
                     }
                     None => {
                         let split = Split { index: p as usize, count: tasks };
-                        Target::Other(connectors.sink(&job.sink, job.sink.schema.clone(), split)?)
+                        Target::Other(connectors.sink(sink, sink.schema.clone(), split)?)
                     }
                 })
             }
         };
-        let (kafka, sink_name) = (layout.kafka.clone(), job.sink.name.clone());
+        let (kafka, sink_name) = (layout.kafka.clone(), job.single()?.1.name.clone());
         let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
         let (run_name, run_seqs) = (task_name.clone(), seqs.clone());
         let spec = SinkSpec {
@@ -581,7 +583,7 @@ impl WorkerJob {
                 Ok(Box::new(sink) as Box<dyn weir_core::Sink>)
             }),
         };
-        let handle = spawn_job(id, name, &sub.root, spec, connectors, options)?;
+        let handle = spawn_job(id, name, vec![(sub.root.clone(), spec)], connectors, options)?;
         Ok(Some(Running { handle, name: run_name, seqs: run_seqs }))
     }
 }

@@ -1,0 +1,73 @@
+//! Statement sets: several INSERTs planned and checked one by one, run as one job.
+
+use weir_core::{Location, Result};
+use weir_runtime::{JobHandle, SinkTarget, StreamPlan};
+use weir_sql::parser::{ParsedStatement, Statement};
+
+use super::{Engine, State};
+use crate::guarantees::Report;
+
+impl Engine {
+    /// Each INSERT of a set planned, with its position.
+    async fn plan_set(&self, state: &State, members: &[ParsedStatement]) -> Result<Vec<(StreamPlan, Location)>> {
+        let mut plans = Vec::with_capacity(members.len());
+        for m in members {
+            let Statement::Insert(q) = &m.statement else { continue };
+            let at = Some(m.location);
+            let plan = state.planner.plan(q, &m.tokens, m.location).await.map_err(|e| e.at(at))?;
+            plans.push((plan, m.location));
+        }
+        Ok(plans)
+    }
+
+    /// Check each INSERT of a set as if it ran alone, then start them all as one job, the
+    /// tables several read scanned once. One refused INSERT refuses the set: nothing starts.
+    pub(super) async fn start_set(&self, state: &mut State, members: &[ParsedStatement]) -> Result<JobHandle> {
+        let planned = self.plan_set(state, members).await?;
+        let mut reports = Vec::with_capacity(planned.len());
+        for (plan, at) in &planned {
+            let report = self.check_insert(state, plan).await.map_err(|e| e.at(Some(*at)))?;
+            reports.push((sink_name(plan), report));
+        }
+        let job = self.start_job(state, planned.into_iter().map(|(p, _)| p).collect())?;
+        state.guarantees.insert(job.id(), Report::of_set(reports));
+        Ok(job)
+    }
+
+    /// `EXPLAIN STATEMENT SET`: each INSERT's plan and guarantee, then the scans shared.
+    pub(super) async fn explain_set(&self, state: &State, members: &[ParsedStatement]) -> Result<String> {
+        let planned = self.plan_set(state, members).await?;
+        let mut roots: Vec<_> = planned.iter().map(|(p, _)| p.root.clone()).collect();
+        let shared = weir_runtime::share_scans(&mut roots)?;
+        let mut text = format!("Statement set: {} INSERTs, run as one job\n", planned.len());
+        for (k, ((plan, _), root)) in planned.iter().zip(roots).enumerate() {
+            text.push_str(&format!("INSERT {} of {}:\n", k + 1, planned.len()));
+            let plan = StreamPlan { root, sink: plan.sink.clone() };
+            text.push_str(&plan.explain());
+            for line in self.guarantee(state, &plan).lines {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        if shared.is_empty() {
+            text.push_str("Shared scans: none (no table is read by more than one INSERT)\n");
+        }
+        for scan in shared {
+            let readers: Vec<String> = scan.readers.iter().map(|r| (r + 1).to_string()).collect();
+            text.push_str(&format!(
+                "Shared scan: {} read once for INSERTs {}, columns [{}]\n",
+                scan.table,
+                readers.join(", "),
+                scan.columns.join(", ")
+            ));
+        }
+        Ok(text)
+    }
+}
+
+fn sink_name(plan: &StreamPlan) -> String {
+    match &plan.sink {
+        SinkTarget::Table(t) => t.name.clone(),
+        SinkTarget::Caller => "the caller".into(),
+    }
+}
