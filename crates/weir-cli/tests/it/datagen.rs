@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::kills::{assert_same_rows, in_phase, kill_in_phases, start, Phase, PHASES};
+use crate::kills::{assert_same_rows, in_phase, kill_in_phases, published, start, Phase, PHASES};
 use crate::weir_bin;
 
 /// 40,000 generated rows, paced to 2,000 a second so that the kills land before the end; the
@@ -27,20 +27,6 @@ INSERT INTO {out} SELECT id, score, name, ts FROM gen WHERE score < 50;
         ck = dir.join(format!("{out}-checkpoints")).display(),
         path = dir.join(out).display(),
     )
-}
-
-/// The published rows of a table directory, sorted (hidden files are not published).
-fn published(table: &Path) -> Vec<String> {
-    let mut rows = Vec::new();
-    for entry in std::fs::read_dir(table).expect("list table") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if path.is_file() && !name.starts_with('.') && !name.starts_with('_') {
-            rows.extend(std::fs::read_to_string(&path).expect("read file").lines().map(str::to_string));
-        }
-    }
-    rows.sort();
-    rows
 }
 
 #[test]

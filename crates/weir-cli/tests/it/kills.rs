@@ -128,3 +128,17 @@ pub fn assert_same_rows(got: &[String], want: &[String]) {
     assert_eq!(got.len(), want.len(), "row count differs from the uninterrupted run");
     assert!(got == want, "rows differ from the uninterrupted run");
 }
+
+/// The published rows of a table directory, sorted (hidden files are not published).
+pub fn published(table: &Path) -> Vec<String> {
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(table).expect("list table") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if path.is_file() && !name.starts_with('.') && !name.starts_with('_') {
+            rows.extend(std::fs::read_to_string(&path).expect("read file").lines().map(str::to_string));
+        }
+    }
+    rows.sort();
+    rows
+}

@@ -20,6 +20,7 @@ mod repl;
 mod rescale;
 mod restart;
 mod slt;
+mod statement_set;
 mod stop;
 mod table_sink;
 mod updating;
