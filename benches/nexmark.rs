@@ -215,12 +215,18 @@ async fn child(
     let events = if let Some(path) = source.strip_prefix("parse:") {
         parse_only(path)?
     } else {
-        let (sink_columns, select) = query(query_name).ok_or(format!("unknown query '{query_name}'"))?;
+        // `a+b`: the queries as one statement set, each into its own blackhole table.
+        let parts: Vec<&str> = query_name.split('+').collect();
+        let mut queries = Vec::with_capacity(parts.len());
+        for part in &parts {
+            queries.push(query(part).ok_or(format!("unknown query '{part}'"))?);
+        }
+        let select = queries.iter().map(|(_, s)| *s).collect::<Vec<_>>().join(" ");
         let engine = weir::Engine::new();
-        let mut setup = format!(
-            "{}; SET 'parallelism' = '{parallelism}'; CREATE TABLE sink ({sink_columns}) WITH ('connector' = 'blackhole')",
-            bid_table(source)?
-        );
+        let mut setup = format!("{}; SET 'parallelism' = '{parallelism}'", bid_table(source)?);
+        for (i, (sink_columns, _)) in queries.iter().enumerate() {
+            setup.push_str(&format!("; CREATE TABLE sink{i} ({sink_columns}) WITH ('connector' = 'blackhole')"));
+        }
         if select.contains("TABLE B,") {
             setup.push_str("; CREATE VIEW B AS SELECT *, PROCTIME() AS p_time FROM bid");
         }
@@ -239,12 +245,25 @@ async fn child(
             ));
         }
         engine.execute_all(&setup).await.map_err(|e| e.to_string())?;
-        let job = engine.submit(&format!("INSERT INTO sink {select}")).await.map_err(|e| e.to_string())?;
+        let inserts: Vec<String> =
+            queries.iter().enumerate().map(|(i, (_, select))| format!("INSERT INTO sink{i} {select}")).collect();
+        let job = match inserts.as_slice() {
+            [one] => engine.submit(one).await,
+            many => match engine.execute_all(&format!("EXECUTE STATEMENT SET BEGIN {}; END", many.join("; "))).await {
+                Ok(mut outcomes) => match outcomes.pop() {
+                    Some(weir::Outcome::Job(job)) => Ok(job),
+                    _ => return Err("the statement set started no job".into()),
+                },
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(|e| e.to_string())?;
         job.wait().await.map_err(|e| e.to_string())?;
         let status = job.status();
         checkpoints = status.checkpoints.len();
         // Events are the bids of the input: a query that reads the table twice (q5) still
-        // counts each bid once (as Flink, which shares the scan).
+        // counts each bid once (as Flink, which shares the scan). A statement set's INSERTs
+        // share theirs.
         let scans = status.operators.iter().filter(|o| o.name == "Source: bid [0]").count().max(1) as u64;
         checkpoint_bytes = status.checkpoints.iter().map(|c| c.bytes_written).sum::<u64>() / checkpoints.max(1) as u64;
         checkpoint_ms = status.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.max(1) as u64;

@@ -25,6 +25,22 @@ pub fn sql_type_name(t: &DataType) -> String {
         DataType::Time32(u) | DataType::Time64(u) => format!("TIME({})", precision(u)),
         DataType::Timestamp(u, None) => format!("TIMESTAMP({})", precision(u)),
         DataType::Timestamp(u, Some(_)) => format!("TIMESTAMP_LTZ({})", precision(u)),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("ARRAY<{}>", sql_type_name(f.data_type()))
+        }
+        DataType::Map(entries, _) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => {
+                format!("MAP<{}, {}>", sql_type_name(kv[0].data_type()), sql_type_name(kv[1].data_type()))
+            }
+            other => other.to_string(),
+        },
+        DataType::Struct(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|f| format!("`{}` {}", f.name().replace('`', "``"), sql_type_name(f.data_type())))
+                .collect();
+            format!("ROW<{}>", fields.join(", "))
+        }
         other => other.to_string(),
     }
 }

@@ -221,6 +221,9 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
         OperatorSpec::Select { indices, .. } => {
             out.columns = indices.iter().map(|i| a.column(*i)).collect();
         }
+        OperatorSpec::Unnest { spec, .. } => {
+            out.columns = spec.outputs.iter().map(|i| a.column(*i)).collect();
+        }
         OperatorSpec::ProcessingTimeWatermark { .. } => {
             // The windows it closes are the decision (`WindowAssign`, over the same column).
             out.columns = a.columns.clone();

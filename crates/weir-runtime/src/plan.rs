@@ -12,7 +12,7 @@ use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, ProcessingTimeWatermark,
     Project, RankKind, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TopN,
-    TopNSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
+    TopNSpec, Unnest, UnnestSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
     WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
@@ -25,6 +25,8 @@ pub enum OperatorSpec {
     Filter { predicate: Arc<dyn PhysicalExpr>, display: String },
     /// Keep some columns, by index.
     Select { indices: Vec<usize>, schema: SchemaRef },
+    /// One row per element of the rows' list columns (`CROSS JOIN UNNEST`).
+    Unnest { spec: UnnestSpec, display: String },
     /// End the stream after `fetch` rows (after skipping `skip`).
     Limit { skip: usize, fetch: Option<usize> },
     /// Derive watermarks from `expr`, the table's `WATERMARK FOR … AS expr`.
@@ -141,6 +143,7 @@ impl OperatorSpec {
             OperatorSpec::Project { exprs, schema, .. } => Box::new(Project::new(exprs, schema)),
             OperatorSpec::Filter { predicate, .. } => Box::new(Filter::new(predicate)),
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
+            OperatorSpec::Unnest { spec, .. } => Box::new(Unnest::new(spec)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
             OperatorSpec::ProcessingTimeWatermark { time_column } => {
@@ -219,6 +222,7 @@ impl OperatorSpec {
         match self {
             OperatorSpec::Project { display, .. } => format!("Project: {}", display.join(", ")),
             OperatorSpec::Filter { display, .. } => format!("Filter: {display}"),
+            OperatorSpec::Unnest { display, .. } => format!("Unnest: {display}"),
             OperatorSpec::Select { schema, .. } => {
                 let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 format!("Select: {}", names.join(", "))
@@ -329,6 +333,7 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
                 | OperatorSpec::Select { schema, .. }
+                | OperatorSpec::Unnest { spec: UnnestSpec { schema, .. }, .. }
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
                 OperatorSpec::SessionAggregate { spec, .. } => spec.spec.schema.clone(),
@@ -623,6 +628,7 @@ impl OperatorSpec {
             OperatorSpec::Project { .. } => "project".into(),
             OperatorSpec::Filter { .. } => "filter".into(),
             OperatorSpec::Select { indices, .. } => format!("select {indices:?}"),
+            OperatorSpec::Unnest { spec, .. } => format!("unnest {:?} {:?}", spec.lists, spec.outputs),
             OperatorSpec::Limit { skip, fetch } => format!("limit {skip} {fetch:?}"),
             OperatorSpec::Watermark { .. } => "watermark".into(),
             OperatorSpec::ProcessingTimeWatermark { .. } => "processing-time watermark".into(),

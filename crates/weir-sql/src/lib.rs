@@ -3,6 +3,7 @@
 //! ([`weir_runtime::StreamPlan`]) through DataFusion's logical planner.
 
 pub mod catalog;
+mod collections;
 pub mod date_format;
 pub mod flink_functions;
 pub mod hints;
@@ -14,6 +15,7 @@ mod statement_set;
 pub mod temporal;
 pub mod time_functions;
 pub mod types;
+mod unnest;
 pub mod windows;
 
 pub use catalog::Catalog;

@@ -15,6 +15,8 @@ use weir_core::{Location, Result, WeirError};
 
 use crate::statement_set::Piece;
 
+mod create_table;
+
 /// One statement of a script.
 #[derive(Debug, Clone)]
 pub struct ParsedStatement {
@@ -79,6 +81,12 @@ pub enum Statement {
     Query(Box<SqlStatement>),
     /// `INSERT INTO t SELECT …`: starts a job.
     Insert(Box<SqlStatement>),
+    /// `CREATE TABLE t WITH (…) AS SELECT …`: the table, with the query's columns, then the
+    /// `INSERT INTO t SELECT …` (an `Insert`) that fills it.
+    CreateTableAs {
+        table: Box<CreateTable>,
+        insert: Box<ParsedStatement>,
+    },
     /// INSERTs run as one job, each table they read scanned once (`EXECUTE STATEMENT SET
     /// BEGIN … END`, or `BEGIN STATEMENT SET; … END;` in one script). Each is an `Insert`.
     StatementSet(Vec<ParsedStatement>),
@@ -111,6 +119,77 @@ pub struct CreateTable {
     pub primary_key: Vec<Ident>,
     pub partitioned_by: Vec<Ident>,
     pub options: Vec<(String, String, Location)>,
+    /// `LIKE source (…)`: the table is merged with another's definition.
+    pub like: Option<LikeClause>,
+}
+
+/// `LIKE source [(INCLUDING ALL, OVERWRITING OPTIONS, …)]` in `CREATE TABLE`.
+#[derive(Debug, Clone)]
+pub struct LikeClause {
+    pub source: Ident,
+    pub options: Vec<(LikeStrategy, LikeFeature, Location)>,
+    /// Where `LIKE` stands.
+    pub location: Location,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LikeStrategy {
+    Including,
+    Excluding,
+    Overwriting,
+}
+
+/// What of the source table a `LIKE` option is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LikeFeature {
+    All,
+    Constraints,
+    Generated,
+    Metadata,
+    Options,
+    Partitions,
+    Watermarks,
+}
+
+impl LikeFeature {
+    pub const EACH: [LikeFeature; 6] = [
+        LikeFeature::Constraints,
+        LikeFeature::Generated,
+        LikeFeature::Metadata,
+        LikeFeature::Options,
+        LikeFeature::Partitions,
+        LikeFeature::Watermarks,
+    ];
+
+    fn named(word: &str) -> Option<Self> {
+        Some(match word.to_ascii_uppercase().as_str() {
+            "ALL" => LikeFeature::All,
+            "CONSTRAINTS" => LikeFeature::Constraints,
+            "GENERATED" => LikeFeature::Generated,
+            "METADATA" => LikeFeature::Metadata,
+            "OPTIONS" => LikeFeature::Options,
+            "PARTITIONS" => LikeFeature::Partitions,
+            "WATERMARKS" => LikeFeature::Watermarks,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LikeFeature::All => "ALL",
+            LikeFeature::Constraints => "CONSTRAINTS",
+            LikeFeature::Generated => "GENERATED",
+            LikeFeature::Metadata => "METADATA",
+            LikeFeature::Options => "OPTIONS",
+            LikeFeature::Partitions => "PARTITIONS",
+            LikeFeature::Watermarks => "WATERMARKS",
+        }
+    }
+
+    /// Features that are one thing (a key, a partitioning, everything): included or not.
+    fn not_overwritten(self) -> bool {
+        matches!(self, LikeFeature::All | LikeFeature::Constraints | LikeFeature::Partitions)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -202,6 +281,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
 
 /// Parse one statement from its tokens (no `;`).
 pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
+    let tokens = crate::collections::rewrite(tokens)?;
     let tokens = rewrite_temporal_tables(rewrite_window_tvfs(crate::hints::rewrite(tokens)?)?)?;
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
@@ -280,7 +360,7 @@ impl StatementParser<'_, '_> {
                 if or_replace {
                     return Err(WeirError::not_supported("CREATE OR REPLACE TABLE").at(Some(self.here())));
                 }
-                return self.create_table().map(|t| Statement::CreateTable(Box::new(t)));
+                return self.create_table();
             }
             if p.parse_keyword(Keyword::VIEW) {
                 return self.create_view(or_replace);
@@ -447,126 +527,6 @@ impl StatementParser<'_, '_> {
         self.end()?;
         let query_text = tokens_text(&self.tokens[query_start..]);
         Ok(Statement::CreateView { name, query, or_replace, if_not_exists, query_text })
-    }
-
-    fn create_table(&mut self) -> Result<CreateTable> {
-        let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-        let name = self.name()?;
-        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
-        let mut table = CreateTable {
-            name,
-            if_not_exists,
-            columns: Vec::new(),
-            watermark: None,
-            primary_key: Vec::new(),
-            partitioned_by: Vec::new(),
-            options: Vec::new(),
-        };
-        loop {
-            let at = self.here();
-            if self.word("WATERMARK") {
-                if table.watermark.is_some() {
-                    return Err(WeirError::user("a table can have only one WATERMARK").at(Some(at)));
-                }
-                self.p.expect_keyword_is(Keyword::FOR).map_err(parser_error)?;
-                let column = self.ident()?;
-                self.p.expect_keyword_is(Keyword::AS).map_err(parser_error)?;
-                let expr = self.p.parse_expr().map_err(parser_error)?;
-                table.watermark = Some((column, expr));
-            } else if self.p.parse_keyword(Keyword::CONSTRAINT) {
-                self.ident()?;
-                self.p.expect_keywords(&[Keyword::PRIMARY, Keyword::KEY]).map_err(parser_error)?;
-                table.primary_key = self.primary_key()?;
-            } else if self.p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
-                table.primary_key = self.primary_key()?;
-            } else {
-                let name = self.ident()?;
-                if self.p.parse_keyword(Keyword::AS) {
-                    let expr = self.p.parse_expr().map_err(parser_error)?;
-                    if self.p.parse_keyword(Keyword::COMMENT) {
-                        self.string()?;
-                    }
-                    table.columns.push(ColumnDef {
-                        name,
-                        data_type: DataType::Unspecified,
-                        not_null: false,
-                        location: at,
-                        metadata: None,
-                        computed: Some(expr),
-                    });
-                    if !self.p.consume_token(&Token::Comma) {
-                        self.p.expect_token(&Token::RParen).map_err(parser_error)?;
-                        break;
-                    }
-                    continue;
-                }
-                let data_type = self.p.parse_data_type().map_err(parser_error)?;
-                let mut not_null = false;
-                let mut metadata = None;
-                loop {
-                    if self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
-                        not_null = true;
-                    } else if self.p.parse_keyword(Keyword::NULL) {
-                        not_null = false;
-                    } else if self.p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
-                        self.p.expect_keyword_is(Keyword::NOT).map_err(parser_error)?;
-                        self.expect_word("ENFORCED")?;
-                        table.primary_key = vec![name.clone()];
-                    } else if self.p.parse_keyword(Keyword::METADATA) {
-                        let key =
-                            if self.p.parse_keyword(Keyword::FROM) { self.string()?.0 } else { name.value.clone() };
-                        // VIRTUAL (not written by a sink): every metadata column is read-only here.
-                        let _ = self.p.parse_keyword(Keyword::VIRTUAL);
-                        metadata = Some(key);
-                    } else if self.p.parse_keyword(Keyword::COMMENT) {
-                        self.string()?;
-                    } else {
-                        break;
-                    }
-                }
-                table.columns.push(ColumnDef { name, data_type, not_null, location: at, metadata, computed: None });
-            }
-            if !self.p.consume_token(&Token::Comma) {
-                self.p.expect_token(&Token::RParen).map_err(parser_error)?;
-                break;
-            }
-        }
-        if self.p.parse_keyword(Keyword::COMMENT) {
-            self.string()?;
-        }
-        if self.p.parse_keyword(Keyword::PARTITIONED) {
-            self.p.expect_keyword_is(Keyword::BY).map_err(parser_error)?;
-            table.partitioned_by = self.ident_list()?;
-        }
-        self.p.expect_keyword_is(Keyword::WITH).map_err(parser_error)?;
-        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
-        loop {
-            let (key, at) = self.string()?;
-            self.p.expect_token(&Token::Eq).map_err(parser_error)?;
-            let (value, _) = self.string()?;
-            table.options.push((key, value, at));
-            if !self.p.consume_token(&Token::Comma) {
-                self.p.expect_token(&Token::RParen).map_err(parser_error)?;
-                break;
-            }
-        }
-        self.end()?;
-        Ok(table)
-    }
-
-    /// `(columns) NOT ENFORCED`, after `PRIMARY KEY`.
-    fn primary_key(&mut self) -> Result<Vec<Ident>> {
-        let columns = self.ident_list()?;
-        self.p.expect_keyword_is(Keyword::NOT).map_err(parser_error)?;
-        self.expect_word("ENFORCED")?;
-        Ok(columns)
-    }
-
-    fn ident_list(&mut self) -> Result<Vec<Ident>> {
-        self.p.expect_token(&Token::LParen).map_err(parser_error)?;
-        let idents = self.p.parse_comma_separated(|p| p.parse_identifier()).map_err(parser_error)?;
-        self.p.expect_token(&Token::RParen).map_err(parser_error)?;
-        Ok(idents)
     }
 }
 

@@ -33,6 +33,7 @@ use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 mod ddl;
 mod grouped;
 mod joins;
+mod derived;
 mod ranking;
 mod sources;
 mod windowed;
@@ -245,6 +246,7 @@ impl Planner {
         let state = self.ctx.state();
         let mut statement = statement.clone();
         crate::legacy_windows::rewrite(&mut statement).map_err(|e| e.at(Some(start)))?;
+        crate::unnest::rewrite(&mut statement).map_err(|e| place(e, tokens, start))?;
         crate::flink_functions::rewrite(&mut statement)?;
         state
             .statement_to_plan(DFStatement::Statement(Box::new(statement)))
@@ -430,12 +432,34 @@ impl Planner {
                      whose result a WHERE bounds (rn <= N, rn = 1: Top-N and deduplication)",
             )),
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
+            LogicalPlan::Unnest(u) => self.unnest_node(u)?,
             other => {
                 let name = other.display().to_string();
                 let name = name.split(':').next().unwrap_or("this plan").trim().to_string();
                 return Err(WeirError::not_supported(format!("{name} in a streaming query")));
             }
         })
+    }
+
+    /// `unnest(list)` (the rewrite of `CROSS JOIN UNNEST`): one row per element, in the task.
+    fn unnest_node(&self, u: &datafusion::logical_expr::Unnest) -> Result<Node> {
+        if !u.struct_type_columns.is_empty() {
+            return Err(WeirError::not_supported("UNNEST of a ROW (select its fields instead)"));
+        }
+        if u.list_type_columns.iter().any(|(_, l)| l.depth != 1) {
+            return Err(WeirError::not_supported("UNNEST of nested arrays in one step (UNNEST each level)"));
+        }
+        let input = self.to_node(&u.input)?;
+        if let weir_core::Changelog::Upsert(_) = input.changelog() {
+            return Err(WeirError::not_supported("UNNEST of an upsert stream (a key's row would become several)"));
+        }
+        let display = u.exec_columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(", ");
+        let spec = weir_runtime::operators::UnnestSpec {
+            lists: u.list_type_columns.iter().map(|(i, _)| *i).collect(),
+            outputs: u.dependency_indices.clone(),
+            schema: Arc::new(u.schema.as_arrow().clone()),
+        };
+        Ok(input.with_operator(OperatorSpec::Unnest { spec, display }))
     }
 
     /// The projection `p` over `input`, planned.
@@ -526,5 +550,17 @@ impl Planner {
             return Ok((v.schema.clone(), None));
         }
         Err(WeirError::user(format!("table or view '{name}' does not exist")).at(ident_location(ident)))
+    }
+}
+
+/// The query of `INSERT INTO t query`, as a statement of its own (`CREATE TABLE … AS SELECT`
+/// plans it to learn the table's columns).
+pub fn query_of_insert(statement: &SqlStatement) -> Result<SqlStatement> {
+    match statement {
+        SqlStatement::Insert(insert) => match &insert.source {
+            Some(query) => Ok(SqlStatement::Query(query.clone())),
+            None => Err(WeirError::internal("an INSERT without a query")),
+        },
+        _ => Err(WeirError::internal("not an INSERT")),
     }
 }

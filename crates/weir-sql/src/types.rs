@@ -1,6 +1,8 @@
 //! Flink SQL types to Arrow types, and back for `DESCRIBE`.
 
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::sql::sqlparser::ast::{DataType as SqlType, ExactNumberInfo, TimezoneInfo};
 use weir_core::{Result, WeirError};
 
@@ -72,6 +74,31 @@ pub fn arrow_type(t: &SqlType) -> Result<DataType> {
                 ),
             };
             DataType::Timestamp(unit_for_precision(p, TimeUnit::Microsecond)?, Some("UTC".into()))
+        }
+        // Flink's collection and structured types; element and field names as DataFusion
+        // names them (`item`; `entries`, `key`, `value`), so that values built in SQL
+        // (`ARRAY[…]`, `MAP[…]`) have the same types.
+        S::Array(datafusion::sql::sqlparser::ast::ArrayElemTypeDef::AngleBracket(element)) => {
+            DataType::List(Arc::new(Field::new("item", arrow_type(element)?, true)))
+        }
+        S::Map(key, value) => {
+            let entries = Field::new(
+                "entries",
+                DataType::Struct(
+                    vec![Field::new("key", arrow_type(key)?, false), Field::new("value", arrow_type(value)?, true)]
+                        .into(),
+                ),
+                false,
+            );
+            DataType::Map(Arc::new(entries), false)
+        }
+        S::Struct(fields, _) => {
+            let mut out = Vec::with_capacity(fields.len());
+            for (i, f) in fields.iter().enumerate() {
+                let name = f.field_name.as_ref().map_or_else(|| format!("f{i}"), |n| n.value.clone());
+                out.push(Field::new(name, arrow_type(&f.field_type)?, true));
+            }
+            DataType::Struct(out.into())
         }
         other => return Err(WeirError::not_supported(format!("the column type {other}"))),
     })

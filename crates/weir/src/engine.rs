@@ -338,6 +338,11 @@ impl Engine {
                     format!("Table '{name}' already exists; nothing done.")
                 }))
             }
+            Statement::CreateTableAs { table, insert } => {
+                let ct = self.resolve_paths(table)?;
+                let job = self.create_table_as(&mut state, &ct, insert).await?;
+                self.job_outcome(state, job).await
+            }
             Statement::CreateView { name, query, or_replace, if_not_exists, query_text } => {
                 let created = state
                     .planner
@@ -371,6 +376,7 @@ impl Engine {
                             primary_key: Vec::new(),
                             partitioned_by: Vec::new(),
                             options: options.clone(),
+                            like: None,
                         };
                         // Relative paths, and a verify run's scratch copies, as in CREATE TABLE.
                         weir_sql::AlterTable::Set(self.resolve_paths(&ct)?.options)

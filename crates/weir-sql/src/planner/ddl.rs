@@ -16,6 +16,17 @@ use crate::types::arrow_type;
 impl Planner {
     /// `CREATE TABLE`. Returns false if it existed and `IF NOT EXISTS` was given.
     pub fn create_table(&mut self, ct: &CreateTable, text: &str) -> Result<bool> {
+        if let Some(like) = &ct.like {
+            let name = normalize(&ct.name);
+            if self.catalog.exists(&name) {
+                return if ct.if_not_exists { Ok(false) } else { Err(self.already_exists(&name, &ct.name)) };
+            }
+            let merged = self.merge_like(ct, like)?;
+            self.create_table(&merged, "")?;
+            // Its definition is the merged table's, as Flink shows it.
+            self.show_as_created(&name);
+            return Ok(true);
+        }
         let name = normalize(&ct.name);
         if self.catalog.exists(&name) {
             return if ct.if_not_exists { Ok(false) } else { Err(self.already_exists(&name, &ct.name)) };
@@ -264,7 +275,7 @@ impl Planner {
 
 /// A table's `CREATE TABLE` statement, written from its definition (after an `ALTER TABLE`,
 /// the text it was created with is no longer true).
-fn show_create_table(table: &TableDef) -> String {
+pub(super) fn show_create_table(table: &TableDef) -> String {
     let quote = |name: &str| format!("`{}`", name.replace('`', "``"));
     let mut lines: Vec<String> = Vec::new();
     for (i, field) in table.schema.fields().iter().enumerate() {

@@ -71,3 +71,33 @@ fn sink_name(plan: &StreamPlan) -> String {
         SinkTarget::Caller => "the caller".into(),
     }
 }
+
+impl Engine {
+    /// `CREATE TABLE t WITH (…) AS SELECT …`: the table with the query's columns, then the
+    /// job filling it. A job that cannot start leaves no table behind.
+    pub(super) async fn create_table_as(
+        &self,
+        state: &mut State,
+        ct: &weir_sql::parser::CreateTable,
+        insert: &ParsedStatement,
+    ) -> Result<JobHandle> {
+        let Statement::Insert(q) = &insert.statement else {
+            return Err(weir_core::WeirError::internal("CREATE TABLE … AS without its INSERT"));
+        };
+        let query = weir_sql::planner::query_of_insert(q)?;
+        let plan = state.planner.plan(&query, &insert.tokens, insert.location).await?;
+        state.planner.create_table_as(ct, &plan.root.schema(), insert.location)?;
+        let started = async {
+            let plan = state.planner.plan(q, &insert.tokens, insert.location).await?;
+            let report = self.check_insert(state, &plan).await?;
+            let job = self.start_job(state, vec![plan])?;
+            state.guarantees.insert(job.id(), report);
+            Ok(job)
+        }
+        .await;
+        if started.is_err() {
+            state.planner.drop(weir_sql::ObjectKind::Table, &ct.name, true)?;
+        }
+        started
+    }
+}
