@@ -43,6 +43,9 @@ impl ConnectorFactory for Connectors {
             "filesystem" => {
                 table.options.required(&table.name, "path")?;
                 let format = Format::from_options(table)?;
+                if matches!(format, Format::Csv { .. }) {
+                    check_flat(table, "csv")?;
+                }
                 let mut known = vec![
                     "connector",
                     "path",
@@ -254,4 +257,21 @@ impl ConnectorFactory for Connectors {
 fn debezium(table: &TableDef) -> bool {
     table.options.get("connector") == Some("kafka")
         && table.options.get("value.format").or_else(|| table.options.get("format")) == Some("debezium-json")
+}
+
+/// A format of flat records (CSV) has no way to hold a collection or structured column.
+fn check_flat(table: &TableDef, format: &str) -> Result<()> {
+    for field in table.schema.fields() {
+        if field.data_type().is_nested() {
+            return Err(WeirError::user(format!(
+                "table '{}', column '{}': the {format} format has no way to hold {} (use 'format' = 'json' or \
+                 'parquet')",
+                table.name,
+                field.name(),
+                weir_core::sql_type_name(field.data_type())
+            ))
+            .at(table.options.location("format")));
+        }
+    }
+    Ok(())
 }

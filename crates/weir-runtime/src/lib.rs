@@ -14,6 +14,7 @@ mod merge;
 pub mod operators;
 mod plan;
 mod shared_scan;
+mod unique_keys;
 mod values;
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, ProcessingTimeWatermark,
-    Project, RankKind, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TopN,
-    TopNSpec, Unnest, UnnestSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
+    Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TopN, TopNSpec, Unnest,
+    UnnestSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
     WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
@@ -371,43 +371,6 @@ impl Node {
             Node::Union { inputs, .. } => {
                 inputs.iter().fold(Changelog::AppendOnly, |mode, input| mode.union(&input.changelog()))
             }
-        }
-    }
-
-    /// Columns whose values identify an output row among the rows in effect (a group
-    /// aggregate's group columns, followed through projections), if known.
-    pub fn unique_key(&self) -> Option<Vec<usize>> {
-        match self {
-            Node::Exchange { input, .. } => input.unique_key(),
-            Node::Operator { spec, input } => match spec {
-                OperatorSpec::GroupAggregate { spec, .. } => Some((0..spec.keys).collect()),
-                OperatorSpec::UpsertNormalize { spec } => Some(spec.key.clone()),
-                OperatorSpec::FirstRow { spec, .. } => Some(spec.partition.clone()),
-                // Each partition's rows by their row number; one row per partition in a Top-1.
-                OperatorSpec::TopN { spec, .. } if spec.kind == RankKind::RowNumber => {
-                    let mut key = spec.partition.clone();
-                    if spec.hi > 1 {
-                        key.push(spec.input_schema.fields().len());
-                    }
-                    Some(key)
-                }
-                OperatorSpec::Filter { .. } => input.unique_key(),
-                OperatorSpec::Select { indices, .. } => {
-                    input.unique_key()?.iter().map(|k| indices.iter().position(|i| i == k)).collect()
-                }
-                OperatorSpec::Project { exprs, .. } => input
-                    .unique_key()?
-                    .iter()
-                    .map(|k| {
-                        exprs.iter().position(|e| {
-                            e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
-                                .is_some_and(|c| c.index() == *k)
-                        })
-                    })
-                    .collect(),
-                _ => None,
-            },
-            _ => None,
         }
     }
 

@@ -71,6 +71,7 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("is_decimal", [s]) => {
             format!("COALESCE(regexp_like({s}, '^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]+)?$'), false)")
         }
+        ("map_from_arrays", [k, v]) => format!("map({k}, {v})"),
         ("ceiling", [x]) => format!("ceil({x})"),
         ("sign", [x]) => format!("signum({x})"),
         ("e", []) => "exp(1.0)".to_string(),

@@ -31,9 +31,9 @@ use crate::parser::{find_identifier, location};
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
 mod ddl;
+mod derived;
 mod grouped;
 mod joins;
-mod derived;
 mod ranking;
 mod sources;
 mod windowed;
@@ -311,8 +311,10 @@ impl Planner {
         };
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
         if let SinkTarget::Table(table) = &sink {
+            let primary_key: Vec<usize> =
+                table.primary_key.iter().filter_map(|k| table.schema.index_of(k).ok()).collect();
             self.connectors
-                .check_sink_input(table, &root.changelog(), root.unique_key().as_deref())
+                .check_sink_input(table, &root.changelog(), root.unique_key_for(&primary_key).as_deref())
                 .map_err(|e| place(e, tokens, start))?;
         }
         Ok(StreamPlan { root, sink })

@@ -15,8 +15,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr, Ident, JoinOperator, Query, Select, SetExpr, Statement, TableAlias,
-    TableFactor, TableWithJoins,
+    visit_expressions_mut, Expr, Ident, JoinOperator, Query, Select, SetExpr, Statement, TableAlias, TableFactor,
+    TableWithJoins,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -168,10 +168,8 @@ fn expand(from: &mut TableWithJoins, unnest: TableFactor) -> Result<Option<(Iden
         items.push(format!("unnest(range(1, CAST(cardinality(__weir_array) AS BIGINT) + 1)) AS {}", q(n)));
     }
     let text = format!("SELECT {}.*, {} FROM __weir_relation", q(&relation_alias), items.join(", "));
-    let mut derived = Parser::new(&GenericDialect {})
-        .try_with_sql(&text)
-        .and_then(|mut p| p.parse_query())
-        .map_err(parser_error)?;
+    let mut derived =
+        Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_query()).map_err(parser_error)?;
     // The array expression and the relation, in place of the placeholders.
     let _ = visit_expressions_mut(&mut derived, |e| {
         if matches!(e, Expr::Identifier(i) if i.value == "__weir_array") {
@@ -183,7 +181,12 @@ fn expand(from: &mut TableWithJoins, unnest: TableFactor) -> Result<Option<(Iden
         if let Some(first) = s.from.first_mut() {
             let mut relation = from.relation.clone();
             if let TableFactor::Table { alias, .. } = &mut relation {
-                alias.get_or_insert(TableAlias { explicit: true, name: relation_alias.clone(), columns: Vec::new(), at: None });
+                alias.get_or_insert(TableAlias {
+                    explicit: true,
+                    name: relation_alias.clone(),
+                    columns: Vec::new(),
+                    at: None,
+                });
             }
             first.relation = relation;
         }

@@ -320,3 +320,56 @@ async fn a_regular_join_of_two_topics_is_exactly_once_under_sigkill_in_every_pha
     assert_eq!(got.values().sum::<i64>(), 18_400, "rows lost or duplicated");
     assert!(got == want, "rows differ from the uninterrupted run");
 }
+
+/// A JSON record's integer field.
+fn int_field(json: &str, name: &str) -> i64 {
+    json.split(&format!("\"{name}\":"))
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no integer '{name}' in {json}"))
+}
+
+/// A ranking published as Flink publishes one: a Top-2 by price per auction into
+/// `upsert-kafka` with `PRIMARY KEY (auction, rn)`. The topic, reduced by key, holds each
+/// auction's two highest prices, as computed here from the bids themselves: every displaced
+/// rank was overwritten, none left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_top_n_published_by_partition_and_rank_holds_the_final_ranking() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 3_000).await;
+    broker.create_topic("ranking", 2).await;
+    let sql = format!(
+        "SET 'parallelism' = '2';
+{bids};
+CREATE TABLE ranking (auction BIGINT, rn BIGINT, price BIGINT, PRIMARY KEY (auction, rn) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka', 'topic' = 'ranking', 'properties.bootstrap.servers' = '{bootstrap}',
+        'key.format' = 'json', 'value.format' = 'json');
+INSERT INTO ranking SELECT auction, rn, price FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 2;
+",
+        bids = bids_table(&broker.bootstrap, "bids", ""),
+        bootstrap = broker.bootstrap,
+    );
+    run_to_end(&write_sql(&dir, "ranking.sql", sql));
+
+    let mut prices: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (_, value) in broker.read_committed_records("bids") {
+        let value = value.expect("a bid");
+        prices.entry(int_field(&value, "auction")).or_default().push(int_field(&value, "price"));
+    }
+    let mut want: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for (auction, mut p) in prices {
+        p.sort_unstable_by(|a, b| b.cmp(a));
+        for (rank, price) in p.into_iter().take(2).enumerate() {
+            want.insert((auction, rank as i64 + 1), price);
+        }
+    }
+    let (table, _) = reduce(broker.read_committed_records("ranking"));
+    let got: BTreeMap<(i64, i64), i64> =
+        table.values().map(|v| ((int_field(v, "auction"), int_field(v, "rn")), int_field(v, "price"))).collect();
+    assert!(want.len() > 50, "{} ranks", want.len());
+    assert_eq!(got.len(), want.len(), "ranks differ in number");
+    assert!(got == want, "the published ranking differs from the bids' own");
+}

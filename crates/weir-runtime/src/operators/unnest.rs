@@ -76,11 +76,9 @@ impl Operator for Unnest {
 
     fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         let rows = chunk.num_rows();
-        let lists =
-            self.spec.lists.iter().map(|&c| lists_of(chunk.batch.column(c))).collect::<Result<Vec<_>>>()?;
+        let lists = self.spec.lists.iter().map(|&c| lists_of(chunk.batch.column(c))).collect::<Result<Vec<_>>>()?;
         // Each row's output rows: its longest list.
-        let counts: Vec<usize> =
-            (0..rows).map(|i| lists.iter().map(|l| l.lengths[i]).max().unwrap_or(0)).collect();
+        let counts: Vec<usize> = (0..rows).map(|i| lists.iter().map(|l| l.lengths[i]).max().unwrap_or(0)).collect();
         let total: usize = counts.iter().sum();
         if total == 0 {
             return Ok(());
@@ -137,14 +135,12 @@ impl Operator for Unnest {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{Int64Array, ListArray, StringArray};
-    use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::arrow::datatypes::Int64Type;
+    use datafusion::arrow::datatypes::{Field, Schema};
 
     fn spec() -> UnnestSpec {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, true),
-            Field::new("x", DataType::Int64, true),
-        ]));
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true), Field::new("x", DataType::Int64, true)]));
         UnnestSpec { lists: vec![1], outputs: vec![0, 1], schema }
     }
 
@@ -159,11 +155,9 @@ mod tests {
             Field::new("id", DataType::Utf8, true),
             Field::new("xs", lists.data_type().clone(), true),
         ]));
-        let batch = RecordBatch::try_new(
-            schema,
-            vec![Arc::new(StringArray::from(vec!["a", "b", "c", "d"])), Arc::new(lists)],
-        )
-        .expect("batch");
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec!["a", "b", "c", "d"])), Arc::new(lists)])
+                .expect("batch");
         Chunk::changes(batch, ops)
     }
 
@@ -175,11 +169,9 @@ mod tests {
         let [Message::Chunk(c)] = out.as_slice() else { panic!("one chunk") };
         let ids = c.batch.column(0).as_string::<i32>();
         let xs = c.batch.column(1).as_any().downcast_ref::<Int64Array>().expect("int64");
-        let rows: Vec<(String, i64, Op)> = (0..c.num_rows()).map(|i| (ids.value(i).to_string(), xs.value(i), c.op(i))).collect();
-        assert_eq!(
-            rows,
-            vec![("a".into(), 1, Op::Insert), ("a".into(), 2, Op::Insert), ("d".into(), 3, Op::Delete)]
-        );
+        let rows: Vec<(String, i64, Op)> =
+            (0..c.num_rows()).map(|i| (ids.value(i).to_string(), xs.value(i), c.op(i))).collect();
+        assert_eq!(rows, vec![("a".into(), 1, Op::Insert), ("a".into(), 2, Op::Insert), ("d".into(), 3, Op::Delete)]);
     }
 
     #[test]

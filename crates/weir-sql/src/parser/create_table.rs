@@ -89,7 +89,9 @@ impl StatementParser<'_, '_> {
                     }
                     continue;
                 }
-                let data_type = self.data_type()?;
+                let data_type = self
+                    .data_type()
+                    .map_err(|e| e.context(format!("table '{}', column '{}'", table.name.value, name.value)))?;
                 let mut not_null = false;
                 let mut metadata = None;
                 loop {
@@ -206,7 +208,9 @@ impl StatementParser<'_, '_> {
         match self.p.next_token().token {
             Token::Gt => Ok(false),
             Token::ShiftRight => Ok(true),
-            other => Err(WeirError::user(format!("expected '>' to close the type, found {other}")).at(Some(self.here()))),
+            other => {
+                Err(WeirError::user(format!("expected '>' to close the type, found {other}")).at(Some(self.here())))
+            }
         }
     }
 
@@ -300,7 +304,8 @@ impl StatementParser<'_, '_> {
         // `INSERT INTO t ` placed where `AS` stands.
         let span = self.tokens.get(query_start.saturating_sub(1)).map_or(Span::empty(), |t| t.span);
         let word = |w: &str| TokenWithSpan::new(Token::make_word(w, None), span);
-        let space = TokenWithSpan::new(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space), span);
+        let space =
+            TokenWithSpan::new(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space), span);
         let mut tokens = vec![word("INSERT"), space.clone(), word("INTO"), space.clone()];
         tokens.push(TokenWithSpan::new(Token::make_word(&table.name.value, table.name.quote_style), span));
         tokens.push(space);

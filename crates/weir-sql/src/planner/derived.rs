@@ -39,7 +39,8 @@ impl Planner {
                 format!("{} {}{null}", quote(f.name()), weir_core::sql_type_name(f.data_type()))
             })
             .collect();
-        let text = format!("CREATE TABLE {} ({}) WITH ('connector' = 'blackhole')", quote(&ct.name.value), columns.join(", "));
+        let text =
+            format!("CREATE TABLE {} ({}) WITH ('connector' = 'blackhole')", quote(&ct.name.value), columns.join(", "));
         let parsed = crate::parser::parse_script(&text)?;
         let Some(Statement::CreateTable(mut table)) = parsed.into_iter().next().map(|p| p.statement) else {
             return Err(WeirError::internal("the columns of CREATE TABLE … AS SELECT do not parse back"));
@@ -198,7 +199,9 @@ impl Planner {
         };
         for (key, value, location) in &ct.options {
             match options.iter().position(|(k, _, _)| k == key) {
-                Some(i) if options_strategy == LikeStrategy::Overwriting => options[i] = (key.clone(), value.clone(), *location),
+                Some(i) if options_strategy == LikeStrategy::Overwriting => {
+                    options[i] = (key.clone(), value.clone(), *location)
+                }
                 Some(i) => {
                     return Err(WeirError::user(format!(
                         "table '{name}': the LIKE table '{source_name}' already has option '{key}' = '{}' (specify \
