@@ -14,7 +14,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr, GroupByExpr, Ident, Query, Select, SetExpr, Statement, TableFactor,
+    visit_expressions_mut, Expr, GroupByExpr, Ident, Select, Statement, TableFactor,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -25,28 +25,7 @@ use crate::parser::parser_error;
 
 /// Rewrite every legacy group window of `statement`.
 pub fn rewrite(statement: &mut Statement) -> Result<()> {
-    match statement {
-        Statement::Query(q) => query(q),
-        Statement::Insert(insert) => insert.source.as_deref_mut().map_or(Ok(()), query),
-        Statement::CreateView(view) => query(&mut view.query),
-        _ => Ok(()),
-    }
-}
-
-fn query(q: &mut Query) -> Result<()> {
-    set_expr(&mut q.body)
-}
-
-fn set_expr(s: &mut SetExpr) -> Result<()> {
-    match s {
-        SetExpr::Select(select) => group_window(select),
-        SetExpr::Query(q) => query(q),
-        SetExpr::SetOperation { left, right, .. } => {
-            set_expr(left)?;
-            set_expr(right)
-        }
-        _ => Ok(()),
-    }
+    crate::select_walk::each_select(statement, &mut group_window)
 }
 
 /// A group window call: its kind and arguments (time column first).
@@ -71,13 +50,6 @@ fn column_name(e: &Expr) -> Option<&Ident> {
 }
 
 fn group_window(select: &mut Select) -> Result<()> {
-    for from in &mut select.from {
-        for relation in std::iter::once(&mut from.relation).chain(from.joins.iter_mut().map(|j| &mut j.relation)) {
-            if let TableFactor::Derived { subquery, .. } = relation {
-                query(subquery)?;
-            }
-        }
-    }
     let GroupByExpr::Expressions(groups, _) = &mut select.group_by else { return Ok(()) };
     let Some(at) = groups.iter().position(|e| window_call(e).is_some()) else { return Ok(()) };
     let Some((kind, args)) = window_call(&groups[at]) else { return Ok(()) };

@@ -11,6 +11,7 @@ pub mod json_functions;
 pub mod legacy_windows;
 pub mod parser;
 pub mod planner;
+mod select_walk;
 mod statement_set;
 pub mod temporal;
 pub mod time_functions;

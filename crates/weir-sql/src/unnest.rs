@@ -15,7 +15,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr, Ident, JoinOperator, Query, Select, SetExpr, Statement, TableAlias, TableFactor,
+    visit_expressions_mut, Expr, Ident, JoinOperator, Select, SetExpr, Statement, TableAlias, TableFactor,
     TableWithJoins,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -26,44 +26,10 @@ use crate::parser::parser_error;
 
 /// Rewrite every `UNNEST` in the `FROM` of `statement`'s queries.
 pub fn rewrite(statement: &mut Statement) -> Result<()> {
-    match statement {
-        Statement::Query(q) => query(q),
-        Statement::Insert(insert) => insert.source.as_deref_mut().map_or(Ok(()), query),
-        Statement::CreateView(view) => query(&mut view.query),
-        _ => Ok(()),
-    }
-}
-
-fn query(q: &mut Query) -> Result<()> {
-    if let Some(with) = &mut q.with {
-        for cte in &mut with.cte_tables {
-            query(&mut cte.query)?;
-        }
-    }
-    set_expr(&mut q.body)
-}
-
-fn set_expr(s: &mut SetExpr) -> Result<()> {
-    match s {
-        SetExpr::Select(select) => self::select(select),
-        SetExpr::Query(q) => query(q),
-        SetExpr::SetOperation { left, right, .. } => {
-            set_expr(left)?;
-            set_expr(right)
-        }
-        _ => Ok(()),
-    }
+    crate::select_walk::each_select(statement, &mut select)
 }
 
 fn select(select: &mut Select) -> Result<()> {
-    // Subqueries first, wherever they stand in FROM.
-    for from in &mut select.from {
-        for relation in std::iter::once(&mut from.relation).chain(from.joins.iter_mut().map(|j| &mut j.relation)) {
-            if let TableFactor::Derived { subquery, .. } = relation {
-                query(subquery)?;
-            }
-        }
-    }
     // `FROM t, UNNEST(…)`: the UNNEST as a join of the item before it.
     let mut i = 1;
     while i < select.from.len() {

@@ -3,10 +3,8 @@
 //! rows of an uninterrupted run at another parallelism (datagen's rows depend on neither).
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::kills::{assert_same_rows, in_phase, kill_in_phases, published, start, Phase, PHASES};
-use crate::weir_bin;
+use crate::kills::{assert_same_rows, file_job_under_kills, published};
 
 /// 40,000 generated rows, paced to 2,000 a second so that the kills land before the end; the
 /// rows with `score < 50` into CSV files.
@@ -32,26 +30,8 @@ INSERT INTO {out} SELECT id, score, name, ts FROM gen WHERE score < 50;
 #[test]
 fn a_datagen_job_killed_in_every_phase_publishes_the_rows_of_an_uninterrupted_run() {
     let dir = crate::slt::tempdir();
-    let reference = dir.join("reference.sql");
-    std::fs::write(&reference, job(&dir, "reference", 1)).expect("sql");
-    let run = Command::new(weir_bin()).arg("run").arg(&reference).output().expect("reference run");
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let want = published(&dir.join("reference"));
+    let (reference, out) = file_job_under_kills(&dir, job);
+    let want = published(&reference);
     assert!(want.len() > 15_000 && want.len() < 25_000, "reference has {} rows", want.len());
-
-    let sql = dir.join("job.sql");
-    std::fs::write(&sql, job(&dir, "out", 2)).expect("sql");
-    let checkpoints = dir.join("out-checkpoints");
-    let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        12,
-        |phase| start(&sql, phase, &faults, "file"),
-        |phase| in_phase(phase, &checkpoints, &faults, "file"),
-    );
-    let last = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("final run");
-    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
-    assert_same_rows(&published(&dir.join("out")), &want);
+    assert_same_rows(&published(&out), &want);
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -141,4 +141,31 @@ pub fn published(table: &Path) -> Vec<String> {
     }
     rows.sort();
     rows
+}
+
+/// A crash test of a job into file sinks: `job(dir, name, parallelism)` writes its tables
+/// under `dir/name` and its checkpoints in `dir/name-checkpoints`. An uninterrupted run at
+/// parallelism 1 (`reference`), then a run at parallelism 2 (`out`) killed with SIGKILL 3
+/// times in each phase of the file sinks' commit (12 in all) and restarted each time, then
+/// run to its end. Returns both runs' directories.
+pub fn file_job_under_kills(dir: &Path, job: impl Fn(&Path, &str, u32) -> String) -> (PathBuf, PathBuf) {
+    let reference = dir.join("reference.sql");
+    std::fs::write(&reference, job(dir, "reference", 1)).expect("sql");
+    let run = Command::new(crate::weir_bin()).arg("run").arg(&reference).output().expect("reference run");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let sql = dir.join("job.sql");
+    std::fs::write(&sql, job(dir, "out", 2)).expect("sql");
+    let checkpoints = dir.join("out-checkpoints");
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        12,
+        |phase| start(&sql, phase, &faults, "file"),
+        |phase| in_phase(phase, &checkpoints, &faults, "file"),
+    );
+    let last = Command::new(crate::weir_bin()).arg("run").arg(&sql).output().expect("final run");
+    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
+    (dir.join("reference"), dir.join("out"))
 }

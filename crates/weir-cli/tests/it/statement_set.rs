@@ -4,10 +4,8 @@
 //! parallelism 2, publish exactly the rows of an uninterrupted run at parallelism 1.
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::kills::{assert_same_rows, in_phase, kill_in_phases, published, start, Phase, PHASES};
-use crate::weir_bin;
+use crate::kills::{assert_same_rows, file_job_under_kills, published};
 
 /// 40,000 generated rows, paced to 2,000 a second so that the kills land before the end:
 /// those with `score < 50` into one table, counts per second and `score % 4` (a computed
@@ -41,30 +39,12 @@ END;
 #[test]
 fn a_statement_set_killed_in_every_phase_publishes_both_tables_of_an_uninterrupted_run() {
     let dir = crate::slt::tempdir();
-    let reference = dir.join("reference.sql");
-    std::fs::write(&reference, job(&dir, "reference", 1)).expect("sql");
-    let run = Command::new(weir_bin()).arg("run").arg(&reference).output().expect("reference run");
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let want_low = published(&dir.join("reference/low"));
-    let want_counts = published(&dir.join("reference/counts"));
+    let (reference, out) = file_job_under_kills(&dir, job);
+    let want_low = published(&reference.join("low"));
+    let want_counts = published(&reference.join("counts"));
     assert!(want_low.len() > 15_000 && want_low.len() < 25_000, "reference has {} low rows", want_low.len());
     // 20 seconds of event time, 4 buckets each.
     assert!(want_counts.len() >= 80 && want_counts.len() <= 88, "reference has {} counts", want_counts.len());
-
-    let sql = dir.join("job.sql");
-    std::fs::write(&sql, job(&dir, "out", 2)).expect("sql");
-    let checkpoints = dir.join("out-checkpoints");
-    let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        12,
-        |phase| start(&sql, phase, &faults, "file"),
-        |phase| in_phase(phase, &checkpoints, &faults, "file"),
-    );
-    let last = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("final run");
-    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
-    assert_same_rows(&published(&dir.join("out/low")), &want_low);
-    assert_same_rows(&published(&dir.join("out/counts")), &want_counts);
+    assert_same_rows(&published(&out.join("low")), &want_low);
+    assert_same_rows(&published(&out.join("counts")), &want_counts);
 }

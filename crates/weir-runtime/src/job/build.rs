@@ -360,6 +360,7 @@ impl Builder<'_> {
     /// The source tasks of every scan, once every INSERT's chains are built: each opens its
     /// split of the table, rewinds it to the checkpoint, and feeds its chains.
     pub(super) fn spawn_scans(&mut self) -> Result<()> {
+        let built = std::mem::take(&mut self.tasks);
         for scan in std::mem::take(&mut self.scans) {
             let count = scan.tasks.len();
             for (index, task) in scan.tasks.into_iter().enumerate() {
@@ -396,6 +397,9 @@ impl Builder<'_> {
                 ));
             }
         }
+        // Sources first, as the tasks are started in this order: a source that fails is then
+        // seen failing before the tasks whose input it closed (the error the job reports).
+        self.tasks.extend(built);
         Ok(())
     }
 }

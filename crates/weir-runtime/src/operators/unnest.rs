@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int8Array, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int8Array, OffsetSizeTrait, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -43,30 +43,22 @@ struct Lists {
 }
 
 fn lists_of(column: &ArrayRef) -> Result<Lists> {
+    match column.data_type() {
+        DataType::List(_) => Ok(lists_with::<i32>(column)),
+        DataType::LargeList(_) => Ok(lists_with::<i64>(column)),
+        other => Err(WeirError::internal(format!("UNNEST of a {other} column"))),
+    }
+}
+
+fn lists_with<O: OffsetSizeTrait>(column: &ArrayRef) -> Lists {
+    let list = column.as_list::<O>();
+    let o = list.value_offsets();
     let rows = column.len();
-    let valid = |i: usize| column.is_valid(i);
-    let (starts, lengths, values): (Vec<usize>, Vec<usize>, ArrayRef) = match column.data_type() {
-        DataType::List(_) => {
-            let list = column.as_list::<i32>();
-            let o = list.value_offsets();
-            (
-                (0..rows).map(|i| o[i] as usize).collect(),
-                (0..rows).map(|i| if valid(i) { (o[i + 1] - o[i]) as usize } else { 0 }).collect(),
-                list.values().clone(),
-            )
-        }
-        DataType::LargeList(_) => {
-            let list = column.as_list::<i64>();
-            let o = list.value_offsets();
-            (
-                (0..rows).map(|i| o[i] as usize).collect(),
-                (0..rows).map(|i| if valid(i) { (o[i + 1] - o[i]) as usize } else { 0 }).collect(),
-                list.values().clone(),
-            )
-        }
-        other => return Err(WeirError::internal(format!("UNNEST of a {other} column"))),
-    };
-    Ok(Lists { starts, lengths, values })
+    Lists {
+        starts: (0..rows).map(|i| o[i].as_usize()).collect(),
+        lengths: (0..rows).map(|i| if column.is_valid(i) { (o[i + 1] - o[i]).as_usize() } else { 0 }).collect(),
+        values: list.values().clone(),
+    }
 }
 
 impl Operator for Unnest {
