@@ -22,7 +22,11 @@ mod changelog_tests;
 #[cfg(test)]
 mod join_tests;
 #[cfg(test)]
+mod materialize_tests;
+#[cfg(test)]
 mod runtime_tests;
+#[cfg(test)]
+mod sort_tests;
 
 pub use exchange::{hash_partition, Partitioning};
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};

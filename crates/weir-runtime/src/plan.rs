@@ -10,10 +10,10 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, ProcessingTimeWatermark,
-    Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TopN, TopNSpec, Unnest,
-    UnnestSpec, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowJoin, WindowKind, WindowSpec, WindowTopN,
+    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, MaterializeSpec,
+    ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin,
+    TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize, UpsertSpec,
+    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -69,6 +69,12 @@ pub enum OperatorSpec {
     /// Each partition's first row by event time (`time` is its column), once the watermark
     /// passes it.
     FirstRow { spec: TopNSpec, time: usize, display: String },
+    /// `ORDER BY` an event time (then other columns): rows emitted in order as the watermark
+    /// passes them, all in one task.
+    TimeSort { spec: TimeSortSpec, display: String },
+    /// The rows that hold each sink key, the latest its value, for a sink written by another
+    /// key than the query's (Flink's `SinkUpsertMaterializer`).
+    UpsertMaterialize { spec: MaterializeSpec },
 }
 
 /// The lookups a [`OperatorSpec::TableLookup`] makes, one per task.
@@ -133,6 +139,10 @@ impl OperatorSpec {
             OperatorSpec::FirstRow { spec, time, .. } => {
                 Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?))
             }
+            OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(TimeSort::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::UpsertMaterialize { spec } => {
+                Ok(Box::new(UpsertMaterialize::new(spec.clone(), &ctx.state())?))
+            }
             _ => self.instantiate(),
         }
     }
@@ -174,6 +184,10 @@ impl OperatorSpec {
                 Box::new(WindowTopN::new(spec, window_end, &StateContext::memory())?)
             }
             OperatorSpec::FirstRow { spec, time, .. } => Box::new(FirstRow::new(spec, time, &StateContext::memory())?),
+            OperatorSpec::TimeSort { spec, .. } => Box::new(TimeSort::new(spec, &StateContext::memory())?),
+            OperatorSpec::UpsertMaterialize { spec } => {
+                Box::new(UpsertMaterialize::new(spec, &StateContext::memory())?)
+            }
         })
     }
 
@@ -187,6 +201,7 @@ impl OperatorSpec {
                 | OperatorSpec::WindowJoin { .. }
                 | OperatorSpec::WindowTopN { .. }
                 | OperatorSpec::FirstRow { .. }
+                | OperatorSpec::TimeSort { .. }
                 | OperatorSpec::Limit { .. }
                 | OperatorSpec::TableLookup { .. }
         )
@@ -195,9 +210,10 @@ impl OperatorSpec {
     /// What the operator's output carries, given its input's.
     fn changelog(&self, input: Changelog) -> Changelog {
         match self {
-            OperatorSpec::GroupAggregate { .. } | OperatorSpec::UpsertNormalize { .. } | OperatorSpec::TopN { .. } => {
-                Changelog::Retract
-            }
+            OperatorSpec::GroupAggregate { .. }
+            | OperatorSpec::UpsertNormalize { .. }
+            | OperatorSpec::UpsertMaterialize { .. }
+            | OperatorSpec::TopN { .. } => Changelog::Retract,
             _ if self.needs_append_only() => Changelog::AppendOnly,
             _ => input,
         }
@@ -215,7 +231,7 @@ impl OperatorSpec {
     /// Whether the operator needs every row in one task (a global `LIMIT`): its input is
     /// gathered from all parallel tasks into one.
     pub fn single_task(&self) -> bool {
-        matches!(self, OperatorSpec::Limit { .. })
+        matches!(self, OperatorSpec::Limit { .. } | OperatorSpec::TimeSort { .. })
     }
 
     pub fn describe(&self) -> String {
@@ -241,6 +257,15 @@ impl OperatorSpec {
             OperatorSpec::TopN { display, .. } => format!("TopN: {display}"),
             OperatorSpec::WindowTopN { display, .. } => format!("WindowTopN: {display}"),
             OperatorSpec::FirstRow { display, .. } => format!("FirstRow: {display}"),
+            OperatorSpec::TimeSort { display, .. } => format!("TimeSort: {display}"),
+            OperatorSpec::UpsertMaterialize { spec } => {
+                let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
+                format!(
+                    "UpsertMaterialize: by the sink's key ({}), which is not the query's: each key's rows kept, the \
+                     latest its value",
+                    names.join(", ")
+                )
+            }
             OperatorSpec::LookupJoin { display, .. } => format!("LookupJoin: {display}"),
             OperatorSpec::TableLookup { display, .. } => format!("TableLookup: {display}"),
             OperatorSpec::VersionedJoin { display, .. } => format!("VersionedJoin: {display}"),
@@ -624,9 +649,18 @@ impl OperatorSpec {
                 )
             }
             OperatorSpec::UpsertNormalize { spec } => format!("upsert normalize {:?}", spec.key),
+            OperatorSpec::UpsertMaterialize { spec } => {
+                format!("upsert materialize {:?} [{}]", spec.key, columns(&spec.schema))
+            }
             OperatorSpec::FirstRow { spec, time, .. } => {
                 format!("first row partition {:?} time {time} [{}]", spec.partition, columns(&spec.input_schema))
             }
+            OperatorSpec::TimeSort { spec, .. } => format!(
+                "time sort {} order {:?} [{}]",
+                spec.time,
+                spec.order.iter().map(|(i, o)| (i, o.descending, o.nulls_first)).collect::<Vec<_>>(),
+                columns(&spec.schema)
+            ),
             OperatorSpec::WindowTopN { spec, window_end, .. } => format!(
                 "window top-n {:?} end {window_end} partition {:?} order {:?} ranks {}..={} [{}]",
                 spec.kind,

@@ -52,6 +52,7 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::GroupAggregate { spec, .. } => vec![(0..spec.keys).collect()],
                 OperatorSpec::UpsertNormalize { spec } => vec![spec.key.clone()],
+                OperatorSpec::UpsertMaterialize { spec } => vec![spec.key.clone()],
                 OperatorSpec::FirstRow { spec, .. } => vec![spec.partition.clone()],
                 OperatorSpec::TopN { spec, .. } if spec.kind == RankKind::RowNumber => {
                     if spec.hi <= 1 {

@@ -279,3 +279,72 @@ impl ScalarUDFImpl for DateFormat {
         Ok(ColumnarValue::Array(Arc::new(builder.finish())))
     }
 }
+
+/// `UNIX_TIMESTAMP(text [, pattern])`: a wall-clock time written by a Java pattern
+/// (`yyyy-MM-dd HH:mm:ss` by default) as epoch seconds, in the session's zone (UTC). Text the
+/// pattern does not read gives Flink's `Long.MIN_VALUE`, not NULL; text after what the pattern
+/// reads is ignored, as Java's `SimpleDateFormat` does. (`UNIX_TIMESTAMP()` without arguments
+/// is the wall clock, rewritten elsewhere.)
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct UnixTimestamp {
+    signature: Signature,
+}
+
+impl Default for UnixTimestamp {
+    fn default() -> Self {
+        use datafusion::logical_expr::TypeSignature;
+        Self {
+            signature: Signature::one_of(
+                vec![TypeSignature::Exact(vec![DataType::Utf8]), TypeSignature::Exact(vec![DataType::Utf8; 2])],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+/// Epoch seconds of `text` read by the chrono `format`; `None` if it does not read.
+fn parse_seconds(text: &str, format: &str) -> Option<i64> {
+    if let Ok((t, _)) = chrono::NaiveDateTime::parse_and_remainder(text, format) {
+        return Some(t.and_utc().timestamp());
+    }
+    let (d, _) = chrono::NaiveDate::parse_and_remainder(text, format).ok()?;
+    Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp())
+}
+
+impl ScalarUDFImpl for UnixTimestamp {
+    fn name(&self) -> &str {
+        "unix_timestamp"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::{AsArray, Int64Builder};
+        let rows = args.number_rows;
+        let arrays = args.args.iter().map(|a| a.to_array(rows)).collect::<Result<Vec<_>>>()?;
+        let text = arrays[0].as_string::<i32>();
+        let patterns = arrays.get(1).map(|p| p.as_string::<i32>());
+        let mut formats: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+        let mut out = Int64Builder::with_capacity(rows);
+        for i in 0..rows {
+            let pattern = match patterns {
+                Some(p) if p.is_null(i) => None,
+                Some(p) => Some(p.value(i)),
+                None => Some("yyyy-MM-dd HH:mm:ss"),
+            };
+            let (Some(pattern), false) = (pattern, text.is_null(i)) else {
+                out.append_null();
+                continue;
+            };
+            let format = formats.entry(pattern).or_insert_with(|| chrono_format(pattern));
+            out.append_value(parse_seconds(text.value(i).trim(), format).unwrap_or(i64::MIN));
+        }
+        crate::time_functions::scalar_or_array(&args.args, Arc::new(out.finish()))
+    }
+}

@@ -19,6 +19,8 @@
 //! | `CURRENT_ROW_TIMESTAMP()`, `UNIX_TIMESTAMP()`, `CURRENT_DATABASE()` | `now()`, its epoch seconds, `'default_database'` |
 //! | `VARIANCE`, `LISTAGG(x [, sep])` | `var_samp`, `string_agg` |
 //! | `FLOOR(t TO unit)`, `CEIL(t TO unit)` | `date_trunc('unit', t)` (plus one unit for `CEIL` off the unit) |
+//! | `ENCODE(s, 'UTF-16BE')`, `DECODE(b, charset)` (Java's charset names) | Weir's own ([`crate::text_functions`]) |
+//! | `x IS JSON`, `x BETWEEN SYMMETRIC a AND b` | see [`crate::predicates`] |
 
 use std::ops::ControlFlow;
 
@@ -85,6 +87,9 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
             "(CASE WHEN strpos(substr({s}, {from}), {needle}) = 0 THEN 0 ELSE strpos(substr({s}, {from}), {needle}) + ({from}) - 1 END)"
         ),
         ("regexp", [s, re]) => format!("regexp_like({s}, {re})"),
+        // Java's charset names; DataFusion's `encode`/`decode` keep 'base64' and 'hex'.
+        ("encode", [s, Expr::Value(v)]) if charset_literal(v) => format!("{}({s}, {v})", crate::text_functions::ENCODE),
+        ("decode", [b, Expr::Value(v)]) if charset_literal(v) => format!("{}({b}, {v})", crate::text_functions::DECODE),
         // Flink's SHA-2 functions give hexadecimal text, DataFusion's bytes.
         ("sha224" | "sha256" | "sha384" | "sha512", [s]) => format!("encode({name}({s}), 'hex')"),
         ("sha2", [s, bits]) => format!(
@@ -103,6 +108,13 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// A text literal that is not one of DataFusion's encodings (`base64`, `base64pad`, `hex`):
+/// Flink's charset, checked by Weir's `ENCODE`/`DECODE`.
+fn charset_literal(v: &datafusion::sql::sqlparser::ast::ValueWithSpan) -> bool {
+    use datafusion::sql::sqlparser::ast::Value;
+    matches!(&v.value, Value::SingleQuotedString(s) if !["base64", "base64pad", "hex"].contains(&s.to_ascii_lowercase().as_str()))
 }
 
 /// `FLOOR(t TO unit)` and `CEIL(t TO unit)` on times, which DataFusion refuses: `date_trunc`,
@@ -142,11 +154,11 @@ fn floor_or_ceil(expr: &Expr) -> Option<String> {
 pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
-        if let Some(text) = floor_or_ceil(expr) {
+        if let Some(text) = floor_or_ceil(expr).or_else(|| crate::predicates::replacement(expr)) {
             match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
                 Ok(new) => *expr = new,
                 Err(e) => {
-                    failed = Some(parser_error(e).context("rewriting FLOOR/CEIL TO"));
+                    failed = Some(parser_error(e).context("rewriting FLOOR/CEIL TO, IS JSON or BETWEEN SYMMETRIC"));
                     return ControlFlow::Break(());
                 }
             }

@@ -52,6 +52,8 @@ pub enum Statement {
     },
     ShowTables,
     ShowViews,
+    /// `SHOW FUNCTIONS`: the functions queries can call.
+    ShowFunctions,
     ShowJobs,
     /// `SHOW JOB 'name'` or `SHOW JOB id`.
     ShowJob {
@@ -282,6 +284,8 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
 /// Parse one statement from its tokens (no `;`).
 pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
     let tokens = crate::collections::rewrite(tokens)?;
+    let tokens = crate::predicates::rewrite(crate::json_construct::rewrite(tokens)?)?;
+    let tokens = crate::named_args::rewrite(tokens)?;
     let tokens = rewrite_temporal_tables(rewrite_window_tvfs(crate::hints::rewrite(tokens)?)?)?;
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });
@@ -387,6 +391,8 @@ impl StatementParser<'_, '_> {
                 Statement::ShowTables
             } else if self.p.parse_keyword(Keyword::VIEWS) {
                 Statement::ShowViews
+            } else if self.p.parse_keyword(Keyword::FUNCTIONS) {
+                Statement::ShowFunctions
             } else if self.word("JOBS") {
                 Statement::ShowJobs
             } else if self.word("JOB") || self.word("CHECKPOINTS") {
@@ -411,7 +417,9 @@ impl StatementParser<'_, '_> {
             } else {
                 let t = self.p.peek_token();
                 return Err(parser_error(
-                    self.p.expected::<()>("TABLES, VIEWS, JOBS, JOB, CHECKPOINTS or CREATE after SHOW", t).unwrap_err(),
+                    self.p
+                        .expected::<()>("TABLES, VIEWS, FUNCTIONS, JOBS, JOB, CHECKPOINTS or CREATE after SHOW", t)
+                        .unwrap_err(),
                 ));
             };
             self.end()?;
@@ -438,13 +446,19 @@ impl StatementParser<'_, '_> {
             return Ok(Statement::Reset { key });
         }
         if p.parse_keyword(Keyword::EXPLAIN) {
+            // Flink's `EXPLAIN PLAN FOR …` is `EXPLAIN …`.
+            let plan_for = self.p.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
             let rest: Vec<TokenWithSpan> = self.tokens[self.p.index()..]
                 .iter()
                 .skip_while(|t| matches!(t.token, Token::Whitespace(_)))
                 .filter(|t| t.token != Token::EOF)
                 .cloned()
                 .collect();
-            let inner_text = self.text.trim_start()["EXPLAIN".len()..].trim().to_string();
+            let mut inner_text = self.text.trim_start()["EXPLAIN".len()..].trim();
+            if plan_for {
+                inner_text = inner_text.get(4..).unwrap_or("").trim_start().get(3..).unwrap_or("").trim();
+            }
+            let inner_text = inner_text.to_string();
             if rest.is_empty() {
                 return Err(WeirError::user("EXPLAIN needs a statement to explain").at(Some(self.here())));
             }
@@ -521,11 +535,27 @@ impl StatementParser<'_, '_> {
     fn create_view(&mut self, or_replace: bool) -> Result<Statement> {
         let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let name = self.name()?;
+        // `CREATE VIEW v (a, b) AS …` names the query's columns.
+        let columns = if self.p.consume_token(&Token::LParen) {
+            let columns = self.p.parse_comma_separated(|p| p.parse_identifier()).map_err(parser_error)?;
+            self.p.expect_token(&Token::RParen).map_err(parser_error)?;
+            columns
+        } else {
+            Vec::new()
+        };
         self.p.expect_keyword_is(Keyword::AS).map_err(parser_error)?;
         let query_start = self.p.index();
-        let query = self.p.parse_query().map_err(parser_error)?;
+        let mut query = self.p.parse_query().map_err(parser_error)?;
         self.end()?;
-        let query_text = tokens_text(&self.tokens[query_start..]);
+        let mut query_text = tokens_text(&self.tokens[query_start..]);
+        if !columns.is_empty() {
+            let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            query_text = format!("SELECT * FROM ({query_text}) AS __weir_view ({})", names.join(", "));
+            query = Parser::new(&GenericDialect {})
+                .try_with_sql(&query_text)
+                .and_then(|mut p| p.parse_query())
+                .map_err(parser_error)?;
+        }
         Ok(Statement::CreateView { name, query, or_replace, if_not_exists, query_text })
     }
 }
@@ -721,10 +751,20 @@ fn rewrite_temporal_tables(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSp
         let with_span = |token: Token| TokenWithSpan { token, span };
         out.push(with_span(Token::make_word("__weir_temporal", None)));
         out.push(with_span(Token::LParen));
-        out.push(with_span(Token::SingleQuotedString(table)));
+        out.push(with_span(Token::SingleQuotedString(table.clone())));
         out.push(with_span(Token::Comma));
         out.push(with_span(Token::SingleQuotedString(parts.join("."))));
         out.push(with_span(Token::RParen));
+        // Without an alias the table's own name qualifies its columns (`currency_rates.rate`).
+        let aliased = at(j + 1).is_some_and(|t| {
+            is_word(&t.token, "AS") || matches!(&t.token, Token::Word(w) if w.keyword == Keyword::NoKeyword)
+        });
+        if !aliased {
+            out.push(with_span(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space)));
+            out.push(with_span(Token::make_word("AS", None)));
+            out.push(with_span(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space)));
+            out.push(with_span(Token::make_word(&table, Some('`'))));
+        }
         copied_to = meaningful[j] + 1;
         k = j + 2;
     }

@@ -34,6 +34,7 @@ mod ddl;
 mod derived;
 mod grouped;
 mod joins;
+mod ordering;
 mod ranking;
 mod sources;
 mod windowed;
@@ -124,6 +125,9 @@ impl Planner {
         config.options_mut().sql_parser.collect_spans = true;
         // Flink keeps the case of unquoted names: q23's `A.dateTime` must find `dateTime`.
         config.options_mut().sql_parser.enable_ident_normalization = false;
+        // Flink's (Calcite's) NULLs are the lowest values: first in ascending order, last in
+        // descending, in ORDER BY and in Top-N alike.
+        config.options_mut().sql_parser.default_null_ordering = "nulls_min".to_string();
         let ctx = SessionContext::new_with_config(config);
         let schemas = TableSchemas::default();
         let view_schemas = TableSchemas::default();
@@ -131,6 +135,7 @@ impl Planner {
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::ProcTime::default()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::now()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::local()));
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(crate::temporal::WallClock::local_time()));
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
             crate::time_functions::ToTimestampLtz::default(),
         ));
@@ -153,6 +158,23 @@ impl Planner {
         ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
             crate::json_functions::JsonString::default(),
         ));
+        for udf in [
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::json_construct::JsonObject::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::json_construct::JsonArray::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::predicates::IsJson::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Bin::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Sha1::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Encode::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Decode::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::ParseUrl::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::StrToMap::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::TypeOf::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::Element::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::OrNullElement::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::UnixTimestamp::default()),
+        ] {
+            ctx.register_udf(udf);
+        }
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         ctx.register_udtf(crate::hints::FUNCTION, Arc::new(crate::hints::HintedFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
@@ -255,6 +277,23 @@ impl Planner {
     }
 
     /// Plan a bare query (rows to the caller) or an `INSERT INTO` (rows to a table).
+    /// The functions a query can call, sorted: DataFusion's, Flink's that Weir adds, and the
+    /// embedding program's (Weir's internal ones, `__weir_…`, left out).
+    pub fn function_names(&self) -> Vec<String> {
+        let state = self.ctx.state();
+        let mut names: Vec<String> = state
+            .scalar_functions()
+            .keys()
+            .chain(state.aggregate_functions().keys())
+            .chain(state.window_functions().keys())
+            .filter(|n| !n.starts_with("__weir"))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Register a scalar function of the embedding program. Its signature's volatility says
     /// whether it is deterministic (`Volatile`: its value may differ between calls, as
     /// `RANDOM()`); `side_effects` that it acts on the world (a replay runs it again).
@@ -313,6 +352,7 @@ impl Planner {
         if let SinkTarget::Table(table) = &sink {
             let primary_key: Vec<usize> =
                 table.primary_key.iter().filter_map(|k| table.schema.index_of(k).ok()).collect();
+            root = materialize_for(root, table, &primary_key);
             self.connectors
                 .check_sink_input(table, &root.changelog(), root.unique_key_for(&primary_key).as_deref())
                 .map_err(|e| place(e, tokens, start))?;
@@ -405,6 +445,16 @@ impl Planner {
                         return Err(WeirError::not_supported("a LIMIT that is not a constant"))
                     }
                 };
+                // `ORDER BY … LIMIT`, with the select list's projection between them or not.
+                match l.input.as_ref() {
+                    LogicalPlan::Sort(sort) => return self.sort_node(sort, skip, fetch),
+                    LogicalPlan::Projection(p) => {
+                        if let LogicalPlan::Sort(sort) = p.input.as_ref() {
+                            return self.project(self.sort_node(sort, skip, fetch)?, p);
+                        }
+                    }
+                    _ => {}
+                }
                 self.to_node(&l.input)?.with_operator(OperatorSpec::Limit { skip, fetch })
             }
             LogicalPlan::EmptyRelation(e) => {
@@ -421,9 +471,7 @@ impl Planner {
                 Node::Values { batches, schema }
             }
             LogicalPlan::Values(v) => self.values_node(v)?,
-            LogicalPlan::Sort(_) => {
-                return Err(WeirError::not_supported("ORDER BY on a stream (a stream has no last row to sort up to)"))
-            }
+            LogicalPlan::Sort(sort) => self.sort_node(sort, 0, None)?,
             LogicalPlan::Aggregate(agg) => self.aggregate_node(agg)?,
             // DataFusion's optimizer turns DISTINCT (and UNION) into a grouping: what is left is
             // DISTINCT ON.
@@ -565,4 +613,27 @@ pub fn query_of_insert(statement: &SqlStatement) -> Result<SqlStatement> {
         },
         _ => Err(WeirError::internal("not an INSERT")),
     }
+}
+
+/// An updating result written by key into a table whose primary key is not the result's own
+/// unique key: each key's rows are kept and the latest is its value, as Flink's
+/// `SinkUpsertMaterializer` (after an exchange by that key). Other sinks, appending results and
+/// results already keyed as the table go as they are.
+fn materialize_for(root: Node, table: &TableDef, primary_key: &[usize]) -> Node {
+    let by_key = matches!(table.options.get("connector"), Some("upsert-kafka" | "jdbc"));
+    if !by_key || primary_key.is_empty() || root.changelog().is_append_only() {
+        return root;
+    }
+    let mut wanted = primary_key.to_vec();
+    wanted.sort_unstable();
+    let mut have = root.unique_key_for(primary_key);
+    if let Some(h) = &mut have {
+        h.sort_unstable();
+    }
+    if have.as_deref() == Some(wanted.as_slice()) {
+        return root;
+    }
+    let spec = weir_runtime::operators::MaterializeSpec { key: primary_key.to_vec(), schema: root.schema() };
+    Node::Exchange { partitioning: Partitioning::Hash(primary_key.to_vec()), input: Box::new(root) }
+        .with_operator(OperatorSpec::UpsertMaterialize { spec })
 }

@@ -91,7 +91,7 @@ impl ScalarUDFImpl for ProcTime {
     }
 }
 
-/// `NOW()`, `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP` as Flink evaluates them in a stream:
+/// `NOW()`, `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP` and `LOCALTIME` as Flink evaluates them in a stream:
 /// the wall-clock time of each row as it is computed, not a constant of the query (which is
 /// what DataFusion, planning a batch query, folds them into). Volatile, so nothing folds them
 /// and the checks of exactly-once see them (`docs/exactly-once.md`).
@@ -101,6 +101,8 @@ pub struct WallClock {
     aliases: Vec<String>,
     /// With the session's zone (`TIMESTAMP_LTZ(3)`), or without (`TIMESTAMP(3)`).
     zoned: bool,
+    /// Only the time of day (`LOCALTIME`, a `TIME(0)`).
+    time_of_day: bool,
     signature: Signature,
 }
 
@@ -111,6 +113,7 @@ impl WallClock {
             name: "now",
             aliases: vec!["current_timestamp".into()],
             zoned: true,
+            time_of_day: false,
             signature: Signature::nullary(Volatility::Volatile),
         }
     }
@@ -121,8 +124,14 @@ impl WallClock {
             name: "localtimestamp",
             aliases: Vec::new(),
             zoned: false,
+            time_of_day: false,
             signature: Signature::nullary(Volatility::Volatile),
         }
+    }
+
+    /// `LOCALTIME`: the time of day of `LOCALTIMESTAMP`, a `TIME(0)`.
+    pub fn local_time() -> Self {
+        Self { name: "localtime", time_of_day: true, ..Self::local() }
     }
 }
 
@@ -140,6 +149,9 @@ impl ScalarUDFImpl for WallClock {
     }
 
     fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        if self.time_of_day {
+            return Ok(DataType::Time32(TimeUnit::Second));
+        }
         Ok(DataType::Timestamp(TimeUnit::Millisecond, self.zoned.then(|| "UTC".into())))
     }
 
@@ -148,6 +160,11 @@ impl ScalarUDFImpl for WallClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or_default();
+        if self.time_of_day {
+            let seconds = (now.div_euclid(1000) % 86_400) as i32;
+            let values = datafusion::arrow::array::Time32SecondArray::from(vec![seconds; args.number_rows]);
+            return Ok(ColumnarValue::Array(Arc::new(values)));
+        }
         let values = TimestampMillisecondArray::from(vec![now; args.number_rows]);
         Ok(ColumnarValue::Array(Arc::new(match self.zoned {
             true => values.with_timezone("UTC"),

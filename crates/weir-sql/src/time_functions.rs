@@ -328,7 +328,7 @@ impl ScalarUDFImpl for TimestampAdd {
 }
 
 /// A scalar when every argument was one (a constant folds to a constant), else the array.
-fn scalar_or_array(args: &[ColumnarValue], out: ArrayRef) -> Result<ColumnarValue> {
+pub(crate) fn scalar_or_array(args: &[ColumnarValue], out: ArrayRef) -> Result<ColumnarValue> {
     Ok(if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
         ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
     } else {
@@ -495,43 +495,56 @@ impl ScalarUDFImpl for TimestampText {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        use datafusion::arrow::array::{AsArray, StringBuilder};
-        use datafusion::arrow::datatypes::{
-            TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
-        };
         let rows = args.number_rows;
         let input = args.args[0].to_array(rows)?;
-        let DataType::Timestamp(unit, _) = input.data_type() else {
-            return plan_err!("{TIMESTAMP_TEXT} takes a timestamp, not {}", input.data_type());
-        };
-        // Seconds and the fraction's digits by the unit; the instant as UTC wall-clock time.
-        let (values, per_second, format): (Vec<Option<i64>>, i64, &str) = match unit {
-            TimeUnit::Second => (input.as_primitive::<TimestampSecondType>().iter().collect(), 1, "%Y-%m-%d %H:%M:%S"),
-            TimeUnit::Millisecond => {
-                (input.as_primitive::<TimestampMillisecondType>().iter().collect(), 1_000, "%Y-%m-%d %H:%M:%S%.3f")
-            }
-            TimeUnit::Microsecond => {
-                (input.as_primitive::<TimestampMicrosecondType>().iter().collect(), 1_000_000, "%Y-%m-%d %H:%M:%S%.6f")
-            }
-            TimeUnit::Nanosecond => (
-                input.as_primitive::<TimestampNanosecondType>().iter().collect(),
-                1_000_000_000,
-                "%Y-%m-%d %H:%M:%S%.9f",
-            ),
-        };
-        let mut out = StringBuilder::with_capacity(rows, rows * 23);
-        for v in values {
-            let time = v.and_then(|v| {
-                let nanos = (v.rem_euclid(per_second) * (1_000_000_000 / per_second)) as u32;
-                chrono::DateTime::from_timestamp(v.div_euclid(per_second), nanos)
-            });
-            match time {
-                Some(t) => out.append_value(t.naive_utc().format(format).to_string()),
-                None => out.append_null(),
-            }
-        }
-        scalar_or_array(&args.args, Arc::new(out.finish()))
+        scalar_or_array(&args.args, timestamp_texts(&input)?)
     }
+}
+
+/// Timestamps as Flink's SQL text (see [`TimestampText`]).
+fn timestamp_texts(input: &ArrayRef) -> Result<ArrayRef> {
+    use datafusion::arrow::array::{AsArray, StringBuilder};
+    use datafusion::arrow::datatypes::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
+    };
+    let DataType::Timestamp(unit, _) = input.data_type() else {
+        return plan_err!("{TIMESTAMP_TEXT} takes a timestamp, not {}", input.data_type());
+    };
+    // Seconds and the fraction's digits by the unit; the instant as UTC wall-clock time.
+    let (values, per_second, format): (Vec<Option<i64>>, i64, &str) = match unit {
+        TimeUnit::Second => (input.as_primitive::<TimestampSecondType>().iter().collect(), 1, "%Y-%m-%d %H:%M:%S"),
+        TimeUnit::Millisecond => {
+            (input.as_primitive::<TimestampMillisecondType>().iter().collect(), 1_000, "%Y-%m-%d %H:%M:%S%.3f")
+        }
+        TimeUnit::Microsecond => {
+            (input.as_primitive::<TimestampMicrosecondType>().iter().collect(), 1_000_000, "%Y-%m-%d %H:%M:%S%.6f")
+        }
+        TimeUnit::Nanosecond => {
+            (input.as_primitive::<TimestampNanosecondType>().iter().collect(), 1_000_000_000, "%Y-%m-%d %H:%M:%S%.9f")
+        }
+    };
+    let mut out = StringBuilder::with_capacity(input.len(), input.len() * 23);
+    for v in values {
+        let time = v.and_then(|v| {
+            let nanos = (v.rem_euclid(per_second) * (1_000_000_000 / per_second)) as u32;
+            chrono::DateTime::from_timestamp(v.div_euclid(per_second), nanos)
+        });
+        match time {
+            Some(t) => out.append_value(t.naive_utc().format(format).to_string()),
+            None => out.append_null(),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// One value as Flink's SQL text: timestamps as [`TimestampText`], anything else as Arrow casts it.
+pub(crate) fn flink_text(value: &ArrayRef) -> Result<String> {
+    use datafusion::arrow::array::AsArray;
+    let text = match value.data_type() {
+        DataType::Timestamp(..) => timestamp_texts(value)?,
+        _ => datafusion::arrow::compute::cast(value, &DataType::Utf8)?,
+    };
+    Ok(text.as_string::<i32>().value(0).to_string())
 }
 
 /// Casts that Flink writes otherwise than Arrow, in `expr` over `schema`: a timestamp cast to

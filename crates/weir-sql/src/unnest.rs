@@ -10,7 +10,8 @@
 //!
 //! References to `u.x` become `a.x`. Unnests in one projection are zipped, so a map's keys
 //! and values (and an array and its ordinals) stay paired. As in Flink, a NULL or empty
-//! array gives no rows.
+//! array gives no rows; with `LEFT JOIN UNNEST(…) … ON TRUE` it gives one row of NULLs, by
+//! unnesting `__weir_or_null_element(e)` (the array, or one NULL element when it has none).
 
 use std::ops::ControlFlow;
 
@@ -53,15 +54,17 @@ fn select(select: &mut Select) -> Result<()> {
                 ));
             }
             let join = from.joins.remove(0);
-            match join.join_operator {
-                JoinOperator::CrossJoin(_) => {}
+            let left = match &join.join_operator {
+                JoinOperator::CrossJoin(_) => false,
+                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) if on_true(c) => true,
                 _ => {
                     return Err(WeirError::not_supported(
-                        "UNNEST in a join other than CROSS JOIN (Weir expands arrays with CROSS JOIN UNNEST or FROM t, UNNEST(…))",
+                        "UNNEST in a join other than CROSS JOIN or LEFT JOIN … ON TRUE (Weir expands arrays with \
+                         CROSS JOIN UNNEST, FROM t, UNNEST(…) or LEFT JOIN UNNEST(…) ON TRUE)",
                     ))
                 }
-            }
-            renames.extend(expand(from, join.relation)?);
+            };
+            renames.extend(expand(from, join.relation, left)?);
         }
         if matches!(from.relation, TableFactor::UNNEST { .. }) {
             return Err(WeirError::not_supported("UNNEST of a literal array in FROM (UNNEST a column of a table)"));
@@ -84,9 +87,16 @@ fn select(select: &mut Select) -> Result<()> {
     Ok(())
 }
 
-/// Replace `from`'s relation by the derived table that unnests `unnest` over it; returns the
-/// qualifier rename (the UNNEST's alias to the relation's).
-fn expand(from: &mut TableWithJoins, unnest: TableFactor) -> Result<Option<(Ident, Ident)>> {
+/// `ON TRUE`, the only condition of a `LEFT JOIN UNNEST`.
+fn on_true(constraint: &datafusion::sql::sqlparser::ast::JoinConstraint) -> bool {
+    use datafusion::sql::sqlparser::ast::{JoinConstraint, Value};
+    matches!(constraint, JoinConstraint::On(Expr::Value(v)) if v.value == Value::Boolean(true))
+}
+
+/// Replace `from`'s relation by the derived table that unnests `unnest` over it (`left`: a
+/// row without elements keeps one row of NULLs); returns the qualifier rename (the UNNEST's
+/// alias to the relation's).
+fn expand(from: &mut TableWithJoins, unnest: TableFactor, left: bool) -> Result<Option<(Ident, Ident)>> {
     let TableFactor::UNNEST { alias, array_exprs, with_offset, with_ordinality, .. } = unnest else {
         return Ok(None);
     };
@@ -116,12 +126,16 @@ fn expand(from: &mut TableWithJoins, unnest: TableFactor) -> Result<Option<(Iden
         },
         _ => return Err(WeirError::not_supported("UNNEST over this relation (give it an alias)")),
     };
+    if left && ordinal.is_some() {
+        return Err(WeirError::not_supported("LEFT JOIN UNNEST … WITH ORDINALITY (use CROSS JOIN UNNEST)"));
+    }
     let q = |i: &Ident| i.to_string();
+    let elements = |list: &str| if left { format!("__weir_or_null_element({list})") } else { list.to_string() };
     let mut items = match names.as_slice() {
-        [x] => vec![format!("unnest(__weir_array) AS {}", q(x))],
+        [x] => vec![format!("unnest({}) AS {}", elements("__weir_array"), q(x))],
         [k, v] => vec![
-            format!("unnest(map_keys(__weir_array)) AS {}", q(k)),
-            format!("unnest(map_values(__weir_array)) AS {}", q(v)),
+            format!("unnest({}) AS {}", elements("map_keys(__weir_array)"), q(k)),
+            format!("unnest({}) AS {}", elements("map_values(__weir_array)"), q(v)),
         ],
         [] => return Err(WeirError::user("UNNEST needs its columns named: UNNEST(…) AS t(x)")),
         _ => {

@@ -394,6 +394,10 @@ impl Engine {
                     format!("Table '{name}' does not exist; nothing done.")
                 }))
             }
+            Statement::ShowFunctions => {
+                let names = state.planner.function_names().into_iter().map(|n| vec![n]).collect();
+                Ok(Outcome::Table(vec![text_batch(&["function name"], names)?]))
+            }
             Statement::ShowTables | Statement::ShowViews => {
                 let catalog = &state.planner.catalog;
                 let names: Vec<Vec<String>> = if matches!(statement.statement, Statement::ShowTables) {

@@ -52,6 +52,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
          'changelog' (every change as it comes, its op first; 'tableau' is the same)",
     ),
     (
+        "table.local-time-zone",
+        "UTC",
+        "the session's time zone; Weir's is UTC (TIMESTAMP_LTZ values, CURRENT_TIMESTAMP and the like are \
+         shown and computed in it), and other zones are refused",
+    ),
+    (
         "execution.allow-nondeterminism",
         "false",
         "'true': start an exactly-once job even where a value that depends on when it runs (PROCTIME(), NOW(), \
@@ -74,6 +80,12 @@ impl Settings {
         }
         if key == "table.dml-sync" && !matches!(value, "true" | "false") {
             return Err(WeirError::user(format!("setting '{key}' must be 'true' or 'false', not '{value}'")).at(at));
+        }
+        if key == "table.local-time-zone" && !matches!(value, "UTC" | "Z" | "GMT" | "Etc/UTC") {
+            return Err(WeirError::not_supported(format!(
+                "'table.local-time-zone' = '{value}': Weir's session zone is UTC (CONVERT_TZ converts between zones)"
+            ))
+            .at(at));
         }
         if key == "parallelism" && !matches!(value.parse::<usize>(), Ok(1..=1024)) {
             return Err(WeirError::user(format!(

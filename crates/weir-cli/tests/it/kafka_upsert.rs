@@ -373,3 +373,58 @@ INSERT INTO ranking SELECT auction, rn, price FROM (
     assert_eq!(got.len(), want.len(), "ranks differ in number");
     assert!(got == want, "the published ranking differs from the bids' own");
 }
+
+/// A result written by another key than its own, which Flink materializes before the sink
+/// (its `SinkUpsertMaterializer`): bid counts per (auction, bidder) while under 3, upserted by
+/// auction alone. A group that reaches 3 is deleted, and the auction then shows another of its
+/// live groups; an auction with none left is gone. Which live group an auction shows depends
+/// on the order changes arrive in (as in Flink); that it shows one, with its final count, and
+/// that no auction with a live group is lost, does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_upserted_by_another_key_keeps_each_key_on_a_live_row() {
+    use weir::arrow::array::{AsArray, RecordBatch};
+    use weir::arrow::datatypes::Int64Type;
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("latest", 1).await;
+    let gen = "CREATE TABLE gen (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3))
+  WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '4000')";
+    let sql = format!(
+        "SET 'parallelism' = '2';
+{gen};
+CREATE TABLE latest (auction BIGINT, bidder BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka', 'topic' = 'latest', 'properties.bootstrap.servers' = '{bootstrap}',
+        'key.format' = 'json', 'value.format' = 'json');
+INSERT INTO latest SELECT auction, bidder, COUNT(*) FROM gen GROUP BY auction, bidder HAVING COUNT(*) < 3;
+",
+        bootstrap = broker.bootstrap,
+    );
+    run_to_end(&write_sql(&dir, "latest.sql", sql));
+
+    let engine = weir::Engine::new();
+    crate::run(&engine, gen).await;
+    let batches: Vec<RecordBatch> =
+        engine.query("SELECT auction, bidder FROM gen").await.expect("bids").collect().await.expect("bids");
+    let mut groups: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for b in &batches {
+        let (auctions, bidders) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>());
+        for i in 0..b.num_rows() {
+            *groups.entry((auctions.value(i), bidders.value(i))).or_default() += 1;
+        }
+    }
+    let live: BTreeMap<(i64, i64), i64> = groups.iter().filter(|(_, n)| **n < 3).map(|(k, n)| (*k, *n)).collect();
+    let deleted = groups.len() - live.len();
+    let (table, _) = reduce(broker.read_committed_records("latest"));
+    let got: BTreeMap<i64, (i64, i64)> =
+        table.values().map(|v| (int_field(v, "auction"), (int_field(v, "bidder"), int_field(v, "n")))).collect();
+    let want_auctions: std::collections::BTreeSet<i64> = live.keys().map(|(a, _)| *a).collect();
+    assert!(want_auctions.len() > 50 && deleted > 5, "{} auctions, {deleted} groups deleted", want_auctions.len());
+    assert_eq!(got.keys().copied().collect::<std::collections::BTreeSet<_>>(), want_auctions, "auctions differ");
+    for (auction, (bidder, n)) in &got {
+        assert_eq!(
+            live.get(&(*auction, *bidder)),
+            Some(n),
+            "auction {auction} shows ({bidder}, {n}), not a live group"
+        );
+    }
+}

@@ -171,6 +171,14 @@ pub(super) async fn run_merge(
     aligned: bool,
     left_inputs: usize,
 ) -> Result<()> {
+    if inputs.is_empty() {
+        // A task no input feeds (a union task beyond its inputs' tasks, as over literal rows):
+        // it has nothing to wait for, and ends at once.
+        if chain.push_from(Message::End, 0).await? {
+            chain.finished().await?;
+        }
+        return Ok(());
+    }
     let mut merger = InputMerger::new(inputs.len()).aligned(aligned);
     let mut next_first = 0;
     // Of each side of a join, the inputs still open.

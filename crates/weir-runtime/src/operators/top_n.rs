@@ -254,7 +254,9 @@ impl Operator for TopN {
         let mut index = interner::<&[u8], usize>();
         let mut partitions: Vec<(u16, &[u8], Vec<usize>)> = Vec::new();
         for (i, group) in groups.iter().enumerate() {
-            let key = part_keys.row(i).data();
+            // Without partition columns (ORDER BY … LIMIT) the whole stream is one partition;
+            // Arrow's rows of no columns hold no row to index.
+            let key = if part_columns.is_empty() { &[][..] } else { part_keys.row(i).data() };
             let p = *index.entry(key).or_insert_with(|| {
                 partitions.push((*group, key, Vec::new()));
                 partitions.len() - 1

@@ -231,7 +231,7 @@ impl Planner {
             None => {
                 if one_side {
                     return Err(WeirError::not_supported(
-                        "IN and EXISTS subqueries (semi and anti joins) outside a window join",
+                        "semi and anti joins (IN and EXISTS subqueries, INTERSECT, EXCEPT) outside a window join",
                     ));
                 }
                 let ttl = self.state_ttl.map(|d| d.as_millis().min(i64::MAX as u128) as i64);

@@ -1,0 +1,202 @@
+//! Two predicates of Flink's grammar that sqlparser does not read, rewritten so that
+//! sqlparser's own precedence places them:
+//!
+//! - `x IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]` becomes, token by token, the one
+//!   postfix `IS` form sqlparser reads with a word of ours: `x IS [NOT] NFC NORMALIZED` (the
+//!   four forms NFC, NFD, NFKC, NFKD standing for VALUE, SCALAR, ARRAY, OBJECT), which binds as
+//!   `IS` binds; then, in the syntax tree, `[NOT] __weir_is_json(x, 'OBJECT')` ([`IsJson`]).
+//!   (`IS … DISTINCT FROM` would not do: sqlparser reads everything after it, `AND`s included,
+//!   as its right side.) SQL's own `IS NORMALIZED`, which neither Flink nor DataFusion has, is
+//!   refused.
+//! - `x [NOT] BETWEEN SYMMETRIC a AND b` becomes `x [NOT] BETWEEN __weir_symmetric(a) AND b`,
+//!   and then `[NOT] (x BETWEEN a AND b OR x BETWEEN b AND a)`. `ASYMMETRIC`, the default, is
+//!   dropped.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, BooleanBuilder};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{plan_err, ScalarValue};
+use datafusion::error::Result;
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
+use datafusion::sql::sqlparser::ast::Expr;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+use serde_json::Value;
+use weir_core::WeirError;
+
+/// The normalization form that stands for each kind of JSON.
+const KINDS: [(&str, &str); 4] = [("VALUE", "NFC"), ("SCALAR", "NFD"), ("ARRAY", "NFKC"), ("OBJECT", "NFKD")];
+const SYMMETRIC: &str = "__weir_symmetric";
+pub const IS_JSON: &str = "__weir_is_json";
+
+fn word_is(t: &Token, name: &str) -> bool {
+    matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(name))
+}
+
+fn next_meaningful(tokens: &[TokenWithSpan], from: usize) -> Option<usize> {
+    (from..tokens.len()).find(|&j| !matches!(tokens[j].token, Token::Whitespace(_)))
+}
+
+/// Rewrite the tokens of `IS [NOT] JSON [kind]` and `BETWEEN [A]SYMMETRIC`.
+pub fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>, WeirError> {
+    if let Some(t) = tokens.iter().find(|t| word_is(&t.token, "NORMALIZED")) {
+        return Err(WeirError::not_supported("IS NORMALIZED").at(Some(crate::parser::location(t.span.start))));
+    }
+    if !tokens
+        .iter()
+        .any(|t| word_is(&t.token, "JSON") || word_is(&t.token, "SYMMETRIC") || word_is(&t.token, "ASYMMETRIC"))
+    {
+        return Ok(tokens);
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 8);
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        let span = t.span;
+        let word = |w: &str| TokenWithSpan::new(Token::make_word(w, None), span);
+        let punct = |p: Token| TokenWithSpan::new(p, span);
+        let space =
+            || TokenWithSpan::new(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space), span);
+        if word_is(&t.token, "IS") {
+            let mut j = next_meaningful(&tokens, i + 1);
+            let negated = j.is_some_and(|j| word_is(&tokens[j].token, "NOT"));
+            if negated {
+                j = j.and_then(|j| next_meaningful(&tokens, j + 1));
+            }
+            if let Some(json) = j.filter(|&j| word_is(&tokens[j].token, "JSON")) {
+                let after = next_meaningful(&tokens, json + 1);
+                let kind = after.and_then(|k| {
+                    ["VALUE", "SCALAR", "ARRAY", "OBJECT"]
+                        .into_iter()
+                        .find(|w| word_is(&tokens[k].token, w))
+                        .map(|w| (k, w))
+                });
+                let (last, kind) = match kind {
+                    Some((k, w)) => (k, w),
+                    None => (json, "VALUE"),
+                };
+                let form = KINDS.iter().find(|(k, _)| *k == kind).map_or("NFC", |(_, f)| *f);
+                out.push(word("IS"));
+                if negated {
+                    out.extend([space(), word("NOT")]);
+                }
+                out.extend([space(), word(form), space(), word("NORMALIZED")]);
+                i = last + 1;
+                continue;
+            }
+        }
+        if word_is(&t.token, "BETWEEN") {
+            let j = next_meaningful(&tokens, i + 1);
+            if let Some(j) = j.filter(|&j| word_is(&tokens[j].token, "ASYMMETRIC")) {
+                out.push(t.clone());
+                i = j + 1;
+                continue;
+            }
+            if let Some(j) = j.filter(|&j| word_is(&tokens[j].token, "SYMMETRIC")) {
+                // The lower bound runs to the first top-level AND.
+                let mut depth = 0usize;
+                let and = (j + 1..tokens.len()).find(|&k| {
+                    match tokens[k].token {
+                        Token::LParen | Token::LBracket => depth += 1,
+                        Token::RParen | Token::RBracket => depth = depth.saturating_sub(1),
+                        _ => {}
+                    }
+                    depth == 0 && word_is(&tokens[k].token, "AND")
+                });
+                if let Some(and) = and {
+                    out.extend([t.clone(), space(), word(SYMMETRIC), punct(Token::LParen)]);
+                    out.extend(tokens[j + 1..and].iter().cloned());
+                    out.push(punct(Token::RParen));
+                    out.push(space());
+                    i = and;
+                    continue;
+                }
+            }
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    Ok(out)
+}
+
+fn marker_arg<'a>(expr: &'a Expr, name: &str) -> Option<&'a Expr> {
+    let Expr::Function(f) = expr else { return None };
+    if !f.name.to_string().eq_ignore_ascii_case(name) {
+        return None;
+    }
+    match crate::flink_functions::plain_args(&f.args)?.as_slice() {
+        [arg] => Some(*arg),
+        _ => None,
+    }
+}
+
+/// The syntax-tree half: the SQL text that replaces `expr`, if it is a rewritten predicate.
+pub fn replacement(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::IsNormalized { expr: x, form, negated } => {
+            let form = form.as_ref().map_or("NFC".to_string(), |f| f.to_string());
+            let kind = KINDS.iter().find(|(_, f)| *f == form).map_or("VALUE", |(k, _)| *k);
+            let call = format!("{IS_JSON}({x}, '{kind}')");
+            Some(if *negated { format!("(NOT {call})") } else { call })
+        }
+        Expr::Between { expr: x, negated, low, high } => {
+            let low = marker_arg(low, SYMMETRIC)?;
+            let either = format!("(({x}) BETWEEN ({low}) AND ({high}) OR ({x}) BETWEEN ({high}) AND ({low}))");
+            Some(if *negated { format!("(NOT {either})") } else { either })
+        }
+        _ => None,
+    }
+}
+
+/// `IS JSON [kind]` on text: whether it parses as JSON of that kind (`VALUE`: any, `SCALAR`:
+/// neither object nor array). NULL is not JSON (false), as in Flink.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IsJson {
+    signature: Signature,
+}
+
+impl Default for IsJson {
+    fn default() -> Self {
+        Self { signature: Signature::any(2, Volatility::Immutable) }
+    }
+}
+
+impl ScalarUDFImpl for IsJson {
+    fn name(&self) -> &str {
+        IS_JSON
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match &args[0] {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => Ok(DataType::Boolean),
+            t => plan_err!("IS JSON takes a string, not {t}"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let kind = match &args.args[1] {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(k))) => k.clone(),
+            _ => return plan_err!("IS JSON: its kind must be VALUE, SCALAR, ARRAY or OBJECT"),
+        };
+        let input = args.args[0].to_array(rows)?;
+        let text = datafusion::arrow::compute::cast(&input, &DataType::Utf8)?;
+        let text = text.as_string::<i32>();
+        let mut out = BooleanBuilder::with_capacity(rows);
+        for i in 0..rows {
+            let ok = !text.is_null(i)
+                && match serde_json::from_str::<Value>(text.value(i)) {
+                    Ok(Value::Object(_)) => kind == "VALUE" || kind == "OBJECT",
+                    Ok(Value::Array(_)) => kind == "VALUE" || kind == "ARRAY",
+                    Ok(_) => kind == "VALUE" || kind == "SCALAR",
+                    Err(_) => false,
+                };
+            out.append_value(ok);
+        }
+        crate::time_functions::scalar_or_array(&args.args[..1], Arc::new(out.finish()))
+    }
+}

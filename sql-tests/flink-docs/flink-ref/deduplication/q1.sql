@@ -1,0 +1,7 @@
+CREATE TABLE nexmark_q (order_id STRING, u STRING, product STRING, num BIGINT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT order_id, `user`, product, num
+FROM (
+  SELECT *,
+    ROW_NUMBER() OVER (PARTITION BY order_id ORDER BY proctime ASC) AS row_num
+  FROM Orders)
+WHERE row_num = 1;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (c BIGINT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT COUNT(*) FROM Orders;

@@ -1,0 +1,2 @@
+CREATE TABLE Orders (order_id STRING, `user` STRING, product STRING, num BIGINT, amount INT, order_time TIMESTAMP(3))
+WITH ('connector' = 'filesystem', 'path' = '../../data/orders.csv', 'format' = 'csv');

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT DISTINCT id FROM Orders;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q (SELECT s FROM t1) UNION (SELECT s FROM t2);

@@ -1,0 +1,7 @@
+CREATE TABLE nexmark_q (product_id STRING, category STRING, product_name STRING, sales BIGINT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT product_id, category, product_name, sales
+FROM (
+  SELECT *,
+    ROW_NUMBER() OVER (PARTITION BY category ORDER BY sales DESC) AS row_num
+  FROM ShopSales)
+WHERE row_num <= 5;
