@@ -20,7 +20,7 @@
 //! | `VARIANCE`, `LISTAGG(x [, sep])` | `var_samp`, `string_agg` |
 //! | `FLOOR(t TO unit)`, `CEIL(t TO unit)` | `date_trunc('unit', t)` (plus one unit for `CEIL` off the unit) |
 //! | `ENCODE(s, 'UTF-16BE')`, `DECODE(b, charset)` (Java's charset names) | Weir's own ([`crate::text_functions`]) |
-//! | `x IS JSON`, `x BETWEEN SYMMETRIC a AND b` | see [`crate::predicates`] |
+//! | `x IS JSON`, `x BETWEEN SYMMETRIC a AND b`, `(a, b) OVERLAPS (c, d)` | see [`crate::predicates`] |
 
 use std::ops::ControlFlow;
 
@@ -154,7 +154,9 @@ fn floor_or_ceil(expr: &Expr) -> Option<String> {
 pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
-        if let Some(text) = floor_or_ceil(expr).or_else(|| crate::predicates::replacement(expr)) {
+        if let Some(text) =
+            floor_or_ceil(expr).or_else(|| crate::predicates::replacement(expr)).or_else(|| crate::predicates::overlaps(expr))
+        {
             match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
                 Ok(new) => *expr = new,
                 Err(e) => {

@@ -33,6 +33,7 @@ use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 mod ddl;
 mod derived;
 mod grouped;
+mod grouping_sets;
 mod joins;
 mod ordering;
 mod ranking;
@@ -162,6 +163,7 @@ impl Planner {
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::json_construct::JsonObject::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::json_construct::JsonArray::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::predicates::IsJson::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::predicates::Overlaps::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Bin::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Sha1::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Encode::default()),

@@ -11,6 +11,8 @@
 //! - `x [NOT] BETWEEN SYMMETRIC a AND b` becomes `x [NOT] BETWEEN __weir_symmetric(a) AND b`,
 //!   and then `[NOT] (x BETWEEN a AND b OR x BETWEEN b AND a)`. `ASYMMETRIC`, the default, is
 //!   dropped.
+//! - `(a, b) OVERLAPS (c, d)`, which sqlparser reads but DataFusion does not plan, becomes
+//!   `__weir_overlaps(a, b, c, d)` ([`Overlaps`]).
 
 use std::sync::Arc;
 
@@ -198,5 +200,75 @@ impl ScalarUDFImpl for IsJson {
             out.append_value(ok);
         }
         crate::time_functions::scalar_or_array(&args.args[..1], Arc::new(out.finish()))
+    }
+}
+
+pub const OVERLAPS: &str = "__weir_overlaps";
+
+/// `(a, b) OVERLAPS (c, d)`, which sqlparser reads as a binary operator over two rows:
+/// `__weir_overlaps(a, b, c, d)` ([`Overlaps`]).
+pub fn overlaps(expr: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::BinaryOperator;
+    let Expr::BinaryOp { left, op: BinaryOperator::Overlaps, right } = expr else { return None };
+    let pair = |e: &Expr| match e {
+        Expr::Tuple(items) if items.len() == 2 => Some((items[0].clone(), items[1].clone())),
+        _ => None,
+    };
+    let ((a, b), (c, d)) = (pair(left)?, pair(right)?);
+    Some(format!("{OVERLAPS}({a}, {b}, {c}, {d})"))
+}
+
+/// Whether two periods overlap, as Flink (Calcite) decides it: each period is a start and an
+/// end, or a start and an interval; its ends are put in order; they overlap when each ends at
+/// or after the other starts (periods that touch overlap). NULL if any end is NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Overlaps {
+    signature: Signature,
+}
+
+impl Default for Overlaps {
+    fn default() -> Self {
+        Self { signature: Signature::any(4, Volatility::Immutable) }
+    }
+}
+
+impl ScalarUDFImpl for Overlaps {
+    fn name(&self) -> &str {
+        OVERLAPS
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        let time = |t: &DataType| matches!(t, DataType::Timestamp(..) | DataType::Date32 | DataType::Time32(_) | DataType::Time64(_));
+        let end = |t: &DataType| time(t) || matches!(t, DataType::Interval(_) | DataType::Duration(_));
+        match args {
+            [a, b, c, d] if time(a) && time(c) && end(b) && end(d) => Ok(DataType::Boolean),
+            _ => plan_err!("OVERLAPS takes two periods of times: (start, end or interval) OVERLAPS (start, end or interval)"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::ArrayRef;
+        use datafusion::arrow::compute::kernels::{boolean, cmp, numeric, zip::zip};
+        let rows = args.number_rows;
+        let arrays = args.args.iter().map(|a| a.to_array(rows)).collect::<Result<Vec<_>>>()?;
+        let common = arrays[0].data_type().clone();
+        // A period's start and end, in order, in the first start's type.
+        let period = |start: &ArrayRef, end: &ArrayRef| -> Result<(ArrayRef, ArrayRef)> {
+            let start = datafusion::arrow::compute::cast(start, &common)?;
+            let end = match end.data_type() {
+                DataType::Interval(_) | DataType::Duration(_) => numeric::add(&start, end)?,
+                _ => datafusion::arrow::compute::cast(end, &common)?,
+            };
+            let ordered = cmp::lt_eq(&start, &end)?;
+            Ok((zip(&ordered, &start, &end)?, zip(&ordered, &end, &start)?))
+        };
+        let (s0, e0) = period(&arrays[0], &arrays[1])?;
+        let (s1, e1) = period(&arrays[2], &arrays[3])?;
+        let out = boolean::and(&cmp::gt_eq(&e0, &s1)?, &cmp::gt_eq(&e1, &s0)?)?;
+        crate::time_functions::scalar_or_array(&args.args, Arc::new(out))
     }
 }

@@ -8,3 +8,4 @@ SELECT id FROM events ORDER BY ts LIMIT 3;
 SELECT id FROM events ORDER BY ts DESC;
 SELECT id, amount FROM events ORDER BY amount DESC LIMIT 2 OFFSET 1;
 SELECT id FROM events ORDER BY ts OFFSET 2;
+SELECT id FROM events ORDER BY ts;

@@ -181,6 +181,9 @@ impl Planner {
     /// output of a window aggregate or window join, whose rows carry their window); any other
     /// grouping is a group aggregate.
     pub(super) fn aggregate_node(&self, agg: &datafusion::logical_expr::Aggregate) -> Result<Node> {
+        if let Some(union) = self.grouping_sets_node(agg)? {
+            return Ok(union);
+        }
         let input_schema = agg.input.schema();
         let Some((start_column, end_column)) = window_columns(&agg.input) else {
             return self.group_aggregate_node(agg);
