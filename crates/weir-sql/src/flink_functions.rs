@@ -154,8 +154,9 @@ fn floor_or_ceil(expr: &Expr) -> Option<String> {
 pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
-        if let Some(text) =
-            floor_or_ceil(expr).or_else(|| crate::predicates::replacement(expr)).or_else(|| crate::predicates::overlaps(expr))
+        if let Some(text) = floor_or_ceil(expr)
+            .or_else(|| crate::predicates::replacement(expr))
+            .or_else(|| crate::predicates::overlaps(expr))
         {
             match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
                 Ok(new) => *expr = new,

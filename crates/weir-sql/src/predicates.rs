@@ -242,11 +242,15 @@ impl ScalarUDFImpl for Overlaps {
     }
 
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        let time = |t: &DataType| matches!(t, DataType::Timestamp(..) | DataType::Date32 | DataType::Time32(_) | DataType::Time64(_));
+        let time = |t: &DataType| {
+            matches!(t, DataType::Timestamp(..) | DataType::Date32 | DataType::Time32(_) | DataType::Time64(_))
+        };
         let end = |t: &DataType| time(t) || matches!(t, DataType::Interval(_) | DataType::Duration(_));
         match args {
             [a, b, c, d] if time(a) && time(c) && end(b) && end(d) => Ok(DataType::Boolean),
-            _ => plan_err!("OVERLAPS takes two periods of times: (start, end or interval) OVERLAPS (start, end or interval)"),
+            _ => plan_err!(
+                "OVERLAPS takes two periods of times: (start, end or interval) OVERLAPS (start, end or interval)"
+            ),
         }
     }
 
@@ -255,6 +259,20 @@ impl ScalarUDFImpl for Overlaps {
         use datafusion::arrow::compute::kernels::{boolean, cmp, numeric, zip::zip};
         let rows = args.number_rows;
         let arrays = args.args.iter().map(|a| a.to_array(rows)).collect::<Result<Vec<_>>>()?;
+        use datafusion::arrow::datatypes::TimeUnit;
+        // Times of day as instants of 1970-01-01, where Arrow adds intervals (a period past
+        // midnight runs on, where Flink's TIME arithmetic would wrap).
+        let as_instant = |a: &ArrayRef| -> Result<ArrayRef> {
+            use datafusion::arrow::compute::cast;
+            Ok(match a.data_type() {
+                DataType::Time32(_) | DataType::Time64(_) => {
+                    let nanos = cast(&cast(a, &DataType::Time64(TimeUnit::Nanosecond))?, &DataType::Int64)?;
+                    cast(&nanos, &DataType::Timestamp(TimeUnit::Nanosecond, None))?
+                }
+                _ => a.clone(),
+            })
+        };
+        let arrays = arrays.iter().map(as_instant).collect::<Result<Vec<_>>>()?;
         let common = arrays[0].data_type().clone();
         // A period's start and end, in order, in the first start's type.
         let period = |start: &ArrayRef, end: &ArrayRef| -> Result<(ArrayRef, ArrayRef)> {

@@ -68,7 +68,12 @@ fn sets_of(set: &GroupingSet) -> Vec<Vec<Expr>> {
         GroupingSet::Cube(exprs) => (0..1u64 << exprs.len())
             .rev()
             .map(|mask| {
-                exprs.iter().enumerate().filter(|(i, _)| mask & (1 << (exprs.len() - 1 - i)) != 0).map(|(_, e)| e.clone()).collect()
+                exprs
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << (exprs.len() - 1 - i)) != 0)
+                    .map(|(_, e)| e.clone())
+                    .collect()
             })
             .collect(),
     }
