@@ -22,6 +22,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use serde_json::Value;
 use weir_core::{Result as WeirResult, WeirError};
 
+use crate::udf::udf;
+
 use crate::parser::location;
 
 pub const OBJECT: &str = "__weir_json_object";
@@ -264,50 +266,30 @@ fn write_object(entries: Vec<(String, Value)>) -> String {
     format!("{{{}}}", members.join(","))
 }
 
-macro_rules! constructor {
-    ($name:ident, $sql:expr, $const:expr) => {
-        #[derive(Debug, PartialEq, Eq, Hash)]
-        pub struct $name {
-            signature: Signature,
-        }
+udf!(JsonObject, OBJECT, Signature::variadic_any(Volatility::Immutable), DataType::Utf8);
+udf!(JsonArray, ARRAY, Signature::variadic_any(Volatility::Immutable), DataType::Utf8);
 
-        impl Default for $name {
-            fn default() -> Self {
-                Self { signature: Signature::variadic_any(Volatility::Immutable) }
-            }
-        }
-
-        impl ScalarUDFImpl for $name {
-            fn name(&self) -> &str {
-                $const
-            }
-
-            fn signature(&self) -> &Signature {
-                &self.signature
-            }
-
-            fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-                Ok(DataType::Utf8)
-            }
-
-            fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-                let rows = args.number_rows;
-                let (absent, raw) = settings(&args, $sql)?;
-                let arrays = args.args[2..].iter().map(|a| a.to_array(rows)).collect::<Result<Vec<_>>>()?;
-                let mut out = StringBuilder::with_capacity(rows, rows * 16);
-                for row in 0..rows {
-                    out.append_value(Self::row(&arrays, row, absent, &raw)?);
-                }
-                crate::time_functions::scalar_or_array(&args.args, Arc::new(out.finish()))
-            }
-        }
-    };
+/// Each row's JSON text, by `row` over the value arguments (after the two settings).
+fn json_rows(
+    args: &ScalarFunctionArgs,
+    rows: usize,
+    name: &str,
+    row: fn(&[ArrayRef], usize, bool, &[bool]) -> Result<String>,
+) -> Result<ArrayRef> {
+    let (absent, raw) = settings(args, name)?;
+    let arrays = args.args[2..].iter().map(|a| a.to_array(rows)).collect::<Result<Vec<_>>>()?;
+    let mut out = StringBuilder::with_capacity(rows, rows * 16);
+    for i in 0..rows {
+        out.append_value(row(&arrays, i, absent, &raw)?);
+    }
+    Ok(Arc::new(out.finish()))
 }
 
-constructor!(JsonObject, "JSON_OBJECT", OBJECT);
-constructor!(JsonArray, "JSON_ARRAY", ARRAY);
-
 impl JsonObject {
+    fn run(args: &ScalarFunctionArgs, rows: usize) -> Result<ArrayRef> {
+        json_rows(args, rows, "JSON_OBJECT", Self::row)
+    }
+
     fn row(arrays: &[ArrayRef], row: usize, absent: bool, raw: &[bool]) -> Result<String> {
         let mut entries = Vec::with_capacity(arrays.len() / 2);
         for (pair, raw) in arrays.chunks(2).zip(raw) {
@@ -328,6 +310,10 @@ impl JsonObject {
 }
 
 impl JsonArray {
+    fn run(args: &ScalarFunctionArgs, rows: usize) -> Result<ArrayRef> {
+        json_rows(args, rows, "JSON_ARRAY", Self::row)
+    }
+
     fn row(arrays: &[ArrayRef], row: usize, absent: bool, raw: &[bool]) -> Result<String> {
         let mut items = Vec::with_capacity(arrays.len());
         for (value, raw) in arrays.iter().zip(raw) {

@@ -20,6 +20,7 @@ pub mod temporal;
 mod text_functions;
 pub mod time_functions;
 pub mod types;
+mod udf;
 mod unnest;
 mod value_functions;
 pub mod windows;

@@ -21,7 +21,7 @@ use datafusion::common::{exec_err, plan_err, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
 
-use crate::time_functions::scalar_or_array;
+use crate::udf::udf;
 
 pub const ENCODE: &str = "__weir_encode";
 pub const DECODE: &str = "__weir_decode";
@@ -97,41 +97,6 @@ fn charset_arg(args: &ScalarFunctionArgs, what: &str) -> Result<Charset> {
         },
         _ => plan_err!("{what}: the charset must be a constant like 'UTF-8'"),
     }
-}
-
-macro_rules! udf {
-    ($name:ident, $sql:expr, $signature:expr, $ret:expr) => {
-        #[derive(Debug, PartialEq, Eq, Hash)]
-        pub struct $name {
-            signature: Signature,
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                Self { signature: $signature }
-            }
-        }
-
-        impl ScalarUDFImpl for $name {
-            fn name(&self) -> &str {
-                $sql
-            }
-
-            fn signature(&self) -> &Signature {
-                &self.signature
-            }
-
-            fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-                Ok($ret)
-            }
-
-            fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-                let rows = args.number_rows;
-                let out = Self::run(&args, rows)?;
-                scalar_or_array(&args.args, out)
-            }
-        }
-    };
 }
 
 udf!(Bin, "bin", Signature::exact(vec![DataType::Int64], Volatility::Immutable), DataType::Utf8);

@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt64Array};
-use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, Clock, StateContext};
+use super::state::{interner, ordered, rows_batch, Clock, StateContext};
 use super::top_n::TopNSpec;
 use super::window::millis;
 
@@ -112,11 +111,8 @@ impl FirstRow {
         if emitted.is_empty() {
             return Ok(());
         }
-        let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(emitted.iter().map(|r| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from(vec![1u64; emitted.len()])));
-        let options = RecordBatchOptions::new().with_row_count(Some(emitted.len()));
-        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        let ranks: ArrayRef = Arc::new(UInt64Array::from(vec![1u64; emitted.len()]));
+        let batch = rows_batch(&self.rows, emitted.iter().map(Vec::as_slice), vec![ranks], &self.spec.schema)?;
         out.push(Message::Chunk(Chunk::inserts(batch)));
         Ok(())
     }

@@ -157,3 +157,20 @@ impl Progress {
         Ok(p)
     }
 }
+
+/// A batch of rows kept in state as Arrow row bytes (by `converter`), with `extra` columns
+/// after them (a rank), in `schema`: how every keyed operator emits what it kept.
+pub(crate) fn rows_batch<'a>(
+    converter: &datafusion::arrow::row::RowConverter,
+    rows: impl ExactSizeIterator<Item = &'a [u8]>,
+    extra: Vec<datafusion::arrow::array::ArrayRef>,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+) -> Result<datafusion::arrow::array::RecordBatch> {
+    use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+    let count = rows.len();
+    let parser = converter.parser();
+    let mut columns = converter.convert_rows(rows.map(|r| parser.parse(r)))?;
+    columns.extend(extra);
+    let options = RecordBatchOptions::new().with_row_count(Some(count));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}

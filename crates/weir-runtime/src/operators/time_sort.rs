@@ -5,16 +5,15 @@
 //! behind the watermark but after the last emitted time still goes out, at the next
 //! watermark, as in Flink). All rows go to one task, so the order is total.
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{ordered, Clock, StateContext};
+use super::state::{ordered, rows_batch, Clock, StateContext};
 use super::window::millis;
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "waiting", kind: TableKind::Timed }];
@@ -84,10 +83,7 @@ impl TimeSort {
             let time = last.get(..8).and_then(|b| b.try_into().ok()).map(super::state::from_ordered);
             self.emitted_to = time.ok_or_else(|| WeirError::internal("sort state is damaged"))?;
         }
-        let parser = self.rows.parser();
-        let columns: Vec<ArrayRef> = self.rows.convert_rows(due.iter().map(|(_, _, v)| parser.parse(v)))?;
-        let options = RecordBatchOptions::new().with_row_count(Some(due.len()));
-        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        let batch = rows_batch(&self.rows, due.iter().map(|(_, _, v)| v.as_slice()), Vec::new(), &self.spec.schema)?;
         out.push(Message::Chunk(Chunk::inserts(batch)));
         Ok(())
     }

@@ -5,14 +5,14 @@
 //! an upsert repeats the row or deletes a key that is not there. One change per key per chunk
 //! (its last upsert wins), and one state access per distinct key.
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, Interner, StateContext};
+use super::state::{interner, rows_batch, Interner, StateContext};
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "rows", kind: TableKind::Value }];
 
@@ -92,9 +92,7 @@ impl Operator for UpsertNormalize {
         }
         self.tables.write(self.rows_table, &changes)?;
         if !ops.is_empty() {
-            let parser = self.rows.parser();
-            let columns = self.rows.convert_rows(emitted.iter().map(|r| parser.parse(r)))?;
-            let batch = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
+            let batch = rows_batch(&self.rows, emitted.iter().map(Vec::as_slice), Vec::new(), &self.spec.schema)?;
             out.push(Message::Chunk(Chunk::changes(batch, &ops).from_partition(chunk.origin)));
         }
         Ok(())

@@ -7,14 +7,14 @@
 //! pair when its value changes, `-D` when it goes. Per chunk, each key's state is read once
 //! and written once.
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, StateContext};
+use super::state::{interner, rows_batch, StateContext};
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "rows", kind: TableKind::Value }];
 
@@ -136,9 +136,7 @@ impl Operator for UpsertMaterialize {
         let changes: Vec<Change<'_>> = writes.iter().map(|(g, k, v)| (*g, *k, v.as_deref())).collect();
         self.tables.write(self.rows_table, &changes)?;
         if !ops.is_empty() {
-            let parser = self.rows.parser();
-            let columns = self.rows.convert_rows(emitted.iter().map(|r| parser.parse(r)))?;
-            let batch = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
+            let batch = rows_batch(&self.rows, emitted.iter().map(Vec::as_slice), Vec::new(), &self.spec.schema)?;
             out.push(Message::Chunk(Chunk::changes(batch, &ops).from_partition(chunk.origin)));
         }
         Ok(())

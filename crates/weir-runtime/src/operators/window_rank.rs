@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt64Array};
-use datafusion::arrow::record_batch::RecordBatchOptions;
+use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{from_ordered, ordered, Progress, StateContext};
+use super::state::{from_ordered, ordered, rows_batch, Progress, StateContext};
 use super::top_n::{ranks, TopNSpec};
 use super::window::{advance, millis, Fires};
 
@@ -175,11 +174,8 @@ impl Fires for WindowTopN {
         if kept.is_empty() {
             return Ok(());
         }
-        let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(kept.iter().map(|(r, _)| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(kept.iter().map(|(_, rank)| *rank))));
-        let options = RecordBatchOptions::new().with_row_count(Some(kept.len()));
-        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        let ranks: ArrayRef = Arc::new(UInt64Array::from_iter_values(kept.iter().map(|(_, rank)| *rank)));
+        let batch = rows_batch(&self.rows, kept.iter().map(|(r, _)| r.as_slice()), vec![ranks], &self.spec.schema)?;
         out.push(Message::Chunk(Chunk::inserts(batch)));
         Ok(())
     }
