@@ -13,7 +13,6 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, plan_err};
 use datafusion::error::Result;
@@ -183,13 +182,13 @@ pub(crate) fn json_of(array: &ArrayRef, row: usize) -> Result<Option<Value>> {
     }
     let value = match array.data_type() {
         T::Boolean => Value::Bool(array.as_boolean().value(row)),
-        T::Utf8 | T::LargeUtf8 | T::Utf8View => {
-            let text = cast(&array.slice(row, 1), &T::Utf8)?;
-            Value::String(text.as_string::<i32>().value(0).to_string())
-        }
+        // Read in place: no per-row slice and cast.
+        T::Utf8 => Value::String(array.as_string::<i32>().value(row).to_string()),
+        T::LargeUtf8 => Value::String(array.as_string::<i64>().value(row).to_string()),
+        T::Utf8View => Value::String(array.as_string_view().value(row).to_string()),
         t if t.is_integer() || t.is_floating() || matches!(t, T::Decimal128(..) | T::Decimal256(..)) => {
-            let text = cast(&array.slice(row, 1), &T::Utf8)?;
-            let text = text.as_string::<i32>().value(0);
+            let text = datafusion::arrow::util::display::array_value_to_string(array, row)?;
+            let text = text.as_str();
             // NaN and infinities are no JSON numbers: as text, as Jackson writes them.
             serde_json::from_str::<serde_json::Number>(text)
                 .map(Value::Number)
