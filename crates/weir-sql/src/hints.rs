@@ -4,8 +4,9 @@
 //! To sqlparser a hint is a comment. The parser rewrites the table name before one into a call
 //! of Weir's table function, `__weir_hinted('t', 'k', 'v', …) AS t`, which DataFusion plans as
 //! a [`HintedTable`]; the planner reads it as the table with the options merged. Another hint
-//! than `OPTIONS` is ignored with a warning that names it; a hint on an `INSERT`'s table is
-//! refused (its sink would not see it).
+//! than `OPTIONS` is ignored with a warning that names it. A hint on an `INSERT`'s table stays
+//! a comment to the parser, and the planner merges its options into the sink's
+//! ([`insert_options`]).
 
 use std::sync::Arc;
 
@@ -104,6 +105,25 @@ fn options_of(comment: &str, at: weir_core::Location) -> Result<Vec<(String, Str
     Ok(options)
 }
 
+/// The options of an `INSERT INTO t /*+ OPTIONS(…) */`'s hint and where it is, if it has one.
+pub fn insert_options(tokens: &[TokenWithSpan]) -> Result<Option<(Vec<(String, String)>, weir_core::Location)>> {
+    let mut words = tokens.iter().filter(|t| !matches!(t.token, Token::Whitespace(_)) || is_hint(&t.token));
+    while let Some(t) = words.next() {
+        if !matches!(&t.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("INTO")) {
+            continue;
+        }
+        let _table = words.next();
+        return match words.next() {
+            Some(TokenWithSpan { token: Token::Whitespace(Whitespace::MultiLineComment(c)), span }) => {
+                let at = location(span.start);
+                options_of(&c[1..], at).map(|o| Some((o, at)))
+            }
+            _ => Ok(None),
+        };
+    }
+    Ok(None)
+}
+
 /// Words after a table that are not its alias.
 const NOT_ALIAS: &[&str] = &[
     "WHERE",
@@ -161,10 +181,9 @@ pub fn rewrite(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
             before.is_some_and(|b| matches!(&b.token, Token::Word(w) if w.value.eq_ignore_ascii_case(word)))
         };
         if word_before("INTO") {
-            return Err(WeirError::not_supported(
-                "OPTIONS hints on an INSERT's table: give the options in its WITH clause",
-            )
-            .at(Some(at)));
+            // The sink's hint stays a comment to the parser; `insert_options` reads it.
+            out.push(t.clone());
+            continue;
         }
         if word_before("TABLE") {
             return Err(WeirError::not_supported("OPTIONS hints inside a window table function: hint a view's table")

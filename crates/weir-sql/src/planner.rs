@@ -332,10 +332,13 @@ impl Planner {
                     return Err(WeirError::not_supported(format!("{} (only INSERT INTO)", dml.op)).at(Some(start)));
                 }
                 let name = dml.table_name.table().to_string();
-                let table = self.catalog.tables.get(&name).ok_or_else(|| {
+                let mut table = self.catalog.tables.get(&name).cloned().ok_or_else(|| {
                     WeirError::user(format!("cannot insert into '{name}': it is not a table")).at(Some(start))
                 })?;
-                (dml.input.as_ref().clone(), SinkTarget::Table(table.clone()))
+                if let Some((options, at)) = crate::hints::insert_options(tokens)? {
+                    table = self.with_hinted_options(&table, &options).map_err(|e| e.at(Some(at)))?;
+                }
+                (dml.input.as_ref().clone(), SinkTarget::Table(table))
             }
             other => (other.clone(), SinkTarget::Caller),
         };
