@@ -7,6 +7,7 @@ mod guarantees;
 mod joins;
 mod kafka;
 mod kafka_computed;
+mod kafka_metadata;
 mod kafka_restarts;
 mod kafka_upsert;
 mod kills;

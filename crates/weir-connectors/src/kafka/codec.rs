@@ -64,7 +64,7 @@ impl Codec {
 }
 
 /// Where a record came from (for errors and metadata columns).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RecordAt {
     /// The partition's index among the source task's partitions.
     pub part: u32,
@@ -72,6 +72,11 @@ pub struct RecordAt {
     pub offset: i64,
     /// The record's timestamp, milliseconds since the epoch.
     pub timestamp: Option<i64>,
+    /// Kafka's name of the timestamp's type (`CreateTime`, `LogAppendTime`…).
+    pub timestamp_type: &'static str,
+    pub leader_epoch: Option<i32>,
+    /// The record's headers, read only when a column holds them.
+    pub headers: Option<super::metadata::Headers>,
     /// An `upsert-kafka` tombstone: the key's row is deleted (the key stands for the value).
     pub deleted: bool,
 }

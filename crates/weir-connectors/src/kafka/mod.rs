@@ -9,6 +9,7 @@
 
 pub mod admin;
 mod codec;
+mod metadata;
 pub mod recovery;
 mod sink;
 mod source;
@@ -229,8 +230,8 @@ pub fn validate(table: &TableDef) -> Result<()> {
     if table.options.get("scan.bounded.mode") == Some("specific-offsets") {
         source::specific_offsets(table)?;
     }
-    for key in table.metadata.values() {
-        source::metadata_key(table, key)?;
+    for (column, key) in &table.metadata {
+        metadata::check_column(table, column, metadata::metadata_key(table, key)?)?;
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use weir_core::{Result, Source, Split, TableDef, WeirError};
 
 use super::codec::{Codec, Decoder, RecordAt};
+use super::metadata;
 use crate::format::ParsePolicy;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
@@ -85,6 +86,8 @@ pub struct KafkaSource {
     startup: Startup,
     /// Where each output column comes from.
     columns: Vec<Column>,
+    /// A column holds the records' headers: only then are they read.
+    wants_headers: bool,
     /// `'scan.records-per-second'`: at most this many records per second from this task.
     rate: Option<(f64, Instant, u64)>,
     /// A record polled for the next batch (each batch holds one partition's records).
@@ -165,7 +168,7 @@ impl KafkaSource {
             .map(|i| {
                 let field = table.schema.field(*i);
                 match table.metadata.get(field.name()) {
-                    Some(key) => Ok(Column::Metadata(metadata_key(table, key)?)),
+                    Some(key) => Ok(Column::Metadata(metadata::metadata_key(table, key)?)),
                     None => Ok(Column::Value(decode_schema.index_of(field.name())?)),
                 }
             })
@@ -195,6 +198,7 @@ impl KafkaSource {
             ends: None,
             assigned: false,
             startup,
+            wants_headers: columns.iter().any(|c| matches!(c, Column::Metadata(metadata::MetadataKey::Headers))),
             columns,
             rate: None,
             held: None,
@@ -375,6 +379,9 @@ impl Source for KafkaSource {
                             partition: message.partition(),
                             offset: message.offset(),
                             timestamp: message.timestamp().to_millis(),
+                            timestamp_type: metadata::timestamp_type(&message.timestamp()),
+                            leader_epoch: metadata::leader_epoch(&message),
+                            headers: self.wants_headers.then(|| metadata::headers_of(&message)),
                             deleted,
                         };
                         let bytes = if deleted { message.key() } else { message.payload() };
@@ -428,7 +435,7 @@ impl Source for KafkaSource {
                                 for (op, row) in event {
                                     ops.push(op);
                                     rows.push(row);
-                                    rows_at.push(*record);
+                                    rows_at.push(record.clone());
                                 }
                             }
                             Err(_) if self.decoder.policy == crate::format::ParsePolicy::Skip => {
@@ -457,7 +464,7 @@ impl Source for KafkaSource {
             let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
             let (records, ops): (Vec<RecordAt>, _) = match kept {
                 Some(kept) => {
-                    (kept.iter().map(|i| at[*i]).collect(), ops.map(|o| kept.iter().map(|i| o[*i]).collect()))
+                    (kept.iter().map(|i| at[*i].clone()).collect(), ops.map(|o| kept.iter().map(|i| o[*i]).collect()))
                 }
                 None => (at, ops),
             };
@@ -550,58 +557,20 @@ impl Source for KafkaSource {
 enum Column {
     /// This column of the decoded value.
     Value(usize),
-    Metadata(MetadataKey),
-}
-
-/// The record metadata a column can hold (`METADATA FROM 'key'`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MetadataKey {
-    Timestamp,
-    Partition,
-    Offset,
-    Topic,
-}
-
-pub(crate) fn metadata_key(table: &TableDef, key: &str) -> Result<MetadataKey> {
-    Ok(match key {
-        "timestamp" => MetadataKey::Timestamp,
-        "partition" => MetadataKey::Partition,
-        "offset" => MetadataKey::Offset,
-        "topic" => MetadataKey::Topic,
-        other => {
-            return Err(WeirError::user(format!(
-                "table '{}': Kafka has no metadata '{other}'; metadata keys are: timestamp, partition, offset, topic",
-                table.name
-            )))
-        }
-    })
+    Metadata(metadata::MetadataKey),
 }
 
 impl KafkaSource {
     /// The output batch: decoded value columns and metadata columns, in the query's order.
     fn output(&self, values: &RecordBatch, records: &[RecordAt]) -> Result<RecordBatch> {
-        use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
+        let topic_of = |part: u32| self.parts[part as usize].0.clone();
         let columns = self
             .columns
             .iter()
             .zip(self.schema.fields())
-            .map(|(column, field)| {
-                let array: ArrayRef = match column {
-                    Column::Value(i) => values.column(*i).clone(),
-                    Column::Metadata(MetadataKey::Timestamp) => {
-                        std::sync::Arc::new(records.iter().map(|r| r.timestamp).collect::<TimestampMillisecondArray>())
-                    }
-                    Column::Metadata(MetadataKey::Partition) => {
-                        std::sync::Arc::new(records.iter().map(|r| Some(r.partition)).collect::<Int32Array>())
-                    }
-                    Column::Metadata(MetadataKey::Offset) => {
-                        std::sync::Arc::new(records.iter().map(|r| Some(r.offset)).collect::<Int64Array>())
-                    }
-                    Column::Metadata(MetadataKey::Topic) => std::sync::Arc::new(
-                        records.iter().map(|r| Some(self.parts[r.part as usize].0.as_str())).collect::<StringArray>(),
-                    ),
-                };
-                Ok(datafusion::arrow::compute::cast(&array, field.data_type())?)
+            .map(|(column, field)| match column {
+                Column::Value(i) => Ok(values.column(*i).clone()),
+                Column::Metadata(key) => metadata::column(*key, records, topic_of, field),
             })
             .collect::<Result<Vec<_>>>()?;
         let options = datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(records.len()));

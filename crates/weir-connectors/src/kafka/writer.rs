@@ -1,4 +1,4 @@
-//! Rows of a Kafka table as records: value (and key, and timestamp) encoded as the table's
+//! Rows of a Kafka table as records: value (and key, timestamp and headers) encoded as the table's
 //! formats say, sent through whichever producer the caller writes with (the sink's own, or
 //! a worker task's one transactional producer).
 
@@ -24,6 +24,8 @@ pub struct TopicWriter {
     /// the record timestamp (`METADATA FROM 'timestamp'`), if any.
     value_columns: Vec<usize>,
     timestamp_column: Option<usize>,
+    /// The column whose map becomes each record's headers (`METADATA FROM 'headers'`).
+    headers_column: Option<usize>,
 }
 
 impl TopicWriter {
@@ -72,6 +74,11 @@ impl TopicWriter {
                 .iter()
                 .find(|(_, key)| key.as_str() == "timestamp")
                 .and_then(|(column, _)| schema.index_of(column).ok()),
+            headers_column: table
+                .metadata
+                .iter()
+                .find(|(_, key)| key.as_str() == "headers")
+                .and_then(|(column, _)| schema.index_of(column).ok()),
         })
     }
 
@@ -116,6 +123,8 @@ impl TopicWriter {
                 ms.as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().cloned()
             }
         };
+        let headers =
+            self.headers_column.map(|c| super::metadata::headers_to_write(chunk.batch.column(c))).transpose()?;
         let keys = match &self.key {
             None => None,
             Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
@@ -134,6 +143,9 @@ impl TopicWriter {
             }
             if let Some(ts) = timestamps.as_ref().filter(|t| t.is_valid(i)) {
                 record = record.timestamp(ts.value(i));
+            }
+            if let Some(h) = headers.as_ref().and_then(|h| h[i].clone()) {
+                record = record.headers(h);
             }
             send(producer, record, &self.table)?;
         }
