@@ -221,6 +221,12 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
         OperatorSpec::Select { indices, .. } => {
             out.columns = indices.iter().map(|i| a.column(*i)).collect();
         }
+        OperatorSpec::AppendWatermark { .. } => {
+            // Which watermark a row meets depends on how rows were batched, which a replay
+            // need not repeat.
+            out.columns = a.columns.iter().copied().chain([true]).collect();
+            out.functions.insert("CURRENT_WATERMARK()".to_string());
+        }
         OperatorSpec::Unnest { spec, .. } => {
             out.columns = spec.outputs.iter().map(|i| a.column(*i)).collect();
         }

@@ -10,10 +10,11 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin, MaterializeSpec,
-    ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin,
-    TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize, UpsertSpec,
-    VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
+    AppendWatermark, Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin,
+    MaterializeSpec, ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin,
+    TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize,
+    UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
+    WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -25,6 +26,9 @@ pub enum OperatorSpec {
     Filter { predicate: Arc<dyn PhysicalExpr>, display: String },
     /// Keep some columns, by index.
     Select { indices: Vec<usize>, schema: SchemaRef },
+    /// Append the operator's current watermark as a column (`CURRENT_WATERMARK`): `schema` is
+    /// the input's and that column.
+    AppendWatermark { schema: SchemaRef },
     /// One row per element of the rows' list columns (`CROSS JOIN UNNEST`).
     Unnest { spec: UnnestSpec, display: String },
     /// End the stream after `fetch` rows (after skipping `skip`).
@@ -153,6 +157,7 @@ impl OperatorSpec {
             OperatorSpec::Project { exprs, schema, .. } => Box::new(Project::new(exprs, schema)),
             OperatorSpec::Filter { predicate, .. } => Box::new(Filter::new(predicate)),
             OperatorSpec::Select { indices, schema } => Box::new(Select::new(indices, schema)),
+            OperatorSpec::AppendWatermark { schema } => Box::new(AppendWatermark::new(schema)),
             OperatorSpec::Unnest { spec, .. } => Box::new(Unnest::new(spec)),
             OperatorSpec::Limit { skip, fetch } => Box::new(Limit::new(skip, fetch)),
             OperatorSpec::Watermark { expr, .. } => Box::new(WatermarkGenerator::new(expr)),
@@ -239,6 +244,7 @@ impl OperatorSpec {
             OperatorSpec::Project { display, .. } => format!("Project: {}", display.join(", ")),
             OperatorSpec::Filter { display, .. } => format!("Filter: {display}"),
             OperatorSpec::Unnest { display, .. } => format!("Unnest: {display}"),
+            OperatorSpec::AppendWatermark { .. } => "CurrentWatermark: the watermark as a column".into(),
             OperatorSpec::Select { schema, .. } => {
                 let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 format!("Select: {}", names.join(", "))
@@ -358,6 +364,7 @@ impl Node {
             Node::Operator { spec, input } => match spec {
                 OperatorSpec::Project { schema, .. }
                 | OperatorSpec::Select { schema, .. }
+                | OperatorSpec::AppendWatermark { schema }
                 | OperatorSpec::Unnest { spec: UnnestSpec { schema, .. }, .. }
                 | OperatorSpec::WindowAssign { schema, .. } => schema.clone(),
                 OperatorSpec::WindowAggregate { spec, .. } => spec.schema.clone(),
@@ -616,6 +623,7 @@ impl OperatorSpec {
             OperatorSpec::Project { .. } => "project".into(),
             OperatorSpec::Filter { .. } => "filter".into(),
             OperatorSpec::Select { indices, .. } => format!("select {indices:?}"),
+            OperatorSpec::AppendWatermark { .. } => "current watermark".into(),
             OperatorSpec::Unnest { spec, .. } => format!("unnest {:?} {:?}", spec.lists, spec.outputs),
             OperatorSpec::Limit { skip, fetch } => format!("limit {skip} {fetch:?}"),
             OperatorSpec::Watermark { .. } => "watermark".into(),

@@ -65,7 +65,8 @@ impl Node {
                 OperatorSpec::Filter { .. }
                 | OperatorSpec::Watermark { .. }
                 | OperatorSpec::ProcessingTimeWatermark { .. }
-                | OperatorSpec::Limit { .. } => input.keys(),
+                | OperatorSpec::Limit { .. }
+                | OperatorSpec::AppendWatermark { .. } => input.keys(),
                 OperatorSpec::Select { indices, .. } => through(input.keys(), |k| indices.iter().position(|i| *i == k)),
                 OperatorSpec::Project { exprs, .. } => {
                     through(input.keys(), |k| exprs.iter().position(|e| column_of(e) == Some(k)))

@@ -30,6 +30,7 @@ use crate::catalog::{normalize, Catalog, ViewDef};
 use crate::parser::{find_identifier, location};
 use crate::windows::{TableSchemas, WindowFunction, WindowTable, WINDOW_COLUMNS};
 
+mod current_watermark;
 mod ddl;
 mod derived;
 mod grouped;
@@ -174,6 +175,7 @@ impl Planner {
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::Element::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::OrNullElement::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::UnixTimestamp::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(current_watermark::CurrentWatermark::default()),
         ] {
             ctx.register_udf(udf);
         }
@@ -416,9 +418,20 @@ impl Planner {
             LogicalPlan::Filter(f) if let Some(ranked) = self.rank_node(f)? => ranked,
             LogicalPlan::Filter(f) => {
                 let input = self.to_node(&f.input)?;
-                let predicate = self.physical(&f.predicate, f.input.schema())?;
-                input
-                    .with_operator(OperatorSpec::Filter { predicate, display: f.predicate.human_display().to_string() })
+                let display = f.predicate.human_display().to_string();
+                let (input, extended, predicate) =
+                    self.with_current_watermark(input, &f.input, std::slice::from_ref(&f.predicate))?;
+                let schema = extended.as_deref().unwrap_or(f.input.schema());
+                let predicate = self.physical(&predicate[0], schema)?;
+                let filtered = input.with_operator(OperatorSpec::Filter { predicate, display });
+                match extended {
+                    // The watermark column goes again once the filter has read it.
+                    Some(_) => filtered.with_operator(OperatorSpec::Select {
+                        indices: (0..f.input.schema().fields().len()).collect(),
+                        schema: Arc::new(f.input.schema().as_arrow().clone()),
+                    }),
+                    None => filtered,
+                }
             }
             LogicalPlan::SubqueryAlias(a) => self.to_node(&a.input)?,
             LogicalPlan::TableScan(scan) => self.scan_node(scan)?,
@@ -519,8 +532,10 @@ impl Planner {
 
     /// The projection `p` over `input`, planned.
     fn project(&self, input: Node, p: &datafusion::logical_expr::Projection) -> Result<Node> {
-        let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
         let display = p.expr.iter().map(|e| e.human_display().to_string()).collect();
+        let (input, extended, exprs) = self.with_current_watermark(input, &p.input, &p.expr)?;
+        let schema = extended.as_deref().unwrap_or(p.input.schema());
+        let exprs = exprs.iter().map(|e| self.physical(e, schema)).collect::<Result<Vec<_>>>()?;
         let schema = Arc::new(p.schema.as_arrow().clone());
         Ok(input.with_operator(OperatorSpec::Project { exprs, schema, display }))
     }

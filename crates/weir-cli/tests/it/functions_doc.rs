@@ -1,5 +1,6 @@
 //! `docs/functions.md` is true to the engine: each function it says runs ("Flink's rows" or
-//! "yes") runs its probe, the first `…` of the third column, as `SELECT probe FROM people`;
+//! "yes") runs its probe, the first `…` of the third column, as `SELECT probe FROM people` (its
+//! time attribute is `joined`);
 //! each it says does not run and gives a probe for is refused.
 
 /// (function, says it runs, probe) of each row of the document's tables.
@@ -31,7 +32,8 @@ async fn every_function_the_document_says_runs_runs_its_probe() {
     crate::run(
         &engine,
         &format!(
-            "CREATE TABLE people (id INT, name STRING, age INT, joined TIMESTAMP(3), active BOOLEAN)
+            "CREATE TABLE people (id INT, name STRING, age INT, joined TIMESTAMP(3), active BOOLEAN,
+                                  WATERMARK FOR joined AS joined)
              WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv')",
             people.display()
         ),

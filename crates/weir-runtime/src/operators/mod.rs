@@ -2,6 +2,7 @@
 //! Arrow kernels; nothing here touches a single row.
 
 mod aggregates;
+mod current_watermark;
 mod filter;
 mod first_row;
 mod group_aggregate;
@@ -24,6 +25,7 @@ mod window_join;
 mod window_rank;
 
 pub use aggregates::{AggKind, AggregateDef, Lane};
+pub use current_watermark::AppendWatermark;
 pub use filter::Filter;
 pub use first_row::FirstRow;
 pub use group_aggregate::{GroupAggregate, GroupSpec};

@@ -21,7 +21,7 @@ enum Temporal {
     Versioned([usize; 2]),
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TimeAttribute {
     Event,
     Processing,
