@@ -10,6 +10,7 @@ pub mod hints;
 pub mod json_construct;
 pub mod json_functions;
 pub mod legacy_windows;
+mod moments;
 mod named_args;
 pub mod parser;
 pub mod planner;

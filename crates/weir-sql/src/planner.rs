@@ -179,6 +179,9 @@ impl Planner {
         ] {
             ctx.register_udf(udf);
         }
+        for udaf in crate::moments::functions() {
+            ctx.register_udaf(udaf);
+        }
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         ctx.register_udtf(crate::hints::FUNCTION, Arc::new(crate::hints::HintedFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {

@@ -18,6 +18,8 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::row::{RowConverter, SortField};
 use weir_core::{Result, WeirError};
 
+use super::moments::{squared, Moment};
+
 /// Which aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggKind {
@@ -26,6 +28,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    /// A deviation or variance ([`Moment`]).
+    Moment(Moment),
 }
 
 impl AggKind {
@@ -36,6 +40,7 @@ impl AggKind {
             AggKind::Avg => "avg",
             AggKind::Min => "min",
             AggKind::Max => "max",
+            AggKind::Moment(m) => m.name(),
         }
     }
 }
@@ -91,7 +96,7 @@ pub enum Num {
 }
 
 impl Num {
-    fn zero(lane: Lane) -> Num {
+    pub(super) fn zero(lane: Lane) -> Num {
         match lane {
             Lane::Int => Num::I(0),
             Lane::Float => Num::F(0.0),
@@ -99,7 +104,7 @@ impl Num {
         }
     }
 
-    fn add(&mut self, other: Num, sign: i64) {
+    pub(super) fn add(&mut self, other: Num, sign: i64) {
         match (self, other) {
             (Num::I(a), Num::I(b)) => *a = a.wrapping_add(b.wrapping_mul(sign)),
             (Num::F(a), Num::F(b)) => *a += b * sign as f64,
@@ -117,6 +122,9 @@ pub enum Acc {
     Sum(i64, Num),
     /// The current minimum or maximum, in row format.
     Extreme(Option<Vec<u8>>),
+    /// Values counted (signed), their sum and their sum of squares: the deviations and
+    /// variances.
+    Moments(i64, Num, Num),
 }
 
 /// A group's state: rows in the group (signed; the group is gone at zero), the watermark
@@ -172,8 +180,11 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn new(def: AggregateDef) -> Result<Self> {
-        let lane = Lane::of(&def.arg_type);
-        if matches!(def.kind, AggKind::Sum | AggKind::Avg) && lane.is_none() {
+        let lane = match def.kind {
+            AggKind::Moment(_) => Moment::lane(&def.arg_type),
+            _ => Lane::of(&def.arg_type),
+        };
+        if matches!(def.kind, AggKind::Sum | AggKind::Avg | AggKind::Moment(_)) && lane.is_none() {
             return Err(WeirError::not_supported(format!("{}() of {}", def.kind.name(), def.arg_type)));
         }
         let rows = match (def.arg, def.kind, def.distinct) {
@@ -189,6 +200,7 @@ impl Prepared {
         match (self.def.kind, self.lane) {
             (AggKind::Count, _) => Acc::Count(0),
             (AggKind::Sum | AggKind::Avg, Some(lane)) => Acc::Sum(0, Num::zero(lane)),
+            (AggKind::Moment(_), Some(lane)) => Acc::Moments(0, Num::zero(lane), Num::zero(lane)),
             _ => Acc::Extreme(None),
         }
     }
@@ -201,6 +213,13 @@ impl Prepared {
                 *n += sign;
                 if let Some(v) = values {
                     sum.add(v.get(i), sign);
+                }
+            }
+            Acc::Moments(n, sum, squares) => {
+                *n += sign;
+                if let Some(v) = values {
+                    sum.add(v.get(i), sign);
+                    squares.add(squared(v.get(i)), sign);
                 }
             }
             Acc::Extreme(_) => {}
@@ -236,6 +255,20 @@ impl Prepared {
                     _ => 0,
                 };
                 averages(accs, lane, out_scale)?
+            }
+            (AggKind::Moment(m), Some(_)) => {
+                let values = accs.iter().map(|a| match a {
+                    Acc::Moments(n, sum, squares) => m.value(*n, *sum, *squares),
+                    _ => None,
+                });
+                match self.lane {
+                    Some(Lane::Int) => Arc::new(
+                        values.map(|v| v.map(|v| if let Num::I(v) = v { v } else { 0 })).collect::<Int64Array>(),
+                    ),
+                    _ => Arc::new(
+                        values.map(|v| v.map(|v| if let Num::F(v) = v { v } else { 0.0 })).collect::<Float64Array>(),
+                    ),
+                }
             }
             _ => {
                 let converter = self.rows.as_ref().ok_or_else(|| WeirError::internal("MIN/MAX without row format"))?;
@@ -320,6 +353,16 @@ pub fn encode(state: &GroupState, out: &mut Vec<u8>) {
                     Num::D(v) => out.extend_from_slice(&v.to_le_bytes()),
                 }
             }
+            Acc::Moments(n, sum, squares) => {
+                out.extend_from_slice(&n.to_le_bytes());
+                for v in [sum, squares] {
+                    match v {
+                        Num::I(v) => out.extend_from_slice(&v.to_le_bytes()),
+                        Num::F(v) => out.extend_from_slice(&v.to_le_bytes()),
+                        Num::D(v) => out.extend_from_slice(&v.to_le_bytes()),
+                    }
+                }
+            }
             Acc::Extreme(None) => out.extend_from_slice(&u32::MAX.to_le_bytes()),
             Acc::Extreme(Some(v)) => {
                 out.extend_from_slice(&(v.len() as u32).to_le_bytes());
@@ -353,6 +396,18 @@ pub fn decode(bytes: &[u8], empty: &[Acc]) -> Result<GroupState> {
                     Num::D(_) => Num::D(i128::from_le_bytes(take(16)?.try_into().map_err(|_| damaged())?)),
                 };
                 Acc::Sum(n, sum)
+            }
+            Acc::Moments(_, zero, _) => {
+                let n = i64_of(take(8)?)?;
+                let mut num = || -> Result<Num> {
+                    Ok(match zero {
+                        Num::I(_) => Num::I(i64_of(take(8)?)?),
+                        Num::F(_) => Num::F(f64::from_le_bytes(take(8)?.try_into().map_err(|_| damaged())?)),
+                        Num::D(_) => Num::D(i128::from_le_bytes(take(16)?.try_into().map_err(|_| damaged())?)),
+                    })
+                };
+                let sum = num()?;
+                Acc::Moments(n, sum, num()?)
             }
             Acc::Extreme(_) => {
                 let len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| damaged())?);

@@ -221,7 +221,7 @@ impl GroupAggregate {
         };
         let agg = &self.aggs[a];
         let values = match (&arg, agg.lane, def.kind) {
-            (Some(arg), Some(lane), AggKind::Sum | AggKind::Avg) => Some(Values::read(arg, lane)?),
+            (Some(arg), Some(lane), AggKind::Sum | AggKind::Avg | AggKind::Moment(_)) => Some(Values::read(arg, lane)?),
             _ => None,
         };
         let value_rows = match (&agg.rows, &arg) {
@@ -293,7 +293,7 @@ impl GroupAggregate {
         for a in set {
             let agg = &self.aggs[*a];
             values.push(match (agg.lane, agg.def.kind) {
-                (Some(lane), AggKind::Sum | AggKind::Avg) => Some(Values::read(&arg, lane)?),
+                (Some(lane), AggKind::Sum | AggKind::Avg | AggKind::Moment(_)) => Some(Values::read(&arg, lane)?),
                 _ => None,
             });
         }

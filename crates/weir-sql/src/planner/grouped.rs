@@ -53,15 +53,16 @@ impl Planner {
                 "avg" | "mean" => AggKind::Avg,
                 "min" => AggKind::Min,
                 "max" => AggKind::Max,
+                moment if let Some(m) = weir_runtime::operators::Moment::of_name(moment) => AggKind::Moment(m),
                 _ if retracting_input => {
                     return Err(WeirError::not_supported(format!(
-                        "{name}() over an updating input: it cannot take rows back (COUNT, SUM, AVG, MIN and MAX can)"
+                        "{name}() over an updating input: it cannot take rows back (COUNT, SUM, AVG, MIN, MAX, the deviations and variances can)"
                     )))
                 }
                 _ => {
                     return Err(WeirError::not_supported(format!(
-                        "{name}() in a GROUP BY outside a window yet (COUNT, SUM, AVG, MIN and MAX are supported; \
-                         over a window every aggregate is)"
+                        "{name}() in a GROUP BY outside a window yet (COUNT, SUM, AVG, MIN, MAX, STDDEV_POP, STDDEV_SAMP, \
+                         VAR_POP and VAR_SAMP are supported; over a window every aggregate is)"
                     )))
                 }
             };
@@ -81,7 +82,9 @@ impl Planner {
             };
             let filter = params.filter.as_ref().map(|f| column_of(f, format!("{label} filter {i}"))).transpose()?;
             let distinct = params.distinct && !matches!(kind, AggKind::Min | AggKind::Max);
-            if matches!(kind, AggKind::Sum | AggKind::Avg) && weir_runtime::operators::Lane::of(&arg_type).is_none() {
+            if matches!(kind, AggKind::Sum | AggKind::Avg | AggKind::Moment(_))
+                && weir_runtime::operators::Lane::of(&arg_type).is_none()
+            {
                 return Err(WeirError::user(format!("{name}() of a {arg_type} value: it takes numbers")));
             }
             aggregates.push(AggregateDef {
