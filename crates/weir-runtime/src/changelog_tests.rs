@@ -79,14 +79,7 @@ fn group_aggregate(state: &StateContext) -> GroupAggregate {
         Field::new("lo", DataType::Int64, true),
         Field::new("hi", DataType::Int64, true),
     ]));
-    let def = |kind, arg| AggregateDef {
-        kind,
-        arg,
-        arg_type: DataType::Int64,
-        filter: None,
-        distinct: false,
-        output: DataType::Int64,
-    };
+    let def = |kind, arg| AggregateDef::new(kind, arg, DataType::Int64, DataType::Int64);
     let spec = GroupSpec {
         keys: 1,
         aggregates: vec![

@@ -18,6 +18,8 @@ mod unique_keys;
 mod values;
 
 #[cfg(test)]
+mod bag_tests;
+#[cfg(test)]
 mod changelog_tests;
 #[cfg(test)]
 mod join_tests;

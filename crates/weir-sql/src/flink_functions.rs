@@ -17,7 +17,8 @@
 //! | `TO_BASE64`, `FROM_BASE64` (padded) | `encode`/`decode` with `base64pad` |
 //! | `SHA224`…`SHA512`, `SHA2(s, bits)` (hexadecimal text) | `encode(sha…(s), 'hex')` |
 //! | `CURRENT_ROW_TIMESTAMP()`, `UNIX_TIMESTAMP()`, `CURRENT_DATABASE()` | `now()`, its epoch seconds, `'default_database'` |
-//! | `VARIANCE`, `LISTAGG(x [, sep])` | `var_samp`, `string_agg` |
+//! | `VARIANCE`, `LISTAGG(x [, sep])` | `var_samp`, `string_agg` (a `FILTER` kept) |
+//! | `FIRST_VALUE(x)`, `LAST_VALUE(x)` | the same `IGNORE NULLS`, as Flink skips NULLs |
 //! | `FLOOR(t TO unit)`, `CEIL(t TO unit)` | `date_trunc('unit', t)` (plus one unit for `CEIL` off the unit) |
 //! | `ENCODE(s, 'UTF-16BE')`, `DECODE(b, charset)` (Java's charset names) | Weir's own ([`crate::text_functions`]) |
 //! | `x IS JSON`, `x BETWEEN SYMMETRIC a AND b`, `(a, b) OVERLAPS (c, d)` | see [`crate::predicates`] |
@@ -36,7 +37,16 @@ use crate::parser::parser_error;
 /// The plain positional arguments of a call, if that is all it has.
 pub(crate) fn plain_args(args: &FunctionArguments) -> Option<Vec<&Expr>> {
     let FunctionArguments::List(list) = args else { return None };
-    if list.duplicate_treatment.is_some() || !list.clauses.is_empty() {
+    if list.duplicate_treatment.is_some() {
+        return None;
+    }
+    args_of(args)
+}
+
+/// The positional arguments of a call, `DISTINCT` or not, if it has no other clause.
+fn args_of(args: &FunctionArguments) -> Option<Vec<&Expr>> {
+    let FunctionArguments::List(list) = args else { return None };
+    if !list.clauses.is_empty() {
         return None;
     }
     list.args
@@ -47,6 +57,9 @@ pub(crate) fn plain_args(args: &FunctionArguments) -> Option<Vec<&Expr>> {
         })
         .collect()
 }
+
+/// The rewritten functions that are aggregates.
+const AGGREGATES: &[&str] = &["listagg", "variance", "first_value", "last_value"];
 
 fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
     Some(match (name, args) {
@@ -99,6 +112,8 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("variance", [x]) => format!("var_samp({x})"),
         ("listagg", [x]) => format!("string_agg({x}, ',')"),
         ("listagg", [x, sep]) => format!("string_agg({x}, {sep})"),
+        // Flink's FIRST_VALUE and LAST_VALUE skip NULLs; DataFusion's keep them unless told.
+        ("first_value" | "last_value", [x]) => format!("{name}({x} IGNORE NULLS)"),
         // The unit is a keyword, not a value: passed as a string.
         ("timestampdiff", [Expr::Identifier(unit), a, b]) => {
             format!("{}('{}', {a}, {b})", crate::time_functions::TIMESTAMPDIFF, unit.value)
@@ -169,10 +184,30 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
         }
         if let Expr::Function(f) = expr {
             let name = f.name.to_string().to_ascii_lowercase();
-            let text = plain_args(&f.args).and_then(|args| replacement(&name, &args));
+            // Aggregates keep DISTINCT: `LISTAGG(DISTINCT x)`.
+            let distinct = match &f.args {
+                FunctionArguments::List(list) => list.duplicate_treatment,
+                _ => None,
+            };
+            let args = if distinct.is_some() && AGGREGATES.contains(&name.as_str()) {
+                args_of(&f.args)
+            } else {
+                plain_args(&f.args)
+            };
+            let text = args.and_then(|args| replacement(&name, &args));
             if let Some(text) = text {
                 match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
-                    Ok(new) => *expr = new,
+                    Ok(mut new) => {
+                        // An aggregate keeps its FILTER (and an OVER its window).
+                        if let Expr::Function(g) = &mut new {
+                            g.filter = f.filter.clone();
+                            g.over = f.over.clone();
+                            if let FunctionArguments::List(list) = &mut g.args {
+                                list.duplicate_treatment = distinct;
+                            }
+                        }
+                        *expr = new
+                    }
                     Err(e) => {
                         failed = Some(parser_error(e).context(format!("rewriting {name}()")));
                         return ControlFlow::Break(());

@@ -36,6 +36,11 @@ fn is_constructor(t: &Token) -> bool {
     word_is(t, "JSON_OBJECT") || word_is(t, "JSON_ARRAY")
 }
 
+/// `JSON_OBJECTAGG` or `JSON_ARRAYAGG` ([`crate::json_aggregates`]).
+fn is_aggregate(t: &Token) -> bool {
+    word_is(t, "JSON_OBJECTAGG") || word_is(t, "JSON_ARRAYAGG")
+}
+
 fn trim(tokens: &[TokenWithSpan]) -> &[TokenWithSpan] {
     let blank = |t: &TokenWithSpan| matches!(t.token, Token::Whitespace(_));
     let start = tokens.iter().position(|t| !blank(t)).unwrap_or(tokens.len());
@@ -96,7 +101,7 @@ fn is_nested_constructor(tokens: &[TokenWithSpan]) -> bool {
 
 /// Rewrite every `JSON_OBJECT(…)` and `JSON_ARRAY(…)` of a statement's tokens.
 pub fn rewrite(tokens: Vec<TokenWithSpan>) -> WeirResult<Vec<TokenWithSpan>> {
-    if !tokens.iter().any(|t| is_constructor(&t.token)) {
+    if !tokens.iter().any(|t| is_constructor(&t.token) || is_aggregate(&t.token)) {
         return Ok(tokens);
     }
     let mut out = Vec::with_capacity(tokens.len() + 8);
@@ -104,13 +109,19 @@ pub fn rewrite(tokens: Vec<TokenWithSpan>) -> WeirResult<Vec<TokenWithSpan>> {
     while i < tokens.len() {
         let next = (i + 1..tokens.len()).find(|&j| !matches!(tokens[j].token, Token::Whitespace(_)));
         let open = next.filter(|&j| tokens[j].token == Token::LParen);
-        let (Some(open), true) = (open, is_constructor(&tokens[i].token)) else {
+        let aggregate = is_aggregate(&tokens[i].token);
+        let (Some(open), true) = (open, is_constructor(&tokens[i].token) || aggregate) else {
             out.push(tokens[i].clone());
             i += 1;
             continue;
         };
-        let object = word_is(&tokens[i].token, "JSON_OBJECT");
-        let what = if object { "JSON_OBJECT" } else { "JSON_ARRAY" };
+        let object = word_is(&tokens[i].token, "JSON_OBJECT") || word_is(&tokens[i].token, "JSON_OBJECTAGG");
+        let what = match (object, aggregate) {
+            (true, false) => "JSON_OBJECT",
+            (false, false) => "JSON_ARRAY",
+            (true, true) => "JSON_OBJECTAGG",
+            (false, true) => "JSON_ARRAYAGG",
+        };
         let span = tokens[i].span;
         let at = || Some(location(span.start));
         let Some(end) = closing(&tokens, open) else {
@@ -130,6 +141,13 @@ pub fn rewrite(tokens: Vec<TokenWithSpan>) -> WeirResult<Vec<TokenWithSpan>> {
         }
         let args: Vec<Vec<TokenWithSpan>> =
             if trim(&inner).is_empty() { Vec::new() } else { split_top(&inner, |t| *t == Token::Comma) };
+        if aggregate && args.len() != 1 {
+            return Err(WeirError::user(format!(
+                "{what} takes one {}",
+                if object { "entry, KEY k VALUE v" } else { "value" }
+            ))
+            .at(at()));
+        }
         let mut mask = String::new();
         let mut rewritten: Vec<Vec<TokenWithSpan>> = Vec::new();
         for arg in &args {
@@ -140,13 +158,13 @@ pub fn rewrite(tokens: Vec<TokenWithSpan>) -> WeirResult<Vec<TokenWithSpan>> {
             let value = if object {
                 let arg = if word_is(&arg[0].token, "KEY") { trim(&arg[1..]) } else { arg };
                 let parts = split_top(arg, |t| word_is(t, "VALUE") || *t == Token::Colon);
-                let [key, value] = &parts[..] else {
-                    return Err(WeirError::user("JSON_OBJECT takes entries of the form KEY 'name' VALUE expression")
-                        .at(Some(location(arg[0].span.start))));
+                let entry = || {
+                    WeirError::user(format!("{what} takes entries of the form KEY 'name' VALUE expression"))
+                        .at(Some(location(arg[0].span.start)))
                 };
+                let [key, value] = &parts[..] else { return Err(entry()) };
                 if trim(key).is_empty() || trim(value).is_empty() {
-                    return Err(WeirError::user("JSON_OBJECT takes entries of the form KEY 'name' VALUE expression")
-                        .at(Some(location(arg[0].span.start))));
+                    return Err(entry());
                 }
                 rewritten.push(rewrite(trim(key).to_vec())?);
                 value.clone()
@@ -159,6 +177,28 @@ pub fn rewrite(tokens: Vec<TokenWithSpan>) -> WeirResult<Vec<TokenWithSpan>> {
         let word = |w: &str| TokenWithSpan::new(Token::make_word(w, None), span);
         let punct = |t: Token| TokenWithSpan::new(t, span);
         let text = |s: &str| TokenWithSpan::new(Token::SingleQuotedString(s.to_string()), span);
+        if aggregate {
+            // `(key,) __weir_json_value('mask', value), 'ON NULL'`
+            use crate::json_aggregates::{ARRAY_AGG, OBJECT_AGG, VALUE};
+            let mut rewritten = rewritten.into_iter();
+            out.push(word(if object { OBJECT_AGG } else { ARRAY_AGG }));
+            out.push(punct(Token::LParen));
+            if object {
+                out.extend(rewritten.next().unwrap_or_default());
+                out.push(punct(Token::Comma));
+            }
+            out.push(word(VALUE));
+            out.push(punct(Token::LParen));
+            out.push(text(&mask));
+            out.push(punct(Token::Comma));
+            out.extend(rewritten.next().unwrap_or_default());
+            out.push(punct(Token::RParen));
+            out.push(punct(Token::Comma));
+            out.push(text(on_null));
+            out.push(punct(Token::RParen));
+            i = end + 1;
+            continue;
+        }
         out.push(word(if object { OBJECT } else { ARRAY }));
         out.push(punct(Token::LParen));
         out.push(text(on_null));
@@ -237,7 +277,7 @@ pub(crate) fn json_of(array: &ArrayRef, row: usize) -> Result<Option<Value>> {
 
 /// A value for the output: a nested constructor's JSON text is parsed back to be inserted as
 /// JSON.
-fn member(array: &ArrayRef, row: usize, raw: bool) -> Result<Option<Value>> {
+pub(crate) fn member(array: &ArrayRef, row: usize, raw: bool) -> Result<Option<Value>> {
     match json_of(array, row)? {
         Some(Value::String(text)) if raw => match serde_json::from_str(&text) {
             Ok(v) => Ok(Some(v)),

@@ -7,6 +7,7 @@ mod collections;
 pub mod date_format;
 pub mod flink_functions;
 pub mod hints;
+pub mod json_aggregates;
 pub mod json_construct;
 pub mod json_functions;
 pub mod legacy_windows;

@@ -176,12 +176,19 @@ impl Planner {
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::OrNullElement::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::date_format::UnixTimestamp::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(current_watermark::CurrentWatermark::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::json_aggregates::JsonValue::default()),
         ] {
             ctx.register_udf(udf);
         }
         for udaf in crate::moments::functions() {
             ctx.register_udaf(udaf);
         }
+        ctx.register_udaf(datafusion::logical_expr::AggregateUDF::new_from_impl(
+            crate::json_aggregates::JsonAgg::array(),
+        ));
+        ctx.register_udaf(datafusion::logical_expr::AggregateUDF::new_from_impl(
+            crate::json_aggregates::JsonAgg::object(),
+        ));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         ctx.register_udtf(crate::hints::FUNCTION, Arc::new(crate::hints::HintedFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {

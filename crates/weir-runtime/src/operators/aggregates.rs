@@ -30,6 +30,28 @@ pub enum AggKind {
     Max,
     /// A deviation or variance ([`Moment`]).
     Moment(Moment),
+    /// An aggregate of the values themselves, in arrival order ([`BagKind`]).
+    Bag(BagKind),
+}
+
+/// Aggregates whose result is made of the values in the order they came: over an updating
+/// input each group keeps its values (the `bag` table), and a retraction takes out the first
+/// equal one, as Flink's `…WithRetract` functions do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BagKind {
+    FirstValue,
+    LastValue,
+    /// `LISTAGG(x [, separator])`, the separator in [`AggregateDef::separator`].
+    ListAgg,
+    /// `JSON_ARRAYAGG(x [NULL | ABSENT ON NULL])`: the argument is the value's JSON text.
+    JsonArray {
+        absent_on_null: bool,
+    },
+    /// `JSON_OBJECTAGG(KEY k VALUE v …)`: the argument is the key, [`AggregateDef::second`]
+    /// the value's JSON text.
+    JsonObject {
+        absent_on_null: bool,
+    },
 }
 
 impl AggKind {
@@ -41,6 +63,11 @@ impl AggKind {
             AggKind::Min => "min",
             AggKind::Max => "max",
             AggKind::Moment(m) => m.name(),
+            AggKind::Bag(BagKind::FirstValue) => "first_value",
+            AggKind::Bag(BagKind::LastValue) => "last_value",
+            AggKind::Bag(BagKind::ListAgg) => "listagg",
+            AggKind::Bag(BagKind::JsonArray { .. }) => "json_arrayagg",
+            AggKind::Bag(BagKind::JsonObject { .. }) => "json_objectagg",
         }
     }
 }
@@ -58,6 +85,17 @@ pub struct AggregateDef {
     pub distinct: bool,
     /// The result's type, as planned.
     pub output: DataType,
+    /// A second argument column (`JSON_OBJECTAGG`'s value).
+    pub second: Option<usize>,
+    /// `LISTAGG`'s separator.
+    pub separator: String,
+}
+
+impl AggregateDef {
+    /// An aggregate of one argument (or none), without filter, distinctness or extras.
+    pub fn new(kind: AggKind, arg: Option<usize>, arg_type: DataType, output: DataType) -> Self {
+        Self { kind, arg, arg_type, filter: None, distinct: false, output, second: None, separator: ",".into() }
+    }
 }
 
 /// How values of an argument are summed.
@@ -125,6 +163,8 @@ pub enum Acc {
     /// Values counted (signed), their sum and their sum of squares: the deviations and
     /// variances.
     Moments(i64, Num, Num),
+    /// A [`BagKind`]'s result: the value in row format (FIRST_VALUE, LAST_VALUE) or the text.
+    Bag(Option<Vec<u8>>),
 }
 
 /// A group's state: rows in the group (signed; the group is gone at zero), the watermark
@@ -188,9 +228,8 @@ impl Prepared {
             return Err(WeirError::not_supported(format!("{}() of {}", def.kind.name(), def.arg_type)));
         }
         let rows = match (def.arg, def.kind, def.distinct) {
-            (Some(_), AggKind::Min | AggKind::Max, _) | (Some(_), _, true) => {
-                Some(RowConverter::new(vec![SortField::new(def.arg_type.clone())])?)
-            }
+            (Some(_), AggKind::Min | AggKind::Max | AggKind::Bag(BagKind::FirstValue | BagKind::LastValue), _)
+            | (Some(_), _, true) => Some(RowConverter::new(vec![SortField::new(def.arg_type.clone())])?),
             _ => None,
         };
         Ok(Self { def, lane, rows })
@@ -201,6 +240,7 @@ impl Prepared {
             (AggKind::Count, _) => Acc::Count(0),
             (AggKind::Sum | AggKind::Avg, Some(lane)) => Acc::Sum(0, Num::zero(lane)),
             (AggKind::Moment(_), Some(lane)) => Acc::Moments(0, Num::zero(lane), Num::zero(lane)),
+            (AggKind::Bag(_), _) => Acc::Bag(None),
             _ => Acc::Extreme(None),
         }
     }
@@ -222,7 +262,7 @@ impl Prepared {
                     squares.add(squared(v.get(i)), sign);
                 }
             }
-            Acc::Extreme(_) => {}
+            Acc::Extreme(_) | Acc::Bag(_) => {}
         }
     }
 
@@ -270,6 +310,21 @@ impl Prepared {
                     ),
                 }
             }
+            (AggKind::Bag(kind @ (BagKind::ListAgg | BagKind::JsonArray { .. } | BagKind::JsonObject { .. })), _) => {
+                let empty = match kind {
+                    BagKind::JsonArray { .. } => Some("[]"),
+                    BagKind::JsonObject { .. } => Some("{}"),
+                    _ => None,
+                };
+                Arc::new(
+                    accs.iter()
+                        .map(|a| match a {
+                            Acc::Bag(Some(text)) => std::str::from_utf8(text).ok(),
+                            _ => empty,
+                        })
+                        .collect::<datafusion::arrow::array::StringArray>(),
+                )
+            }
             _ => {
                 let converter = self.rows.as_ref().ok_or_else(|| WeirError::internal("MIN/MAX without row format"))?;
                 let null =
@@ -277,7 +332,7 @@ impl Prepared {
                 let null = null.row(0);
                 let parser = converter.parser();
                 let rows = accs.iter().map(|a| match a {
-                    Acc::Extreme(Some(v)) => parser.parse(v),
+                    Acc::Extreme(Some(v)) | Acc::Bag(Some(v)) => parser.parse(v),
                     _ => null,
                 });
                 converter.convert_rows(rows)?.remove(0)
@@ -363,8 +418,8 @@ pub fn encode(state: &GroupState, out: &mut Vec<u8>) {
                     }
                 }
             }
-            Acc::Extreme(None) => out.extend_from_slice(&u32::MAX.to_le_bytes()),
-            Acc::Extreme(Some(v)) => {
+            Acc::Extreme(None) | Acc::Bag(None) => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+            Acc::Extreme(Some(v)) | Acc::Bag(Some(v)) => {
                 out.extend_from_slice(&(v.len() as u32).to_le_bytes());
                 out.extend_from_slice(v);
             }
@@ -409,12 +464,12 @@ pub fn decode(bytes: &[u8], empty: &[Acc]) -> Result<GroupState> {
                 let sum = num()?;
                 Acc::Moments(n, sum, num()?)
             }
-            Acc::Extreme(_) => {
+            Acc::Extreme(_) | Acc::Bag(_) => {
                 let len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| damaged())?);
-                if len == u32::MAX {
-                    Acc::Extreme(None)
-                } else {
-                    Acc::Extreme(Some(take(len as usize)?.to_vec()))
+                let value = if len == u32::MAX { None } else { Some(take(len as usize)?.to_vec()) };
+                match shape {
+                    Acc::Bag(_) => Acc::Bag(value),
+                    _ => Acc::Extreme(value),
                 }
             }
         });

@@ -32,7 +32,9 @@ use weir_state::{StateTables, Table, TableDecl, TableKind};
 use super::aggregates::{decode, encode, Acc, AggKind, AggregateDef, GroupState, Prepared, Values};
 use super::state::{interner, ordered, Interner, StateContext};
 
-const TABLES: [TableDecl; 4] = [
+mod bag;
+
+const TABLES: [TableDecl; 5] = [
     TableDecl { name: "groups", kind: TableKind::Value },
     // Group keys by the watermark of their last update: `ordered(watermark) | key`.
     TableDecl { name: "expiry", kind: TableKind::Timed },
@@ -40,6 +42,9 @@ const TABLES: [TableDecl; 4] = [
     TableDecl { name: "extremes", kind: TableKind::Sorted },
     // Per group and DISTINCT aggregate, a count per value.
     TableDecl { name: "distinct", kind: TableKind::Sorted },
+    // Per group and FIRST_VALUE/LAST_VALUE/LISTAGG/JSON aggregate over an updating input (and
+    // JSON_OBJECTAGG over any): its values by arrival, `key | aggregate | sequence`.
+    TableDecl { name: "bag", kind: TableKind::Sorted },
 ];
 
 #[derive(Debug, Clone)]
@@ -61,6 +66,7 @@ pub struct GroupAggregate {
     groups: Table,
     extremes: Table,
     distinct: Table,
+    bag: Table,
     expiry: Table,
     watermark: Watermark,
     /// Groups were updated before the first watermark: filed under `i64::MIN` until it comes.
@@ -133,6 +139,7 @@ impl GroupAggregate {
             groups: tables.table("groups")?,
             extremes: tables.table("extremes")?,
             distinct: tables.table("distinct")?,
+            bag: tables.table("bag")?,
             expiry: tables.table("expiry")?,
             watermark: Watermark::MIN,
             unstamped: false,
@@ -212,6 +219,9 @@ impl GroupAggregate {
         new: &mut [GroupState],
     ) -> Result<()> {
         let def = self.aggs[a].def.clone();
+        if let AggKind::Bag(kind) = def.kind {
+            return self.accumulate_bag(a, kind, batch, signs, grouped, new);
+        }
         let arg = def.arg.map(|c| batch.column(c).clone());
         let filter: Option<BooleanArray> = def.filter.map(|c| batch.column(c).as_boolean().clone());
         let counted = |i: usize| {
@@ -352,6 +362,8 @@ impl GroupAggregate {
                 self.aggs.iter().enumerate().filter(|(_, a)| matches!(a.def.kind, AggKind::Min | AggKind::Max));
             tables.extend(extremes.map(|(a, _)| (self.extremes, a)));
         }
+        let bags = self.aggs.iter().enumerate().filter(|(_, agg)| self.keeps_bag(agg.def.kind));
+        tables.extend(bags.map(|(a, _)| (self.bag, a)));
         tables
     }
 

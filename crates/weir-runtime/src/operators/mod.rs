@@ -25,7 +25,7 @@ mod window_aggregate;
 mod window_join;
 mod window_rank;
 
-pub use aggregates::{AggKind, AggregateDef, Lane, Num};
+pub use aggregates::{AggKind, AggregateDef, BagKind, Lane, Num};
 pub use current_watermark::AppendWatermark;
 pub use filter::Filter;
 pub use first_row::FirstRow;

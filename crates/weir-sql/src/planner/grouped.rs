@@ -4,7 +4,7 @@
 
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::ExprSchemable;
-use weir_runtime::operators::{AggKind, AggregateDef, GroupSpec};
+use weir_runtime::operators::{AggKind, AggregateDef, BagKind, GroupSpec};
 
 use super::*;
 
@@ -54,6 +54,15 @@ impl Planner {
                 "min" => AggKind::Min,
                 "max" => AggKind::Max,
                 moment if let Some(m) = weir_runtime::operators::Moment::of_name(moment) => AggKind::Moment(m),
+                "first_value" => AggKind::Bag(BagKind::FirstValue),
+                "last_value" => AggKind::Bag(BagKind::LastValue),
+                "string_agg" => AggKind::Bag(BagKind::ListAgg),
+                crate::json_aggregates::ARRAY_AGG => {
+                    AggKind::Bag(BagKind::JsonArray { absent_on_null: absent_on_null(&params.args) })
+                }
+                crate::json_aggregates::OBJECT_AGG => {
+                    AggKind::Bag(BagKind::JsonObject { absent_on_null: absent_on_null(&params.args) })
+                }
                 _ if retracting_input => {
                     return Err(WeirError::not_supported(format!(
                         "{name}() over an updating input: it cannot take rows back (COUNT, SUM, AVG, MIN, MAX, the deviations and variances can)"
@@ -70,7 +79,33 @@ impl Planner {
                 return Err(WeirError::not_supported("ordered aggregates (WITHIN GROUP / ORDER BY in an aggregate)"));
             }
             let label = e.human_display().to_string();
-            let (arg, arg_type) = match params.args.as_slice() {
+            let mut second = None;
+            let mut separator = ",".to_string();
+            let args: &[Expr] = match (kind, params.args.as_slice()) {
+                // LISTAGG's separator, and the JSON aggregates' ON NULL, are constants.
+                (AggKind::Bag(BagKind::ListAgg), [a, Expr::Literal(sep, _)]) => {
+                    separator = match sep {
+                        datafusion::common::ScalarValue::Utf8(Some(s))
+                        | datafusion::common::ScalarValue::LargeUtf8(Some(s))
+                        | datafusion::common::ScalarValue::Utf8View(Some(s)) => s.clone(),
+                        _ => return Err(WeirError::user("LISTAGG's separator is a string constant")),
+                    };
+                    std::slice::from_ref(a)
+                }
+                (AggKind::Bag(BagKind::ListAgg), [_, _]) => {
+                    return Err(WeirError::user("LISTAGG's separator is a string constant"))
+                }
+                (AggKind::Bag(BagKind::JsonArray { .. }), [a, _]) => std::slice::from_ref(a),
+                (AggKind::Bag(BagKind::JsonObject { .. }), [k, v, _]) => {
+                    second = Some(column_of(v, format!("{label} value {i}"))?);
+                    std::slice::from_ref(k)
+                }
+                (_, args) => args,
+            };
+            if params.distinct && matches!(kind, AggKind::Bag(_)) {
+                return Err(WeirError::not_supported(format!("{name}(DISTINCT …) in a GROUP BY outside a window")));
+            }
+            let (arg, arg_type) = match args {
                 [] => (None, DataType::Null),
                 // COUNT(*), COUNT(1): every row counts.
                 [Expr::Literal(v, _)] if kind == AggKind::Count && !v.is_null() => (None, DataType::Null),
@@ -94,6 +129,8 @@ impl Planner {
                 filter,
                 distinct,
                 output: output.field(keys + i).data_type().clone(),
+                second,
+                separator,
             });
         }
         let schema = Arc::new(Schema::new(fields));
@@ -113,4 +150,9 @@ impl Planner {
         let spec = GroupSpec { keys, aggregates, retracting_input, schema: Arc::new(output), ttl };
         Ok(exchange.with_operator(OperatorSpec::GroupAggregate { spec, display: text }))
     }
+}
+
+/// The `ON NULL` constant a JSON aggregate's call ends with: `'ABSENT'` or `'NULL'`.
+fn absent_on_null(args: &[Expr]) -> bool {
+    matches!(args.last(), Some(Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(s)), _)) if s == "ABSENT")
 }

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (k STRING, fv INT, lv INT, la STRING, ja STRING, jo STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT k, FIRST_VALUE(v), LAST_VALUE(v), LISTAGG(s), JSON_ARRAYAGG(v NULL ON NULL), JSON_OBJECTAGG(KEY s VALUE id) FROM TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), INTERVAL '1' HOUR)) WHERE k <> 'd' GROUP BY k, window_start, window_end;
