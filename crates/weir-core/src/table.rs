@@ -166,7 +166,7 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
     let millis = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1,
         "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
-        "min" | "mins" | "minute" | "minutes" => 60_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
         "h" | "hour" | "hours" => 3_600_000,
         "d" | "day" | "days" => 86_400_000,
         other => return Err(WeirError::user(format!("'{text}': unknown time unit '{other}' (ms, s, min, h, d)"))),

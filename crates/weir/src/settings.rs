@@ -1,5 +1,6 @@
 //! `SET 'key' = 'value'`: the settings a session knows. An unknown key is an error, not
-//! silently ignored, so that a typo cannot change nothing.
+//! silently ignored, so that a typo cannot change nothing. Flink's keys for the same settings
+//! are taken too ([`FLINK_KEYS`]), so that a Flink job's `SET` statements run unchanged.
 
 use std::collections::BTreeMap;
 
@@ -65,6 +66,68 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Flink's keys for Weir's settings, as a Flink job's `SET` statements write them: each
+/// becomes Weir's key, its value translated where Flink spells it otherwise.
+const FLINK_KEYS: &[(&str, &str)] = &[
+    ("execution.checkpointing.interval", "checkpoint.interval"),
+    ("execution.checkpointing.mode", "checkpoint.mode"),
+    ("execution.checkpointing.timeout", "checkpoint.timeout"),
+    ("execution.checkpointing.dir", "checkpoint.dir"),
+    ("state.checkpoints.dir", "checkpoint.dir"),
+    ("execution.checkpointing.num-retained", "checkpoint.retained"),
+    ("state.checkpoints.num-retained", "checkpoint.retained"),
+    ("parallelism.default", "parallelism"),
+    ("state.backend.type", "state.backend"),
+    ("table.exec.source.idle-timeout", "source.idle-timeout"),
+    ("restart-strategy.fixed-delay.attempts", "restart.attempts"),
+    ("restart-strategy.fixed-delay.delay", "restart.backoff"),
+];
+
+/// Flink keys Weir takes without a setting of its own: what they ask for is how Weir runs
+/// anyway (it always works in batches, always streams), so they change nothing.
+const FLINK_NO_OPS: &[(&str, &str)] = &[
+    ("execution.runtime-mode", "streaming"),
+    ("table.exec.mini-batch.enabled", ""),
+    ("table.exec.mini-batch.allow-latency", ""),
+    ("table.exec.mini-batch.size", ""),
+    ("restart-strategy.type", "fixed-delay"),
+];
+
+/// Weir's key and value for a key and value a Flink script may give.
+fn from_flink(key: &str, value: &str, at: Option<Location>) -> Result<Option<(String, String)>> {
+    if let Some((_, expected)) = FLINK_NO_OPS.iter().find(|(k, _)| *k == key) {
+        if !expected.is_empty() && !value.eq_ignore_ascii_case(expected) {
+            return Err(WeirError::not_supported(format!("'{key}' = '{value}': Weir runs '{expected}' only")).at(at));
+        }
+        log::info!("'{key}' is how Weir runs anyway: nothing to change");
+        return Ok(None);
+    }
+    let Some((_, weir)) = FLINK_KEYS.iter().find(|(k, _)| *k == key) else {
+        return Ok(Some((key.to_string(), value.to_string())));
+    };
+    let value = match *weir {
+        "checkpoint.mode" => value.to_ascii_lowercase().replace('_', "-"),
+        "state.backend" if value.eq_ignore_ascii_case("hashmap") => "memory".to_string(),
+        "checkpoint.dir" => match value.strip_prefix("file://") {
+            Some(path) => path.to_string(),
+            None if value.contains("://") => {
+                return Err(WeirError::not_supported(format!(
+                    "'{key}' = '{value}': checkpoints go to a local directory (file://) yet"
+                ))
+                .at(at))
+            }
+            None => value.to_string(),
+        },
+        _ => value.to_string(),
+    };
+    Ok(Some((weir.to_string(), value)))
+}
+
+/// Weir's key for a key a Flink script may give (for `RESET`).
+pub fn weir_key(key: &str) -> &str {
+    FLINK_KEYS.iter().find(|(k, _)| *k == key).map_or(key, |(_, w)| w)
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     values: BTreeMap<String, String>,
@@ -74,6 +137,8 @@ pub struct Settings {
 
 impl Settings {
     pub fn set(&mut self, key: &str, value: &str, at: Option<Location>) -> Result<()> {
+        let Some((key, value)) = from_flink(key, value, at)? else { return Ok(()) };
+        let (key, value) = (key.as_str(), value.as_str());
         if !SETTINGS.iter().any(|(k, _, _)| *k == key) {
             let known: Vec<_> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
             return Err(WeirError::user(format!("unknown setting '{key}'; settings are: {}", known.join(", "))).at(at));
@@ -153,7 +218,7 @@ impl Settings {
     pub fn reset(&mut self, key: Option<&str>) {
         match key {
             Some(k) => {
-                self.values.remove(k);
+                self.values.remove(weir_key(k));
             }
             None => self.values.clear(),
         }
