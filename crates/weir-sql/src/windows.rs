@@ -85,9 +85,26 @@ fn string_arg(kind: &str, e: &Expr) -> DfResult<String> {
     }
 }
 
-/// An interval argument in milliseconds (no months: their length varies).
+/// The optional `offset` argument at `at`: an interval of days or less, zero, or negative.
+fn offset_arg(kind: &str, exprs: &[Expr], at: usize) -> DfResult<i64> {
+    match exprs.get(at) {
+        None => Ok(0),
+        Some(e) => interval_millis(kind, "offset", e),
+    }
+}
+
+/// An interval argument in milliseconds (no months: their length varies), positive.
 fn millis_arg(kind: &str, what: &str, e: &Expr) -> DfResult<i64> {
-    let ms = match e {
+    let ms = interval_millis(kind, what, e)?;
+    if ms <= 0 {
+        return Err(plan_err(format!("{kind}: the {what} must be positive")));
+    }
+    Ok(ms)
+}
+
+fn interval_millis(kind: &str, what: &str, e: &Expr) -> DfResult<i64> {
+    Ok(match e {
+        Expr::Negative(inner) => -interval_millis(kind, what, inner)?,
         Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
             v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000
         }
@@ -97,21 +114,24 @@ fn millis_arg(kind: &str, what: &str, e: &Expr) -> DfResult<i64> {
                 "{kind}: the {what} must be an interval of days or less, like INTERVAL '10' SECOND, not {other}"
             )))
         }
-    };
-    if ms <= 0 {
-        return Err(plan_err(format!("{kind}: the {what} must be positive")));
-    }
-    Ok(ms)
+    })
 }
 
 impl TableFunctionImpl for WindowFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
         let kind = self.kind.to_uppercase();
         let exprs = args.exprs();
+        // Then an optional offset, but for SESSION.
         let expected = if self.kind == "session" { 4 } else { 3 + usize::from(self.kind != "tumble") };
-        if exprs.len() != expected {
-            return Err(plan_err(format!("{kind} takes {} arguments after TABLE and DESCRIPTOR", expected - 2)));
+        let with_offset = self.kind != "session" && exprs.len() == expected + 1;
+        if exprs.len() != expected && !with_offset {
+            return Err(plan_err(format!(
+                "{kind} takes {} arguments after TABLE and DESCRIPTOR{}",
+                expected - 2,
+                if self.kind == "session" { "" } else { ", and an optional offset" }
+            )));
         }
+        let offset = offset_arg(&kind, exprs, expected)?;
         let table = string_arg(&kind, &exprs[0])?;
         let column = string_arg(&kind, &exprs[1])?;
         let find = |schemas: &TableSchemas| -> DfResult<Option<SchemaRef>> {
@@ -131,7 +151,7 @@ impl TableFunctionImpl for WindowFunction {
         }
         let mut partition_keys = Vec::new();
         let window = match self.kind {
-            "tumble" => WindowKind::Tumble { size: millis_arg(&kind, "size", &exprs[2])? },
+            "tumble" => WindowKind::Tumble { size: millis_arg(&kind, "size", &exprs[2])?, offset },
             "hop" => {
                 let slide = millis_arg(&kind, "slide", &exprs[2])?;
                 let size = millis_arg(&kind, "size", &exprs[3])?;
@@ -140,7 +160,7 @@ impl TableFunctionImpl for WindowFunction {
                         "HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)"
                     )));
                 }
-                WindowKind::Hop { slide, size }
+                WindowKind::Hop { slide, size, offset }
             }
             "cumulate" => {
                 let step = millis_arg(&kind, "step", &exprs[2])?;
@@ -150,7 +170,7 @@ impl TableFunctionImpl for WindowFunction {
                         "CUMULATE: the max size ({max} ms) must be a multiple of the step ({step} ms)"
                     )));
                 }
-                WindowKind::Cumulate { step, max }
+                WindowKind::Cumulate { step, max, offset }
             }
             "session" => {
                 let keys = string_arg(&kind, &exprs[2])?;

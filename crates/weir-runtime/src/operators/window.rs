@@ -15,31 +15,50 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_core::{Chunk, Message, Operator, Result, Watermark, WeirError};
 
 /// Which windows a row belongs to (all in milliseconds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
-    /// `TUMBLE(size)`: one window `[floor(ts), floor(ts) + size)`.
-    Tumble { size: i64 },
-    /// `HOP(slide, size)`: `size / slide` overlapping windows.
-    Hop { slide: i64, size: i64 },
-    /// `CUMULATE(step, max)`: windows `[floor_max(ts), floor_max(ts) + k * step)` that contain ts.
-    Cumulate { step: i64, max: i64 },
+    /// `TUMBLE(size [, offset])`: one window `[floor(ts), floor(ts) + size)`.
+    Tumble { size: i64, offset: i64 },
+    /// `HOP(slide, size [, offset])`: `size / slide` overlapping windows.
+    Hop { slide: i64, size: i64, offset: i64 },
+    /// `CUMULATE(step, max [, offset])`: windows `[floor_max(ts), floor_max(ts) + k * step)`
+    /// that contain ts.
+    Cumulate { step: i64, max: i64, offset: i64 },
     /// `SESSION(gap)`: each row starts as the window `[ts, ts + gap)`; the session aggregate
     /// merges a key's windows that overlap or touch into sessions.
     Session { gap: i64 },
 }
 
+/// As derived, but without an offset of zero: the text is part of a plan's fingerprint, which
+/// checkpoints taken before windows had offsets still match.
+impl std::fmt::Debug for WindowKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (text, offset) = match *self {
+            WindowKind::Tumble { size, offset } => (format!("Tumble {{ size: {size}"), offset),
+            WindowKind::Hop { slide, size, offset } => (format!("Hop {{ slide: {slide}, size: {size}"), offset),
+            WindowKind::Cumulate { step, max, offset } => (format!("Cumulate {{ step: {step}, max: {max}"), offset),
+            WindowKind::Session { gap } => (format!("Session {{ gap: {gap}"), 0),
+        };
+        match offset {
+            0 => write!(f, "{text} }}"),
+            o => write!(f, "{text}, offset: {o} }}"),
+        }
+    }
+}
+
 impl WindowKind {
-    /// Append the windows of event time `ts` as (start, end) to `out`.
+    /// Append the windows of event time `ts` as (start, end) to `out`. Windows align to the
+    /// epoch plus the offset (Flink's `ts - (ts - offset) mod size`).
     fn windows(&self, ts: i64, out: &mut Vec<(i64, i64)>) {
         match *self {
-            WindowKind::Tumble { size } => {
-                let start = ts - ts.rem_euclid(size);
+            WindowKind::Tumble { size, offset } => {
+                let start = ts - (ts - offset).rem_euclid(size);
                 out.push((start, start + size));
             }
-            WindowKind::Hop { slide, size } => {
-                // Windows start at multiples of `slide`, oldest first: every start in
-                // (ts - size, ts].
-                let last = ts - ts.rem_euclid(slide);
+            WindowKind::Hop { slide, size, offset } => {
+                // Windows start at multiples of `slide` (plus the offset), oldest first: every
+                // start in (ts - size, ts].
+                let last = ts - (ts - offset).rem_euclid(slide);
                 let first = ts - size + 1;
                 let mut start = first + (last - first).rem_euclid(slide);
                 while start <= last {
@@ -47,8 +66,8 @@ impl WindowKind {
                     start += slide;
                 }
             }
-            WindowKind::Cumulate { step, max } => {
-                let start = ts - ts.rem_euclid(max);
+            WindowKind::Cumulate { step, max, offset } => {
+                let start = ts - (ts - offset).rem_euclid(max);
                 let mut end = start + step;
                 while end <= start + max {
                     if end > ts {
@@ -63,11 +82,22 @@ impl WindowKind {
 
     pub fn describe(&self) -> String {
         match self {
-            WindowKind::Tumble { size } => format!("TUMBLE({size} ms)"),
-            WindowKind::Hop { slide, size } => format!("HOP(slide {slide} ms, size {size} ms)"),
-            WindowKind::Cumulate { step, max } => format!("CUMULATE(step {step} ms, max {max} ms)"),
+            WindowKind::Tumble { size, offset } => format!("TUMBLE({size} ms{})", offset_text(*offset)),
+            WindowKind::Hop { slide, size, offset } => {
+                format!("HOP(slide {slide} ms, size {size} ms{})", offset_text(*offset))
+            }
+            WindowKind::Cumulate { step, max, offset } => {
+                format!("CUMULATE(step {step} ms, max {max} ms{})", offset_text(*offset))
+            }
             WindowKind::Session { gap } => format!("SESSION(gap {gap} ms)"),
         }
+    }
+}
+
+fn offset_text(offset: i64) -> String {
+    match offset {
+        0 => String::new(),
+        o => format!(", offset {o} ms"),
     }
 }
 
