@@ -90,6 +90,8 @@ pub struct TableDef {
     pub definition: String,
     /// Metadata columns (`METADATA FROM 'key'`): column name -> the connector's key.
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Metadata columns declared `VIRTUAL`: read from the records, never written by a sink.
+    pub virtual_metadata: std::collections::BTreeSet<String>,
     /// Computed columns (`name AS expression`), in `schema` but never read or written by the
     /// connector: the source task evaluates them over each batch it reads.
     pub computed: Vec<ComputedColumn>,
@@ -135,6 +137,39 @@ impl TableDef {
             self.schema.metadata().clone(),
         ));
         std::sync::Arc::new(TableDef { schema, computed: Vec::new(), ..self.as_ref().clone() })
+    }
+
+    /// Whether column `index` is written by a sink: neither computed nor `VIRTUAL` metadata.
+    pub fn persisted_at(&self, index: usize) -> bool {
+        self.computed_at(index).is_none() && !self.virtual_metadata.contains(self.schema.field(index).name())
+    }
+
+    /// The table as a sink writes it: [`TableDef::stored`] without its `VIRTUAL` metadata
+    /// columns. The same table when every column is written.
+    pub fn persisted(self: &std::sync::Arc<Self>) -> std::sync::Arc<Self> {
+        if self.virtual_metadata.is_empty() {
+            return self.stored();
+        }
+        let fields: Vec<_> = (0..self.schema.fields().len())
+            .filter(|i| self.persisted_at(*i))
+            .map(|i| self.schema.field(i).clone())
+            .collect();
+        let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ));
+        let metadata = self
+            .metadata
+            .iter()
+            .filter(|(c, _)| !self.virtual_metadata.contains(*c))
+            .map(|(c, k)| (c.clone(), k.clone()));
+        std::sync::Arc::new(TableDef {
+            schema,
+            computed: Vec::new(),
+            metadata: metadata.collect(),
+            virtual_metadata: Default::default(),
+            ..self.as_ref().clone()
+        })
     }
 
     /// Refuse metadata columns, for a connector that has none.

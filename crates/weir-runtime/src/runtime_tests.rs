@@ -92,6 +92,7 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
         options: Options::default(),
         definition: String::new(),
         metadata: Default::default(),
+        virtual_metadata: Default::default(),
         computed: Vec::new(),
     });
     let root = Node::Source { table, projection: None, schema: schema(), changelog: weir_core::Changelog::AppendOnly }

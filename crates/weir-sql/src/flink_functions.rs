@@ -164,11 +164,36 @@ fn floor_or_ceil(expr: &Expr) -> Option<String> {
     })
 }
 
+/// `a IS [NOT] DISTINCT FROM b AND c`, which sqlparser reads as `a IS DISTINCT FROM (b AND c)`
+/// (it parses the right side as a whole expression), put back as SQL's precedence has it:
+/// `(a IS DISTINCT FROM b) AND c`. A right side the query parenthesized is a `Nested` and stays.
+fn distinct_from_precedence(expr: &mut Expr) {
+    use datafusion::sql::sqlparser::ast::BinaryOperator;
+    let (left, right, not) = match expr {
+        Expr::IsDistinctFrom(l, r) => (l, r, false),
+        Expr::IsNotDistinctFrom(l, r) => (l, r, true),
+        _ => return,
+    };
+    if !matches!(right.as_ref(), Expr::BinaryOp { op: BinaryOperator::And | BinaryOperator::Or, .. }) {
+        return;
+    }
+    let (a, mut tree) = (left.clone(), right.as_ref().clone());
+    // The leftmost operand of the AND/OR tree is the comparison's right side.
+    let mut spot = &mut tree;
+    while let Expr::BinaryOp { left, op: BinaryOperator::And | BinaryOperator::Or, .. } = spot {
+        spot = left.as_mut();
+    }
+    let b = Box::new(spot.clone());
+    *spot = if not { Expr::IsNotDistinctFrom(a, b) } else { Expr::IsDistinctFrom(a, b) };
+    *expr = tree;
+}
+
 /// Rewrite Flink-only function calls in `statement` (or an expression) into DataFusion
 /// expressions.
 pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
     let mut failed = None;
     let _ = visit_expressions_mut(statement, |expr| {
+        distinct_from_precedence(expr);
         if let Some(text) = floor_or_ceil(expr)
             .or_else(|| crate::predicates::replacement(expr))
             .or_else(|| crate::predicates::overlaps(expr))

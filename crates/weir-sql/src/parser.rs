@@ -203,6 +203,8 @@ pub struct ColumnDef {
     /// `METADATA [FROM 'key'] [VIRTUAL]`: filled by the connector, not read from the record's
     /// value (the key, defaulting to the column's name).
     pub metadata: Option<String>,
+    /// `METADATA … VIRTUAL`: read, never written by a sink.
+    pub virtual_metadata: bool,
     /// `name AS expression`: a computed column (its `data_type` is then unspecified, the
     /// expression's type).
     pub computed: Option<Expr>,

@@ -39,6 +39,7 @@ mod joins;
 mod ordering;
 mod ranking;
 mod sources;
+mod static_partitions;
 mod windowed;
 
 /// A table as DataFusion sees it: a schema, nothing to scan.
@@ -329,6 +330,7 @@ impl Planner {
     ) -> Result<StreamPlan> {
         let mut statement = statement.clone();
         if let SqlStatement::Insert(insert) = &mut statement {
+            self.static_partitions(insert).map_err(|e| e.at(Some(start)))?;
             self.name_stored_columns(insert)?;
         }
         let statement = &statement;
@@ -340,8 +342,16 @@ impl Planner {
         })?;
         let (input, sink) = match &plan {
             LogicalPlan::Dml(dml) => {
-                if !matches!(dml.op, WriteOp::Insert(InsertOp::Append)) {
-                    return Err(WeirError::not_supported(format!("{} (only INSERT INTO)", dml.op)).at(Some(start)));
+                match dml.op {
+                    WriteOp::Insert(InsertOp::Append) => {}
+                    WriteOp::Insert(InsertOp::Overwrite) => {
+                        return Err(WeirError::not_supported(
+                            "INSERT OVERWRITE on a stream (Flink runs it in batch mode only: a stream never ends to \
+                             replace the table with)",
+                        )
+                        .at(Some(start)))
+                    }
+                    _ => return Err(WeirError::not_supported(format!("{} (only INSERT INTO)", dml.op)).at(Some(start))),
                 }
                 let name = dml.table_name.table().to_string();
                 let mut table = self.catalog.tables.get(&name).cloned().ok_or_else(|| {
@@ -355,13 +365,13 @@ impl Planner {
             other => (other.clone(), SinkTarget::Caller),
         };
         let mut root = self.stream_node(&input).map_err(|e| place(e, tokens, start))?;
-        // A sink writes its stored columns: computed ones (NULL here) are dropped.
+        // A sink writes its persisted columns: computed and VIRTUAL ones (NULL here) are dropped.
         let sink = match sink {
-            SinkTarget::Table(table) if !table.computed.is_empty() => {
-                let stored = table.stored();
-                let indices = (0..table.schema.fields().len()).filter(|i| table.computed_at(*i).is_none()).collect();
-                root = root.with_operator(OperatorSpec::Select { indices, schema: stored.schema.clone() });
-                SinkTarget::Table(stored)
+            SinkTarget::Table(table) if !table.computed.is_empty() || !table.virtual_metadata.is_empty() => {
+                let persisted = table.persisted();
+                let indices = (0..table.schema.fields().len()).filter(|i| table.persisted_at(*i)).collect();
+                root = root.with_operator(OperatorSpec::Select { indices, schema: persisted.schema.clone() });
+                SinkTarget::Table(persisted)
             }
             other => other,
         };
@@ -377,8 +387,9 @@ impl Planner {
         Ok(StreamPlan { root, sink })
     }
 
-    /// `INSERT INTO t` where `t` has computed columns writes only its stored columns, as in
-    /// Flink: they are named, so that DataFusion expects no value for the computed ones.
+    /// `INSERT INTO t` where `t` has computed or `VIRTUAL` metadata columns writes only its
+    /// persisted columns, as in Flink: they are named, so that DataFusion expects no value for
+    /// the others.
     fn name_stored_columns(&self, insert: &mut datafusion::sql::sqlparser::ast::Insert) -> Result<()> {
         use datafusion::sql::sqlparser::ast::{ObjectName, TableObject};
         let TableObject::TableName(name) = &insert.table else { return Ok(()) };
@@ -386,15 +397,16 @@ impl Planner {
         else {
             return Ok(());
         };
-        if table.computed.is_empty() {
+        if table.computed.is_empty() && table.virtual_metadata.is_empty() {
             return Ok(());
         }
         for column in &insert.columns {
             let ident = column.0.last().and_then(|p| p.as_ident());
             let index = ident.and_then(|i| table.schema.index_of(&normalize(i)).ok());
-            if index.is_some_and(|i| table.computed_at(i).is_some()) {
+            if let Some(i) = index.filter(|i| !table.persisted_at(*i)) {
+                let what = if table.computed_at(i).is_some() { "computed" } else { "a VIRTUAL metadata column" };
                 return Err(WeirError::user(format!(
-                    "INSERT INTO {}: column '{column}' is computed, and cannot be written",
+                    "INSERT INTO {}: column '{column}' is {what}, and cannot be written",
                     table.name
                 ))
                 .at(ident.and_then(ident_location)));
@@ -402,7 +414,7 @@ impl Planner {
         }
         if insert.columns.is_empty() {
             insert.columns = (0..table.schema.fields().len())
-                .filter(|i| table.computed_at(*i).is_none())
+                .filter(|i| table.persisted_at(*i))
                 .map(|i| ObjectName::from(vec![Ident::with_quote('"', table.schema.field(i).name())]))
                 .collect();
         }

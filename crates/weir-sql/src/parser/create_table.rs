@@ -81,6 +81,7 @@ impl StatementParser<'_, '_> {
                         not_null: false,
                         location: at,
                         metadata: None,
+                        virtual_metadata: false,
                         computed: Some(expr),
                     });
                     if !self.p.consume_token(&Token::Comma) {
@@ -94,6 +95,7 @@ impl StatementParser<'_, '_> {
                     .map_err(|e| e.context(format!("table '{}', column '{}'", table.name.value, name.value)))?;
                 let mut not_null = false;
                 let mut metadata = None;
+                let mut virtual_metadata = false;
                 loop {
                     if self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
                         not_null = true;
@@ -106,8 +108,8 @@ impl StatementParser<'_, '_> {
                     } else if self.p.parse_keyword(Keyword::METADATA) {
                         let key =
                             if self.p.parse_keyword(Keyword::FROM) { self.string()?.0 } else { name.value.clone() };
-                        // VIRTUAL (not written by a sink): every metadata column is read-only here.
-                        let _ = self.p.parse_keyword(Keyword::VIRTUAL);
+                        // VIRTUAL: read, but not written by a sink (nor given by an INSERT).
+                        virtual_metadata = self.p.parse_keyword(Keyword::VIRTUAL);
                         metadata = Some(key);
                     } else if self.p.parse_keyword(Keyword::COMMENT) {
                         self.string()?;
@@ -115,7 +117,15 @@ impl StatementParser<'_, '_> {
                         break;
                     }
                 }
-                table.columns.push(ColumnDef { name, data_type, not_null, location: at, metadata, computed: None });
+                table.columns.push(ColumnDef {
+                    name,
+                    data_type,
+                    not_null,
+                    location: at,
+                    metadata,
+                    virtual_metadata,
+                    computed: None,
+                });
             }
             if !self.p.consume_token(&Token::Comma) {
                 self.p.expect_token(&Token::RParen).map_err(parser_error)?;

@@ -128,6 +128,7 @@ impl Planner {
                 .iter()
                 .filter_map(|c| c.metadata.as_ref().map(|key| (normalize(&c.name), key.clone())))
                 .collect(),
+            virtual_metadata: ct.columns.iter().filter(|c| c.virtual_metadata).map(|c| normalize(&c.name)).collect(),
             computed,
         };
         let table = Arc::new(table);
@@ -283,7 +284,8 @@ pub(super) fn show_create_table(table: &TableDef) -> String {
         lines.push(match (table.computed_at(i), table.metadata.get(field.name())) {
             (Some(c), _) => format!("  {name} AS {}", c.sql),
             (None, Some(key)) => {
-                format!("  {name} {} METADATA FROM '{key}'", weir_core::sql_type_name(field.data_type()))
+                let virtual_ = if table.virtual_metadata.contains(field.name()) { " VIRTUAL" } else { "" };
+                format!("  {name} {} METADATA FROM '{key}'{virtual_}", weir_core::sql_type_name(field.data_type()))
             }
             (None, None) => {
                 let null = if field.is_nullable() { "" } else { " NOT NULL" };

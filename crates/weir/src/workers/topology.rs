@@ -163,6 +163,7 @@ impl Cutter<'_> {
             options,
             definition: String::new(),
             metadata: Default::default(),
+            virtual_metadata: Default::default(),
             computed: Vec::new(),
         }
     }
