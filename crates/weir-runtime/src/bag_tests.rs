@@ -7,10 +7,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use weir_core::Operator;
-use weir_state::KeyGroups;
 
-use crate::changelog_tests::{chunk, pretty};
-use crate::exchange::hash_partition;
+use crate::changelog_tests::{chunk, push, snapshots_of_two_tasks};
 use crate::operators::{AggKind, AggregateDef, BagKind, GroupAggregate, GroupSpec, StateContext};
 
 /// `GROUP BY k` of (k, id, v) with FIRST_VALUE(v), LAST_VALUE(v), LISTAGG(v, ';'),
@@ -38,12 +36,6 @@ fn bags(state: &StateContext, retracting_input: bool) -> GroupAggregate {
         ttl: None,
     };
     GroupAggregate::new(spec, state).expect("operator")
-}
-
-fn push(op: &mut GroupAggregate, text: &str) -> String {
-    let mut out = Vec::new();
-    op.process_chunk(chunk(text), &mut out).expect("chunk");
-    pretty(&out)
 }
 
 #[test]
@@ -86,23 +78,11 @@ fn a_json_objectagg_key_given_twice_fails_as_in_flink() {
 
 #[test]
 fn values_restore_at_another_parallelism_in_their_order() {
-    let groups = KeyGroups::default();
-    let task = |index, count| StateContext {
-        backend: weir_state::Backend::Memory,
-        key_groups: groups,
-        owned: groups.range_of(index, count),
-    };
-    let input = chunk("k:T id:T v:T\n+I a 1 10\n+I b 2 20\n+I a 3 11\n+I c 4 40\n+I a 5 12");
-    let parts = hash_partition(&input, &[0], 2, groups).expect("partition");
-    let mut snapshots = Vec::new();
-    for (i, part) in parts.into_iter().enumerate() {
-        let mut op = bags(&task(i, 2), true);
-        if let Some(part) = part {
-            op.process_chunk(part, &mut Vec::new()).expect("chunk");
-        }
-        snapshots.push(op.snapshot().expect("snapshot").expect("state").state);
-    }
-    let mut op = bags(&task(0, 1), true);
+    let (snapshots, one) =
+        snapshots_of_two_tasks("k:T id:T v:T\n+I a 1 10\n+I b 2 20\n+I a 3 11\n+I c 4 40\n+I a 5 12", |state| {
+            bags(state, true)
+        });
+    let mut op = bags(&one, true);
     let states: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
     op.restore(&states).expect("restore");
     let out = push(&mut op, "k:T id:T v:T\n-D a 1 10\n+I a 6 13");

@@ -95,10 +95,35 @@ fn group_aggregate(state: &StateContext) -> GroupAggregate {
     GroupAggregate::new(spec, state).expect("operator")
 }
 
-fn push(op: &mut GroupAggregate, text: &str) -> String {
+/// What an operator emits for a chunk written as text.
+pub(crate) fn push(op: &mut impl Operator, text: &str) -> String {
     let mut out = Vec::new();
     op.process_chunk(chunk(text), &mut out).expect("chunk");
     pretty(&out)
+}
+
+/// `input` split by its first column over two tasks of operators `make` builds, each fed its
+/// rows; their snapshots, and the state context of one task to restore them into.
+pub(crate) fn snapshots_of_two_tasks<O: Operator>(
+    input: &str,
+    make: impl Fn(&StateContext) -> O,
+) -> (Vec<Vec<u8>>, StateContext) {
+    let groups = KeyGroups::default();
+    let task = |index, count| StateContext {
+        backend: weir_state::Backend::Memory,
+        key_groups: groups,
+        owned: groups.range_of(index, count),
+    };
+    let parts = hash_partition(&chunk(input), &[0], 2, groups).expect("partition");
+    let mut snapshots = Vec::new();
+    for (i, part) in parts.into_iter().enumerate() {
+        let mut op = make(&task(i, 2));
+        if let Some(part) = part {
+            op.process_chunk(part, &mut Vec::new()).expect("chunk");
+        }
+        snapshots.push(op.snapshot().expect("snapshot").expect("state").state);
+    }
+    (snapshots, task(0, 1))
 }
 
 #[test]
@@ -114,25 +139,10 @@ fn a_group_aggregate_emits_one_change_per_group_and_takes_rows_back() {
 
 #[test]
 fn group_state_restores_at_another_parallelism() {
-    let groups = KeyGroups::default();
-    let task = |index, count| StateContext {
-        backend: weir_state::Backend::Memory,
-        key_groups: groups,
-        owned: groups.range_of(index, count),
-    };
     // At two tasks, each taking its keys' rows.
-    let input = chunk("k:T v:I\n+I a 1\n+I b 2\n+I c 3\n+I d 4\n+I a 10");
-    let parts = hash_partition(&input, &[0], 2, groups).expect("partition");
-    let mut snapshots = Vec::new();
-    for (i, part) in parts.into_iter().enumerate() {
-        let mut op = group_aggregate(&task(i, 2));
-        if let Some(part) = part {
-            op.process_chunk(part, &mut Vec::new()).expect("chunk");
-        }
-        snapshots.push(op.snapshot().expect("snapshot").expect("state").state);
-    }
+    let (snapshots, one) = snapshots_of_two_tasks("k:T v:I\n+I a 1\n+I b 2\n+I c 3\n+I d 4\n+I a 10", group_aggregate);
     // At one task, from both: the groups go on where they were.
-    let mut op = group_aggregate(&task(0, 1));
+    let mut op = group_aggregate(&one);
     let states: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
     op.restore(&states).expect("restore");
     let out = push(&mut op, "k:T v:I\n-D a 1\n+I d 6");

@@ -58,34 +58,21 @@ fn equal_rows_are_counted_and_several_changes_of_a_chunk_leave_one_change_per_ke
 
 #[test]
 fn materialized_keys_restore_at_another_parallelism() {
-    use weir_state::KeyGroups;
-    let groups = KeyGroups::default();
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("v", DataType::Int64, true),
         Field::new("w", DataType::Utf8, true),
     ]));
-    let at = |index, count| {
-        let ctx = StateContext {
-            backend: weir_state::Backend::Memory,
-            key_groups: groups,
-            owned: groups.range_of(index, count),
-        };
-        UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema: schema.clone() }, &ctx).expect("materializer")
+    let make = |ctx: &StateContext| {
+        UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema: schema.clone() }, ctx).expect("materializer")
     };
     // At two tasks, each holding its keys' rows: a with two rows, the later its value.
-    let input = chunk(&format!("{ROWS}\n+I a 1 x\n+I b 2 y\n+I a 3 z\n+I c 4 q"));
-    let parts = crate::exchange::hash_partition(&input, &[0], 2, groups).expect("partition");
-    let mut snapshots = Vec::new();
-    for (i, part) in parts.into_iter().enumerate() {
-        let mut m = at(i, 2);
-        if let Some(part) = part {
-            m.process_chunk(part, &mut Vec::new()).expect("chunk");
-        }
-        snapshots.push(m.snapshot().expect("snapshot").expect("state").state);
-    }
+    let (snapshots, one) = crate::changelog_tests::snapshots_of_two_tasks(
+        &format!("{ROWS}\n+I a 1 x\n+I b 2 y\n+I a 3 z\n+I c 4 q"),
+        make,
+    );
     // At one task, from both: taking a's value back brings its earlier row back.
-    let mut m = at(0, 1);
+    let mut m = make(&one);
     let states: Vec<&[u8]> = snapshots.iter().map(|s| s.as_slice()).collect();
     m.restore(&states).expect("restore");
     assert_eq!(step(&mut m, "-D a 3 z\n-D b 2 y"), "-U a 3 z\n+U a 1 x\n-D b 2 y\n");
