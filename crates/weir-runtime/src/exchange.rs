@@ -1,15 +1,13 @@
 //! Routing a task's output to the tasks of the next stage: by key hash, round-robin, or to
-//! all of them. Rows are split with vectorized hashing of the key columns over whole batches
-//! (DataFusion's `create_hashes`, with a fixed seed so that a key goes to the same task in
-//! every run: state restored from a checkpoint must meet its keys again). A hash picks a key
-//! group, and the group its task ([`KeyGroups`]): so a key's task at any parallelism is the
-//! one that owns its group's state.
+//! all of them. Rows are split by hashing the key columns over whole batches with Weir's own
+//! hash ([`crate::key_hash`]), the same on every machine and version: state restored from a
+//! checkpoint must meet its keys again. A hash picks a key group, and the group its task
+//! ([`KeyGroups`]): so a key's task at any parallelism is the one that owns its group's state.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, Int8Array, UInt32Array};
 use datafusion::arrow::compute::{take, take_record_batch};
-use datafusion::common::hash_utils::{create_hashes, RandomState};
 use weir_core::{Chunk, Result, WeirError};
 use weir_state::KeyGroups;
 
@@ -37,9 +35,6 @@ impl Partitioning {
     }
 }
 
-/// The seed of the partitioning hash: fixed, so that partitioning is the same in every run.
-const SEED: RandomState = RandomState::with_seed(0x5745_4952); // "WEIR"
-
 /// The key group of each row of `batch`, by its `keys` columns: what the exchange routed it
 /// by, so an operator can file the row's state under it.
 pub fn key_groups_of(
@@ -58,9 +53,7 @@ pub fn key_groups_of_columns(
     rows: usize,
     groups: KeyGroups,
 ) -> Result<Vec<u16>> {
-    let mut hashes = vec![0u64; rows];
-    create_hashes(columns.iter(), &SEED, &mut hashes)?;
-    Ok(hashes.into_iter().map(|h| groups.of_hash(h)).collect())
+    Ok(crate::key_hash::hash_rows(columns, rows)?.into_iter().map(|h| groups.of_hash(h)).collect())
 }
 
 /// Split `chunk` by the key groups of its `keys` columns into `n` parts, one per task of the

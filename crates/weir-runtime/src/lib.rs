@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod determinism;
 mod exchange;
 mod job;
+mod key_hash;
 mod merge;
 pub mod operators;
 mod plan;
@@ -32,6 +33,7 @@ mod sort_tests;
 
 pub use exchange::{hash_partition, Partitioning};
 pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
+pub use key_hash::KEY_HASH;
 pub use merge::InputMerger;
 pub use plan::{LookupOf, Node, OperatorSpec, SinkTarget, StreamPlan};
 pub use shared_scan::{share_scans, SharedScan};

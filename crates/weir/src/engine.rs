@@ -684,8 +684,9 @@ impl Engine {
             shape.push_str(&format!("shared scan {} {:?} {:?}\n", scan.table, scan.columns, scan.readers));
         }
         let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{shape}{} key groups, state in {}",
+            "{shape}{} key groups by {}, state in {}",
             options.key_groups.max(),
+            weir_runtime::KEY_HASH,
             if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
         ));
         let checkpoint = state.settings.checkpoint_config(&name, fingerprint)?;
