@@ -14,6 +14,10 @@ use crate::operators::{AggKind, AggregateDef, BagKind, GroupAggregate, GroupSpec
 /// `GROUP BY k` of (k, id, v) with FIRST_VALUE(v), LAST_VALUE(v), LISTAGG(v, ';'),
 /// JSON_ARRAYAGG(v) and JSON_OBJECTAGG(KEY id VALUE v); `v` is already JSON text.
 fn bags(state: &StateContext, retracting_input: bool) -> GroupAggregate {
+    bags_with_ttl(state, retracting_input, None)
+}
+
+fn bags_with_ttl(state: &StateContext, retracting_input: bool, ttl: Option<i64>) -> GroupAggregate {
     let text = |name: &str| Field::new(name, DataType::Utf8, true);
     let output = Arc::new(Schema::new(vec![text("k"), text("f"), text("l"), text("la"), text("ja"), text("jo")]));
     let def = |kind| AggregateDef::new(AggKind::Bag(kind), Some(2), DataType::Utf8, DataType::Utf8);
@@ -33,7 +37,7 @@ fn bags(state: &StateContext, retracting_input: bool) -> GroupAggregate {
         ],
         retracting_input,
         schema: output,
-        ttl: None,
+        ttl,
     };
     GroupAggregate::new(spec, state).expect("operator")
 }
@@ -90,4 +94,15 @@ fn values_restore_at_another_parallelism_in_their_order() {
         out.contains("+U a 11 13 11;12;13 [11,12,13] {\"3\":11,\"5\":12,\"6\":13}\n"),
         "the values of a, in order, without its first: {out}"
     );
+}
+
+#[test]
+fn a_group_forgotten_by_its_ttl_forgets_its_values() {
+    let mut op = bags_with_ttl(&StateContext::memory(), true, Some(10));
+    push(&mut op, "k:T id:T v:T\n+I a 1 10");
+    op.process_watermark(weir_core::Watermark(0), &mut Vec::new()).expect("watermark");
+    // The watermark passes a's last update by more than the TTL: a is forgotten, silently.
+    op.process_watermark(weir_core::Watermark(100), &mut Vec::new()).expect("watermark");
+    // A new row of a starts it again, without the values it had.
+    assert_eq!(push(&mut op, "k:T id:T v:T\n+I a 2 20"), "+I a 20 20 20 [20] {\"2\":20}\n");
 }
