@@ -314,7 +314,9 @@ impl Sink for KafkaSink {
             (_, Some((p, c))) => (p, c),
             _ => return Err(WeirError::internal("no producer")),
         };
-        self.writer.write(producer, &chunk)?;
+        // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
+        let writer = &self.writer;
+        super::blocking(|| writer.write(producer, &chunk))?;
         Self::check(context, &self.table)?;
         if !self.wrote {
             self.wrote = true;
@@ -433,7 +435,7 @@ impl Sink for KafkaSink {
                 // Without checkpoints: commit at the end (with them, `pre_commit_final` and
                 // `commit` have done it).
                 if let Some(t) = self.open.take() {
-                    t.producer.flush(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot flush", e))?;
+                    super::blocking(|| t.producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
                     Self::check(&t.context, &self.table)?;
                     super::blocking(|| self.commit_one(t))?;
                 }
