@@ -21,9 +21,11 @@ use datafusion::arrow::datatypes::DataType;
 use super::*;
 use crate::operators::aggregates::BagKind;
 
-/// The bag key of one value: `aggregate key | sequence`, the sequence big-endian.
-fn seq_of(sort: &[u8]) -> u64 {
-    sort.try_into().map(u64::from_be_bytes).unwrap_or(0)
+/// The sequence number a value is filed under in the bag (big-endian, after the key).
+fn seq_of(sort: &[u8]) -> Result<u64> {
+    sort.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| WeirError::internal("a group aggregate's bag of values in a checkpoint is damaged"))
 }
 
 impl GroupAggregate {
@@ -152,7 +154,7 @@ impl GroupAggregate {
             let group = grouped.key_groups[*g];
             // (sequence, value, stored already)
             let mut bag: Vec<(u64, Vec<u8>, bool)> =
-                entries.into_iter().map(|(sort, item)| (seq_of(&sort), item, true)).collect();
+                entries.into_iter().map(|(sort, item)| Ok((seq_of(&sort)?, item, true))).collect::<Result<_>>()?;
             let mut next = bag.last().map_or(0, |(seq, _, _)| seq + 1);
             for (sign, item) in &changes[*g] {
                 if *sign > 0 {
