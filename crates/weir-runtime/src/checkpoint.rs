@@ -221,6 +221,15 @@ impl LocalStore {
         let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;
         let manifest: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
+        // Keys in another hash's groups would not meet their state: said by name.
+        let hash = manifest["key_hash"].as_str().unwrap_or("DataFusion's ahash (Weir before weir-xxh64-v1)");
+        if hash != crate::KEY_HASH {
+            return Err(format!(
+                "its keys were put in key groups by {hash}, and this Weir puts them by {}: a key's state would \
+                 be in another group",
+                crate::KEY_HASH
+            ));
+        }
         if manifest["fingerprint"].as_str() != Some(fingerprint) {
             return Err(
                 "taken by a plan that keeps other state (another query, state backend or max-parallelism)".into()
@@ -350,8 +359,7 @@ impl CheckpointStore for LocalStore {
         }
         weir_core::fault::pause("manifest");
         self.check_owner()?;
-        let manifest =
-            serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "files": files, "shared": shared });
+        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "key_hash": crate::KEY_HASH, "files": files, "shared": shared });
         let tmp = dir.join("manifest.json.tmp");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
@@ -694,6 +702,16 @@ mod tests {
         // Checkpoints of another plan are refused loudly, not skipped into a fresh start.
         let err = store.latest("other plan").expect_err("another plan");
         assert!(err.message.contains("start with --from-scratch"), "{}", err.message);
+
+        // One whose keys another hash grouped (no name: DataFusion's ahash) says so.
+        let manifest = dir.join("chk-0000000001").join("manifest.json");
+        let text = std::fs::read_to_string(&manifest).expect("manifest");
+        let old = text.replace(&format!(",\"key_hash\":\"{}\"", crate::KEY_HASH), "");
+        assert_ne!(old, text, "the manifest names its key hash");
+        std::fs::write(&manifest, old).expect("an older manifest");
+        let err = store.latest("plan").expect_err("another key hash");
+        assert!(err.message.contains("key groups by DataFusion's ahash"), "{}", err.message);
+        std::fs::write(&manifest, text).expect("manifest back");
 
         // Retention keeps the newest complete ones; clear removes everything.
         store.write(4, "plan", &state(b"four")).expect("write 4");
