@@ -8,6 +8,7 @@ use weir_core::{
 use crate::filesystem::{FileSink, FileSource};
 use crate::format::Format;
 use crate::{blackhole::BlackholeSink, print::PrintSink};
+use weir_core::two_phase::TwoPhaseCommitSink;
 
 const CONNECTORS: &[&str] =
     &["filesystem", "kafka", "upsert-kafka", "jdbc", "nexmark", "datagen", "print", "blackhole"];
@@ -244,9 +245,9 @@ impl ConnectorFactory for Connectors {
                 "table '{}' uses connector '{connector}', which can only be read",
                 table.name
             ))),
-            "filesystem" => Ok(Box::new(FileSink::new(table, schema, split)?)),
-            "kafka" | "upsert-kafka" => Ok(Box::new(crate::kafka::KafkaSink::new(table, schema, split)?)),
-            "jdbc" => Ok(Box::new(crate::jdbc::JdbcSink::new(table, schema, split)?)),
+            "filesystem" => Ok(Box::new(TwoPhaseCommitSink::new(FileSink::new(table, schema, split)?, split.index))),
+            "kafka" | "upsert-kafka" => crate::kafka::sink(table, schema, split),
+            "jdbc" => crate::jdbc::sink(table, schema, split),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

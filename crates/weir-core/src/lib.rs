@@ -16,6 +16,7 @@ mod pretty;
 mod sql_type;
 pub mod table;
 pub mod traits;
+pub mod two_phase;
 
 pub use changelog::{Changelog, Materialized};
 pub use chunk::{Chunk, Op};

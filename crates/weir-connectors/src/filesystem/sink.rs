@@ -31,11 +31,27 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use weir_core::{parse_duration, Chunk, Result, Sink, Split, TableDef, WeirError};
+use serde::{Deserialize, Serialize};
+use weir_core::two_phase::{Committer, Earlier};
+use weir_core::{parse_duration, Chunk, Result, Split, TableDef, WeirError};
 
 use super::commit::{mark, PartitionCommit};
 use super::partition;
 use crate::format::{BatchWriter, Format};
+
+/// What checkpoint `n` leaves to publish: its files (pending names, relative), and the
+/// watermark at its barrier, which completes partitions once they are published.
+#[derive(Serialize, Deserialize)]
+pub struct PreCommit {
+    files: Vec<String>,
+    watermark: i64,
+}
+
+/// Partitions written but not yet complete at the checkpoint.
+#[derive(Serialize, Deserialize, Default)]
+pub struct Recovery {
+    uncommitted_partitions: Vec<String>,
+}
 
 /// The directory of commit records, skipped by readers (leading `_`).
 pub const LOG_DIR: &str = "_weir_log";
@@ -69,13 +85,9 @@ pub struct FileSink {
     closed: Vec<String>,
     /// Sequence number of the next file of `epoch`.
     seq: u64,
-    /// Pre-committed files not published yet, by checkpoint.
-    pending: BTreeMap<u64, Vec<String>>,
-    /// Partition commit, if the table has one; the watermark, and at each pre-committed
-    /// checkpoint the watermark of its barrier.
+    /// Partition commit, if the table has one, and the watermark.
     commit: Option<PartitionCommit>,
     watermark: i64,
-    barrier_watermarks: BTreeMap<u64, i64>,
     /// Without checkpoints: names unique to this run (`run<ms>x<pid>x<n>`), so that another
     /// run into the same directory adds files instead of replacing them.
     run: String,
@@ -142,10 +154,8 @@ impl FileSink {
             epoch: 1,
             closed: Vec::new(),
             seq: 0,
-            pending: BTreeMap::new(),
             commit: PartitionCommit::from_table(table)?,
             watermark: i64::MIN,
-            barrier_watermarks: BTreeMap::new(),
             run: format!(
                 "run{}x{}x{}",
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
@@ -242,12 +252,6 @@ impl FileSink {
         Ok(())
     }
 
-    fn state(&self) -> Vec<u8> {
-        let pending: BTreeMap<String, &Vec<String>> = self.pending.iter().map(|(e, f)| (e.to_string(), f)).collect();
-        let partitions = self.commit.as_ref().map(|c| c.open()).unwrap_or_default();
-        serde_json::json!({ "pending": pending, "uncommitted_partitions": partitions }).to_string().into_bytes()
-    }
-
     /// Mark the partitions complete at `watermark` (all of them at the end).
     fn mark_due(&mut self, watermark: Option<i64>) -> Result<()> {
         let Some(commit) = &mut self.commit else { return Ok(()) };
@@ -269,26 +273,6 @@ impl FileSink {
     /// (with their commit records), anywhere under the table directory.
     fn clean_after(&self, epoch: u64) -> Result<()> {
         self.clean_after_of(self.task, epoch)
-    }
-
-    /// Publish what a checkpoint `epoch` pre-committed (idempotent).
-    fn publish_restored(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
-        let Some(state) = state else { return Ok(()) };
-        let damaged = || WeirError::internal("a file sink state in a checkpoint is damaged");
-        let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
-        if let Some(commit) = &mut self.commit {
-            let dirs = value["uncommitted_partitions"].as_array().into_iter().flatten();
-            commit.restore(dirs.filter_map(|d| d.as_str().map(String::from)));
-        }
-        for (e, files) in value["pending"].as_object().into_iter().flatten() {
-            let e: u64 = e.parse().map_err(|_| damaged())?;
-            let files: Vec<String> =
-                files.as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
-            if e <= epoch {
-                self.publish(e, &files)?;
-            }
-        }
-        Ok(())
     }
 
     /// Remove what task `task` (of this run or an earlier one) left after checkpoint `epoch`.
@@ -372,8 +356,17 @@ fn parse_size(text: &str) -> Option<u64> {
 }
 
 #[async_trait]
-impl Sink for FileSink {
-    async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
+impl Committer for FileSink {
+    type PreCommit = PreCommit;
+    type Recovery = Recovery;
+    const KIND: &'static str = "file";
+    const VERSION: u32 = 1;
+
+    fn describe(&self) -> String {
+        format!("the filesystem sink of table '{}' (task {})", self.table, self.task)
+    }
+
+    async fn write(&mut self, chunk: Chunk) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported(format!(
                 "writing updates or deletes to the filesystem table '{}'",
@@ -437,63 +430,47 @@ impl Sink for FileSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<PreCommit>> {
         self.transactional = true;
-        self.barrier_watermarks.insert(epoch, self.watermark);
         self.roll_all()?;
         let files = std::mem::take(&mut self.closed);
-        if !files.is_empty() {
-            self.pending.entry(epoch).or_default().extend(files);
-        }
         self.epoch = epoch + 1;
         self.seq = 0;
-        Ok(Some(self.state()))
+        // Even without files: the barrier's watermark completes partitions when it commits.
+        Ok(Some(PreCommit { files, watermark: self.watermark }))
     }
 
-    async fn commit(&mut self, epoch: u64) -> Result<()> {
-        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
-        if !due.is_empty() {
-            weir_core::fault::pause("file_commit");
-        }
-        for e in due {
-            if let Some(files) = self.pending.remove(&e) {
-                self.publish(e, &files)?;
-            }
-        }
-        // The watermark at this checkpoint's barrier: every row before it is published now.
-        if let Some((_, w)) = self.barrier_watermarks.range(..=epoch).next_back() {
-            let w = *w;
-            self.barrier_watermarks.retain(|e, _| *e > epoch);
-            self.mark_due(Some(w))?;
-        }
-        Ok(())
+    fn recovery(&self) -> Recovery {
+        Recovery { uncommitted_partitions: self.commit.as_ref().map(|c| c.open()).unwrap_or_default() }
     }
 
-    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
-        self.restore_rescaled(epoch, &[(self.task, state)]).await
+    async fn commit(&mut self, epoch: u64, pre_commit: &PreCommit) -> Result<()> {
+        if !pre_commit.files.is_empty() {
+            self.publish(epoch, &pre_commit.files)?;
+        }
+        // Every row before the barrier's watermark is published now.
+        self.mark_due(Some(pre_commit.watermark))
     }
 
-    /// Every old task's pre-commit published by the one new task whose index it falls to,
-    /// which also removes what that old task left after the checkpoint (and what this task
-    /// left, if an earlier run had a task of its index).
-    async fn restore_rescaled(&mut self, epoch: u64, old: &[(usize, Option<&[u8]>)]) -> Result<()> {
+    /// Every earlier task's pre-commits are published by the one task they fall to, which
+    /// also removes what that task left after the checkpoint (and what this task left, if an
+    /// earlier run had a task of its index).
+    async fn recover(&mut self, epoch: u64, earlier: Vec<Earlier<PreCommit, Recovery>>) -> Result<()> {
         self.transactional = true;
         self.epoch = epoch + 1;
         self.seq = 0;
-        weir_core::fault::pause("file_restore");
-        for (task, state) in old {
-            self.publish_restored(epoch, *state)?;
-            self.clean_after_of(*task, epoch)?;
+        for old in earlier {
+            if let Some(commit) = &mut self.commit {
+                commit.restore(old.recovery.uncommitted_partitions.into_iter());
+            }
+            for (e, pre_commit) in &old.pre_commits {
+                if !pre_commit.files.is_empty() {
+                    self.publish(*e, &pre_commit.files)?;
+                }
+            }
+            self.clean_after_of(old.task, epoch)?;
         }
         self.clean_after(epoch)
-    }
-
-    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
-        if !self.transactional {
-            return Ok(None);
-        }
-        let epoch = self.epoch;
-        self.pre_commit(epoch).await
     }
 
     async fn finish(&mut self) -> Result<()> {

@@ -22,7 +22,7 @@ use weir_core::{table::parse_duration, Changelog, Result, TableDef, WeirError};
 pub use check::check_table;
 pub use endpoint::Endpoint;
 pub use lookup::JdbcLookup;
-pub use sink::JdbcSink;
+pub use sink::{sink, JdbcSink};
 
 const OPTIONS: &[&str] = &[
     "connector",

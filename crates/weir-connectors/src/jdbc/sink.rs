@@ -18,12 +18,13 @@
 //! A connection that fails is opened again, with backoff, up to `'sink.max-retries'` times
 //! for each write; then the job fails and restarts from its checkpoint. No row is skipped.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
+use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
+use weir_core::two_phase::{Committer, Earlier, TwoPhaseCommitSink};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
 use super::check::{check_with, Target};
@@ -133,7 +134,11 @@ pub struct JdbcSink {
     since: Instant,
     /// Exactly-once: the checkpoint the buffered changes belong to.
     epoch: u64,
-    pending: BTreeMap<u64, Prepared>,
+    /// Prepared transactions waiting for their checkpoint, oldest first.
+    prepared: Vec<Prepared>,
+    /// Changes of transactions rolled back with their given-up checkpoints: written first
+    /// in the next one.
+    redo: Buffer,
     /// Exactly-once: this task's generation once it has taken over.
     generation: Option<i64>,
     /// Exactly-once: a transaction is open on the connection (its lock on the task's row
@@ -155,7 +160,8 @@ impl JdbcSink {
             buffer: Buffer::default(),
             since: Instant::now(),
             epoch: 1,
-            pending: BTreeMap::new(),
+            prepared: Vec::new(),
+            redo: Buffer::default(),
             generation: None,
             open: false,
             written: 0,
@@ -214,8 +220,9 @@ impl JdbcSink {
         Ok(())
     }
 
-    /// Write the checkpoint's changes in one transaction and prepare it.
-    async fn prepare(&mut self, epoch: u64) -> Result<()> {
+    /// Write the checkpoint's changes in one transaction and prepare it (`None`: there were
+    /// none).
+    async fn prepare(&mut self, epoch: u64) -> Result<Option<PreCommit>> {
         if self.generation.is_none() {
             self.take_over(0, &[]).await?;
         }
@@ -224,17 +231,7 @@ impl JdbcSink {
         // Tests slow the barrier down here, past the checkpoint timeout: the checkpoint is
         // given up and its transactions are left to the next barrier.
         weir_core::fault::pause("postgres_prepare");
-        let mut rows = Buffer::default();
-        let stale: Vec<u64> = self.pending.keys().copied().collect();
-        for e in stale {
-            let Some(p) = self.pending.remove(&e) else { continue };
-            log::info!("checkpoint {e} was given up: its transaction '{}' is rolled back and written again", p.gid);
-            let opener = &self.opener;
-            with_retries!(&mut self.conn, opener, "rolling back", |c, _attempt| async {
-                xa.rollback_one(&c.client, &p.gid).await
-            })?;
-            rows.append(p.rows);
-        }
+        let mut rows = std::mem::take(&mut self.redo);
         // Rows given up with their checkpoint come first; then an open transaction (there is
         // none with such rows) holds the first `written` chunks of this checkpoint's.
         let (open, written) = (self.open && rows.is_empty(), self.written);
@@ -243,7 +240,7 @@ impl JdbcSink {
         self.written_rows = 0;
         rows.append(std::mem::take(&mut self.buffer));
         if rows.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let name = gid(&self.settings().prefix, self.split.index, epoch);
         let task = self.split.index;
@@ -274,8 +271,8 @@ impl JdbcSink {
         if fenced {
             return Err(self.fenced());
         }
-        self.pending.insert(epoch, Prepared { gid: name, rows });
-        Ok(())
+        self.prepared.push(Prepared { gid: name.clone(), rows });
+        Ok(Some(PreCommit { gid: name }))
     }
 
     /// Exactly-once, while no transaction is prepared (none can hold locks this one would
@@ -283,7 +280,7 @@ impl JdbcSink {
     /// The chunks stay in the buffer: a lost connection takes the transaction with it, and
     /// they are written again.
     async fn write_open(&mut self) -> Result<()> {
-        if !self.pending.is_empty() {
+        if !self.prepared.is_empty() {
             return Ok(());
         }
         if self.generation.is_none() {
@@ -322,35 +319,29 @@ impl JdbcSink {
         ))
     }
 
-    fn state(&self) -> Vec<u8> {
-        let pending: Vec<serde_json::Value> =
-            self.pending.iter().map(|(e, p)| serde_json::json!({ "epoch": e, "gid": p.gid })).collect();
-        serde_json::json!({ "pending": pending }).to_string().into_bytes()
-    }
-
-    fn parse_state(&self, state: Option<&[u8]>) -> Result<Vec<(u64, String)>> {
-        let Some(state) = state else { return Ok(Vec::new()) };
-        let damaged = || {
-            WeirError::internal(format!(
-                "the state of the sink of '{}' in a checkpoint is damaged",
-                self.opener.table.name
-            ))
-        };
-        let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
-        value["pending"]
-            .as_array()
-            .ok_or_else(damaged)?
-            .iter()
-            .map(|p| Ok((p["epoch"].as_u64().ok_or_else(damaged)?, p["gid"].as_str().ok_or_else(damaged)?.to_string())))
-            .collect()
-    }
-
     fn flush_due(&self) -> bool {
         self.buffer.rows() >= self.settings().max_rows
             || self.settings().interval.is_some_and(|i| !self.buffer.is_empty() && self.since.elapsed() >= i)
     }
 }
 
+/// The job's PostgreSQL sink: a [`JdbcSink`] committed with the checkpoints under
+/// `exactly-once`, flushing on its own otherwise.
+pub fn sink(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
+    let sink = JdbcSink::new(table, schema, split)?;
+    Ok(match sink.settings().delivery {
+        Delivery::ExactlyOnce => Box::new(TwoPhaseCommitSink::new(sink, split.index)),
+        _ => Box::new(sink),
+    })
+}
+
+/// A checkpoint's prepared transaction.
+#[derive(Serialize, Deserialize)]
+pub struct PreCommit {
+    gid: String,
+}
+
+/// `at-least-once` and `none`: flushes committed on their own.
 #[async_trait]
 impl Sink for JdbcSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
@@ -361,29 +352,23 @@ impl Sink for JdbcSink {
             self.since = Instant::now();
         }
         self.buffer.push(chunk);
-        match self.settings().delivery {
-            Delivery::ExactlyOnce if self.buffer.rows() - self.written_rows >= self.settings().max_rows => {
-                self.write_open().await?;
-            }
-            Delivery::ExactlyOnce => {}
-            _ if self.flush_due() => self.flush_now().await?,
-            _ => {}
+        if self.flush_due() {
+            self.flush_now().await?;
         }
         Ok(())
     }
 
     async fn on_watermark(&mut self, _: weir_core::Watermark) -> Result<()> {
-        if self.settings().delivery != Delivery::ExactlyOnce && self.flush_due() {
+        if self.flush_due() {
             self.flush_now().await?;
         }
         Ok(())
     }
 
     fn next_timer(&self) -> Option<Instant> {
-        match self.settings().delivery {
-            Delivery::ExactlyOnce => None,
-            _ if self.buffer.is_empty() => None,
-            _ => self.settings().interval.map(|i| self.since + i),
+        match self.buffer.is_empty() {
+            true => None,
+            false => self.settings().interval.map(|i| self.since + i),
         }
     }
 
@@ -394,102 +379,111 @@ impl Sink for JdbcSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
-        match self.settings().delivery {
-            Delivery::ExactlyOnce => {
-                self.prepare(epoch).await?;
-                self.epoch = epoch + 1;
-                Ok(Some(self.state()))
-            }
-            Delivery::AtLeastOnce => {
-                self.flush_now().await?;
-                Ok(None)
-            }
-            Delivery::None => Ok(None),
+    async fn pre_commit(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        if self.settings().delivery == Delivery::AtLeastOnce {
+            self.flush_now().await?;
         }
+        Ok(None)
     }
 
-    fn awaiting_commit(&self) -> Option<u64> {
-        self.pending.keys().next_back().copied()
+    async fn finish(&mut self) -> Result<()> {
+        self.flush_now().await
+    }
+}
+
+/// `exactly-once`: one prepared transaction per checkpoint.
+#[async_trait]
+impl Committer for JdbcSink {
+    type PreCommit = PreCommit;
+    type Recovery = ();
+    const KIND: &'static str = "postgres";
+    const VERSION: u32 = 1;
+    const WAITS_FOR_COMMIT: bool = true;
+
+    fn describe(&self) -> String {
+        format!("the PostgreSQL sink of table '{}' (task {})", self.opener.table.name, self.split.index)
     }
 
-    async fn commit(&mut self, epoch: u64) -> Result<()> {
-        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
-        if due.is_empty() {
+    async fn write(&mut self, chunk: Chunk) -> Result<()> {
+        if chunk.num_rows() == 0 {
             return Ok(());
         }
-        weir_core::fault::pause("postgres_commit");
-        let xa = self.xa().await?;
-        for e in due {
-            let Some(p) = self.pending.get(&e) else { continue };
-            let opener = &self.opener;
-            with_retries!(&mut self.conn, opener, "committing", |c, _attempt| async {
-                xa.commit(&c.client, &p.gid).await
-            })?;
-            weir_core::fault::pause("postgres_committed");
-            self.pending.remove(&e);
+        self.buffer.push(chunk);
+        if self.buffer.rows() - self.written_rows >= self.settings().max_rows {
+            self.write_open().await?;
         }
         Ok(())
     }
 
-    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
-        if self.settings().delivery != Delivery::ExactlyOnce {
-            return Ok(());
-        }
-        let prepared = self.parse_state(state)?;
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<PreCommit>> {
+        let prepared = self.prepare(epoch).await?;
         self.epoch = epoch + 1;
-        self.take_over(epoch, &[(self.split.index, prepared)]).await
+        Ok(prepared)
     }
 
-    async fn restore_rescaled(&mut self, epoch: u64, old: &[(usize, Option<&[u8]>)]) -> Result<()> {
-        if self.settings().delivery != Delivery::ExactlyOnce {
-            return Ok(());
+    /// Rolled back, and their changes written again first in the next transaction: a
+    /// prepared transaction holds its rows' locks, which the next one would wait on.
+    async fn given_up(&mut self, pending: &[(u64, &PreCommit)]) -> Result<bool> {
+        let xa = self.xa().await?;
+        for (e, pre_commit) in pending {
+            let Some(at) = self.prepared.iter().position(|p| p.gid == pre_commit.gid) else { continue };
+            let p = self.prepared.remove(at);
+            log::info!("checkpoint {e} was given up: its transaction '{}' is rolled back and written again", p.gid);
+            let opener = &self.opener;
+            with_retries!(&mut self.conn, opener, "rolling back", |c, _attempt| async {
+                xa.rollback_one(&c.client, &p.gid).await
+            })?;
+            self.redo.append(p.rows);
         }
-        let old: Vec<(usize, Vec<(u64, String)>)> =
-            old.iter().map(|(i, s)| Ok((*i, self.parse_state(*s)?))).collect::<Result<_>>()?;
+        Ok(true)
+    }
+
+    async fn commit(&mut self, _epoch: u64, pre_commit: &PreCommit) -> Result<()> {
+        let xa = self.xa().await?;
+        let opener = &self.opener;
+        with_retries!(&mut self.conn, opener, "committing", |c, _attempt| async {
+            xa.commit(&c.client, &pre_commit.gid).await
+        })?;
+        weir_core::fault::pause("postgres_committed");
+        self.prepared.retain(|p| p.gid != pre_commit.gid);
+        Ok(())
+    }
+
+    async fn recover(&mut self, epoch: u64, earlier: Vec<Earlier<PreCommit, ()>>) -> Result<()> {
+        let old: Vec<(usize, Vec<(u64, String)>)> = earlier
+            .into_iter()
+            .map(|t| (t.task, t.pre_commits.into_iter().map(|(e, p)| (e, p.gid)).collect()))
+            .collect();
         self.epoch = epoch + 1;
         self.take_over(epoch, &old).await
     }
 
-    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
-        if self.settings().delivery != Delivery::ExactlyOnce {
-            return Ok(None);
-        }
-        self.prepare(self.epoch).await?;
-        Ok(Some(self.state()))
-    }
-
+    /// Without checkpoints: everything in one transaction at the end (with them, the final
+    /// checkpoint has written it).
     async fn finish(&mut self) -> Result<()> {
-        match self.settings().delivery {
-            Delivery::ExactlyOnce => {
-                // Without checkpoints: everything in one transaction at the end (with them,
-                // `pre_commit_final` and `commit` have written it).
-                if !self.buffer.is_empty() {
-                    let (open, written) = (self.open, self.written);
-                    let (schema, buffer, opener) = (&self.schema, &self.buffer, &self.opener);
-                    with_retries!(&mut self.conn, opener, "writing", |c, attempt| async {
-                        let fresh = attempt > 0 || !open;
-                        if fresh {
-                            c.client.batch_execute("BEGIN").await?;
-                        }
-                        let rest = if fresh { buffer.clone() } else { buffer.since(written) };
-                        match flush(&c.client, &c.statements, &c.target, schema, &rest).await {
-                            Ok(_) => Ok(c.client.batch_execute("COMMIT").await?),
-                            Err(e) => {
-                                let _ = c.client.batch_execute("ROLLBACK").await;
-                                Err(e)
-                            }
-                        }
-                    })?;
-                    self.buffer = Buffer::default();
-                    self.open = false;
-                    self.written = 0;
-                    self.written_rows = 0;
-                }
-                let rest = *self.pending.keys().next_back().unwrap_or(&0);
-                self.commit(rest).await
-            }
-            _ => self.flush_now().await,
+        if self.buffer.is_empty() {
+            return Ok(());
         }
+        let (open, written) = (self.open, self.written);
+        let (schema, buffer, opener) = (&self.schema, &self.buffer, &self.opener);
+        with_retries!(&mut self.conn, opener, "writing", |c, attempt| async {
+            let fresh = attempt > 0 || !open;
+            if fresh {
+                c.client.batch_execute("BEGIN").await?;
+            }
+            let rest = if fresh { buffer.clone() } else { buffer.since(written) };
+            match flush(&c.client, &c.statements, &c.target, schema, &rest).await {
+                Ok(_) => Ok(c.client.batch_execute("COMMIT").await?),
+                Err(e) => {
+                    let _ = c.client.batch_execute("ROLLBACK").await;
+                    Err(e)
+                }
+            }
+        })?;
+        self.buffer = Buffer::default();
+        self.open = false;
+        self.written = 0;
+        self.written_rows = 0;
+        Ok(())
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use weir_core::{Result, TableDef, WeirError};
 
-pub use sink::KafkaSink;
+pub use sink::{sink, KafkaSink};
 pub use source::KafkaSource;
 pub use writer::{send, TopicWriter};
 

@@ -19,7 +19,6 @@
 //!
 //! `at-least-once`: an idempotent producer, flushed at every barrier. `none`: no flush.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +27,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Statistics};
+use serde::{Deserialize, Serialize};
+use weir_core::two_phase::{Committer, Earlier, TwoPhaseCommitSink};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
 use super::recovery;
@@ -118,8 +119,9 @@ pub struct KafkaSink {
     /// The number of the next transaction opened.
     next_seq: u64,
     open: Option<Transaction>,
-    /// Pre-committed, waiting for their checkpoint to complete.
-    pending: BTreeMap<u64, Transaction>,
+    /// Pre-committed, waiting for their checkpoint to complete (the checkpoint records
+    /// their ids; these are the producers that commit them).
+    waiting: Vec<Transaction>,
     /// At-least-once and none: one producer for the job.
     plain: Option<(KafkaProducer, SinkContext)>,
     writer: TopicWriter,
@@ -159,7 +161,7 @@ impl KafkaSink {
             epoch: 1,
             next_seq: 1,
             open: None,
-            pending: BTreeMap::new(),
+            waiting: Vec::new(),
             plain: None,
             writer,
             wrote: false,
@@ -223,6 +225,14 @@ impl KafkaSink {
         self.plain.as_ref().ok_or_else(|| WeirError::internal("no producer"))
     }
 
+    fn flush_plain(&self) -> Result<()> {
+        if let Some((producer, context)) = &self.plain {
+            super::blocking(|| producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
+            Self::check(context, &self.table)?;
+        }
+        Ok(())
+    }
+
     fn check(context: &SinkContext, table: &str) -> Result<()> {
         let error = context.0.lock().ok().and_then(|mut o| o.error.take());
         match error {
@@ -257,25 +267,6 @@ impl KafkaSink {
         Ok(Some(t))
     }
 
-    fn state(&self) -> Vec<u8> {
-        let pending: Vec<serde_json::Value> = self
-            .pending
-            .values()
-            .map(|t| {
-                serde_json::json!({
-                    "epoch": t.epoch,
-                    "id": t.id.transactional_id,
-                    "producer_id": t.id.producer_id,
-                    "producer_epoch": t.id.producer_epoch,
-                })
-            })
-            .collect();
-        // The open transaction's number is the next one after a restore from here: its
-        // rows are not in this checkpoint.
-        let next = self.open.as_ref().map_or(self.next_seq, |t| t.seq);
-        serde_json::json!({ "pending": pending, "next": next }).to_string().into_bytes()
-    }
-
     fn commit_one(&self, t: Transaction) -> Result<()> {
         log::debug!(
             "Kafka sink of '{}': committing transaction '{}' (producer id {}, epoch {}) of checkpoint {}",
@@ -297,6 +288,31 @@ impl KafkaSink {
     }
 }
 
+/// The job's Kafka sink: a [`KafkaSink`] committed with the checkpoints under
+/// `exactly-once`, the producer alone otherwise.
+pub fn sink(table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
+    let sink = KafkaSink::new(table, schema, split)?;
+    Ok(match sink.delivery {
+        Delivery::ExactlyOnce => Box::new(TwoPhaseCommitSink::new(sink, split.index)),
+        _ => Box::new(sink),
+    })
+}
+
+/// What the task keeps for a restore beside its pre-committed transactions.
+#[derive(Serialize, Deserialize)]
+pub struct Recovery {
+    /// The number of the next transaction after a restore from here: the open transaction's
+    /// (its rows are not in this checkpoint), or the next one's.
+    next: u64,
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Self { next: 1 }
+    }
+}
+
+/// `at-least-once` and `none`.
 #[async_trait]
 impl Sink for KafkaSink {
     async fn write_chunk(&mut self, chunk: Chunk) -> Result<()> {
@@ -304,20 +320,50 @@ impl Sink for KafkaSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        if self.delivery == Delivery::ExactlyOnce {
-            super::blocking(|| self.begin())?;
-        } else {
-            self.plain()?;
-        }
-        let (producer, context) = match (&self.open, &self.plain) {
-            (Some(t), _) if self.delivery == Delivery::ExactlyOnce => (&t.producer, &t.context),
-            (_, Some((p, c))) => (p, c),
-            _ => return Err(WeirError::internal("no producer")),
-        };
+        self.plain()?;
+        let Some((producer, context)) = &self.plain else { return Err(WeirError::internal("no producer")) };
         // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
         let writer = &self.writer;
         super::blocking(|| writer.write(producer, &chunk))?;
-        Self::check(context, &self.table)?;
+        Self::check(context, &self.table)
+    }
+
+    async fn pre_commit(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        if self.delivery == Delivery::AtLeastOnce {
+            self.flush_plain()?;
+        }
+        Ok(None)
+    }
+
+    async fn finish(&mut self) -> Result<()> {
+        self.flush_plain()
+    }
+}
+
+/// `exactly-once`: one transaction per checkpoint.
+#[async_trait]
+impl Committer for KafkaSink {
+    type PreCommit = PreCommitted;
+    type Recovery = Recovery;
+    const KIND: &'static str = "kafka";
+    const VERSION: u32 = 1;
+    const RESCALES: bool = false;
+
+    fn describe(&self) -> String {
+        format!("the Kafka sink of table '{}' (task {})", self.table, self.task)
+    }
+
+    async fn write(&mut self, chunk: Chunk) -> Result<()> {
+        self.writer.check(&chunk)?;
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        super::blocking(|| self.begin())?;
+        let Some(t) = &self.open else { return Err(WeirError::internal("no open transaction")) };
+        // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
+        let writer = &self.writer;
+        super::blocking(|| writer.write(&t.producer, &chunk))?;
+        Self::check(&t.context, &self.table)?;
         if !self.wrote {
             self.wrote = true;
             weir_core::fault::pause("kafka_first_write");
@@ -325,74 +371,51 @@ impl Sink for KafkaSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
-        match self.delivery {
-            Delivery::ExactlyOnce => {
-                if let Some(t) = super::blocking(|| self.pre_commit_open())? {
-                    self.pending.insert(t.epoch, t);
-                }
-                self.epoch = epoch + 1;
-                Ok(Some(self.state()))
-            }
-            Delivery::AtLeastOnce => {
-                if let Some((producer, context)) = &self.plain {
-                    super::blocking(|| producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
-                    Self::check(context, &self.table)?;
-                }
-                Ok(None)
-            }
-            Delivery::None => Ok(None),
-        }
-    }
-
-    async fn commit(&mut self, epoch: u64) -> Result<()> {
-        let due: Vec<u64> = self.pending.range(..=epoch).map(|(e, _)| *e).collect();
-        if !due.is_empty() {
-            weir_core::fault::pause("kafka_commit");
-        }
-        for e in due {
-            if let Some(t) = self.pending.remove(&e) {
-                super::blocking(|| self.commit_one(t))?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
-        if self.delivery != Delivery::ExactlyOnce {
-            return Ok(());
-        }
+    async fn pre_commit(&mut self, epoch: u64) -> Result<Option<PreCommitted>> {
+        let pre_committed = super::blocking(|| self.pre_commit_open())?;
         self.epoch = epoch + 1;
-        weir_core::fault::pause("kafka_restore");
+        Ok(pre_committed.map(|t| {
+            let id = t.id.clone();
+            self.waiting.push(t);
+            id
+        }))
+    }
+
+    fn recovery(&self) -> Recovery {
+        Recovery { next: self.open.as_ref().map_or(self.next_seq, |t| t.seq) }
+    }
+
+    async fn commit(&mut self, _epoch: u64, pre_commit: &PreCommitted) -> Result<()> {
+        let Some(at) = self.waiting.iter().position(|t| t.id.transactional_id == pre_commit.transactional_id) else {
+            return Err(WeirError::internal(format!(
+                "Kafka sink of '{}': no producer for transaction '{}'",
+                self.table, pre_commit.transactional_id
+            )));
+        };
+        let t = self.waiting.remove(at);
+        super::blocking(|| self.commit_one(t))
+    }
+
+    async fn recover(&mut self, epoch: u64, earlier: Vec<Earlier<PreCommitted, Recovery>>) -> Result<()> {
+        self.epoch = epoch + 1;
         // 1. Commit what checkpoint `epoch` pre-committed: it is complete.
         let mut next_seq = 1;
-        if let Some(state) = state {
-            let damaged = || WeirError::internal("a Kafka sink state in a checkpoint is damaged");
-            let value: serde_json::Value = serde_json::from_slice(state).map_err(|_| damaged())?;
-            next_seq = value["next"].as_u64().ok_or_else(damaged)?;
-            for t in value["pending"].as_array().into_iter().flatten() {
-                let e = t["epoch"].as_u64().ok_or_else(damaged)?;
-                if e > epoch {
-                    continue;
-                }
-                let id = PreCommitted {
-                    transactional_id: t["id"].as_str().ok_or_else(damaged)?.to_string(),
-                    producer_id: t["producer_id"].as_i64().ok_or_else(damaged)?,
-                    producer_epoch: t["producer_epoch"].as_i64().ok_or_else(damaged)? as i16,
-                };
-                let bootstrap = self.bootstrap.clone();
-                let timeout = FLUSH_TIMEOUT;
+        for old in earlier {
+            if old.task == self.task {
+                next_seq = old.recovery.next;
+            }
+            for (e, id) in old.pre_commits {
+                let (bootstrap, timeout, name) = (self.bootstrap.clone(), FLUSH_TIMEOUT, id.transactional_id.clone());
                 let outcome = tokio::task::spawn_blocking(move || txn::commit(&bootstrap, &id, timeout))
                     .await
                     .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
                 weir_core::fault::pause("kafka_restore_commit");
                 if let txn::Outcome::Superseded(code) = outcome {
                     return Err(WeirError::external(format!(
-                        "Kafka: the output of checkpoint {e} to table '{}' (transaction '{}') cannot be committed: the \
-                         broker ended that transaction otherwise (error code {code}); it was aborted, for instance after \
-                         'transaction.timeout.ms' ({} ms), and checkpoint {e}'s rows are lost from the topic",
+                        "Kafka: the output of checkpoint {e} to table '{}' (transaction '{name}') cannot be committed: \
+                         the broker ended that transaction otherwise (error code {code}); it was aborted, for instance \
+                         after 'transaction.timeout.ms' ({} ms), and checkpoint {e}'s rows are lost from the topic",
                         self.table,
-                        t["id"].as_str().unwrap_or("?"),
                         self.txn_timeout.as_millis()
                     )));
                 }
@@ -419,39 +442,15 @@ impl Sink for KafkaSink {
         Ok(())
     }
 
-    async fn pre_commit_final(&mut self) -> Result<Option<Vec<u8>>> {
-        if self.delivery != Delivery::ExactlyOnce {
-            return Ok(None);
-        }
-        if let Some(t) = super::blocking(|| self.pre_commit_open())? {
-            self.pending.insert(t.epoch, t);
-        }
-        Ok(Some(self.state()))
-    }
-
+    /// Without checkpoints: commit at the end (with them, the final checkpoint has).
     async fn finish(&mut self) -> Result<()> {
-        match self.delivery {
-            Delivery::ExactlyOnce => {
-                // Without checkpoints: commit at the end (with them, `pre_commit_final` and
-                // `commit` have done it).
-                if let Some(t) = self.open.take() {
-                    super::blocking(|| t.producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
-                    Self::check(&t.context, &self.table)?;
-                    super::blocking(|| self.commit_one(t))?;
-                }
-                let rest: Vec<u64> = self.pending.keys().copied().collect();
-                for e in rest {
-                    if let Some(t) = self.pending.remove(&e) {
-                        super::blocking(|| self.commit_one(t))?;
-                    }
-                }
-            }
-            _ => {
-                if let Some((producer, context)) = &self.plain {
-                    super::blocking(|| producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
-                    Self::check(context, &self.table)?;
-                }
-            }
+        if let Some(t) = self.open.take() {
+            super::blocking(|| t.producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
+            Self::check(&t.context, &self.table)?;
+            super::blocking(|| self.commit_one(t))?;
+        }
+        for t in std::mem::take(&mut self.waiting) {
+            super::blocking(|| self.commit_one(t))?;
         }
         Ok(())
     }

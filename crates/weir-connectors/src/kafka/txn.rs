@@ -38,8 +38,9 @@ const CONCURRENT_TRANSACTIONS: i16 = 51;
 const PRODUCER_FENCED: i16 = 90;
 
 /// A pre-committed transaction, as recorded in a checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PreCommitted {
+    #[serde(rename = "id")]
     pub transactional_id: String,
     pub producer_id: i64,
     pub producer_epoch: i16,
