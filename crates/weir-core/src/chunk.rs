@@ -62,8 +62,9 @@ impl Op {
 #[derive(Debug, Clone)]
 pub struct Chunk {
     pub batch: RecordBatch,
-    /// `None`: every row is an insert. Otherwise one [`Op`] code per row.
-    pub ops: Option<Arc<Int8Array>>,
+    /// `None`: every row is an insert. Otherwise one valid [`Op`] code per row: only built
+    /// from [`Op`]s or checked ([`Chunk::from_codes`]), so that no reader meets another code.
+    ops: Option<Arc<Int8Array>>,
     /// The source partition the rows were read from, when a source task reads several
     /// (Kafka partitions): watermarks are tracked per partition.
     pub origin: Option<u32>,
@@ -79,6 +80,44 @@ impl Chunk {
     pub fn changes(batch: RecordBatch, ops: &[Op]) -> Self {
         let codes: Int8Array = ops.iter().map(|o| Some(*o as i8)).collect();
         Self { batch, ops: Some(Arc::new(codes)), origin: None }
+    }
+
+    /// A changelog chunk from op codes made elsewhere (taken, repaired, decoded): each must
+    /// be an [`Op`]'s, one per row, or it is an error naming the first that is not.
+    pub fn from_codes(batch: RecordBatch, codes: Int8Array, origin: Option<u32>) -> Result<Self> {
+        if codes.len() != batch.num_rows() || codes.null_count() > 0 {
+            return Err(crate::WeirError::internal(format!(
+                "a changelog chunk of {} rows with {} op codes ({} NULL)",
+                batch.num_rows(),
+                codes.len(),
+                codes.null_count()
+            )));
+        }
+        if let Some((row, code)) = codes.values().iter().enumerate().find(|(_, c)| !(0..=3).contains(*c)) {
+            return Err(crate::WeirError::internal(format!("a changelog chunk with op code {code} at row {row}")));
+        }
+        Ok(Self { batch, ops: Some(Arc::new(codes)), origin })
+    }
+
+    /// The op codes, `None` when every row is an insert.
+    pub fn op_codes(&self) -> Option<&Arc<Int8Array>> {
+        self.ops.as_ref()
+    }
+
+    /// The rows at `indices`, with their ops.
+    pub fn take(&self, indices: &datafusion::arrow::array::UInt32Array) -> Result<Chunk> {
+        let batch = datafusion::arrow::compute::take_record_batch(&self.batch, indices)?;
+        let ops = match &self.ops {
+            None => None,
+            Some(ops) => {
+                Some(Arc::new(datafusion::arrow::compute::take(ops.as_ref(), indices, None).and_then(|a| {
+                    a.as_any().downcast_ref::<Int8Array>().cloned().ok_or_else(|| {
+                        datafusion::arrow::error::ArrowError::InvalidArgumentError("ops array is not Int8".into())
+                    })
+                })?))
+            }
+        };
+        Ok(Chunk { batch, ops, origin: self.origin })
     }
 
     /// The op of every row.
@@ -109,6 +148,7 @@ impl Chunk {
     pub fn op(&self, i: usize) -> Op {
         match &self.ops {
             None => Op::Insert,
+            // Every code was checked when the chunk was made.
             Some(ops) => Op::from_code(ops.value(i)).unwrap_or(Op::Insert),
         }
     }
@@ -158,4 +198,42 @@ pub fn repair_pairs(ops: &Int8Array, keep: impl Fn(usize) -> bool, part: impl Fn
         }
     }
     codes
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int64Array, UInt32Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from((0..n).collect::<Vec<_>>()))]).expect("batch")
+    }
+
+    #[test]
+    fn op_codes_made_elsewhere_are_checked() {
+        let ok = Chunk::from_codes(batch(3), Int8Array::from(vec![0, 1, 2]), Some(4)).expect("valid codes");
+        assert_eq!(ok.ops(), vec![Op::Insert, Op::UpdateBefore, Op::UpdateAfter]);
+        assert_eq!(ok.origin, Some(4));
+        let e = Chunk::from_codes(batch(3), Int8Array::from(vec![0, 7, 2]), None).expect_err("code 7");
+        assert!(e.to_string().contains("op code 7 at row 1"), "{e}");
+        let e = Chunk::from_codes(batch(3), Int8Array::from(vec![Some(0), None, Some(3)]), None).expect_err("a NULL");
+        assert!(e.to_string().contains("1 NULL"), "{e}");
+        assert!(Chunk::from_codes(batch(3), Int8Array::from(vec![0, 3]), None).is_err(), "one code short");
+    }
+
+    #[test]
+    fn taking_rows_takes_their_ops() {
+        let c = Chunk::changes(batch(4), &[Op::Insert, Op::UpdateBefore, Op::UpdateAfter, Op::Delete]);
+        let taken = c.take(&UInt32Array::from(vec![3, 0])).expect("take");
+        assert_eq!(taken.ops(), vec![Op::Delete, Op::Insert]);
+        assert_eq!(
+            taken.batch.column(0).as_ref(),
+            &Int64Array::from(vec![3, 0]) as &dyn datafusion::arrow::array::Array
+        );
+        let inserts = Chunk::inserts(batch(2)).take(&UInt32Array::from(vec![1])).expect("take");
+        assert!(inserts.op_codes().is_none());
+    }
 }

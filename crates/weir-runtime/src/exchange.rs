@@ -4,11 +4,8 @@
 //! checkpoint must meet its keys again. A hash picks a key group, and the group its task
 //! ([`KeyGroups`]): so a key's task at any parallelism is the one that owns its group's state.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, Int8Array, UInt32Array};
-use datafusion::arrow::compute::{take, take_record_batch};
-use weir_core::{Chunk, Result, WeirError};
+use datafusion::arrow::array::{Int8Array, UInt32Array};
+use weir_core::{Chunk, Result};
 use weir_state::KeyGroups;
 
 /// How rows are spread over the next stage's tasks.
@@ -67,10 +64,10 @@ pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups
     for (row, task) in tasks.iter().enumerate() {
         indices[*task].push(row as u32);
     }
-    let chunk = match &chunk.ops {
+    let chunk = match chunk.op_codes() {
         Some(ops) => {
             let codes = weir_core::chunk::repair_pairs(ops, |_| true, |i| tasks[i]);
-            Chunk { batch: chunk.batch.clone(), ops: Some(Arc::new(Int8Array::from(codes))), origin: chunk.origin }
+            Chunk::from_codes(chunk.batch.clone(), Int8Array::from(codes), chunk.origin)?
         }
         None => chunk.clone(),
     };
@@ -84,21 +81,7 @@ pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups
             if idx.len() == rows {
                 return Ok(Some(chunk.clone()));
             }
-            let idx = UInt32Array::from(idx);
-            let batch = take_record_batch(&chunk.batch, &idx)?;
-            let ops = match &chunk.ops {
-                None => None,
-                Some(ops) => {
-                    let taken = take(ops.as_ref(), &idx, None)?;
-                    let taken = taken
-                        .as_any()
-                        .downcast_ref::<Int8Array>()
-                        .cloned()
-                        .ok_or_else(|| WeirError::internal("ops array is not Int8"))?;
-                    Some(Arc::new(taken))
-                }
-            };
-            Ok(Some(Chunk { batch, ops, origin: chunk.origin }))
+            Ok(Some(chunk.take(&UInt32Array::from(idx))?))
         })
         .collect()
 }
@@ -106,6 +89,7 @@ pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::sync::Arc;
 
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};

@@ -773,3 +773,28 @@ fn rewrite_temporal_tables(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSp
     out.extend(tokens[copied_to..].iter().cloned());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_splits_into_statements_with_their_places() {
+        let script = "CREATE TABLE t (a INT) WITH ('connector' = 'datagen');\n\n  SELECT a FROM t; -- done\n";
+        let parsed = parse_script(script).expect("a script");
+        assert_eq!(parsed.len(), 2);
+        assert!(matches!(parsed[0].statement, Statement::CreateTable(_)));
+        assert!(matches!(parsed[1].statement, Statement::Query(_)));
+        assert_eq!(parsed[1].text, "SELECT a FROM t");
+        assert_eq!((parsed[1].location.line, parsed[1].location.column), (3, 3));
+    }
+
+    #[test]
+    fn a_syntax_error_names_its_line_and_column() {
+        let e = parse_script("SELECT 1;\nSELECT 'open").expect_err("an unterminated string");
+        let at = e.location.expect("a location");
+        assert_eq!((at.line, at.column), (2, 8), "{e}");
+        let e = parse_script("SELECT 1;\nCREATE TABLE (a INT)").expect_err("no table name");
+        assert_eq!(e.location.map(|l| l.line), Some(2), "{e}");
+    }
+}

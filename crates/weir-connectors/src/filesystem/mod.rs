@@ -11,6 +11,9 @@ mod source;
 
 pub use commit::{PartitionCommit, OPTIONS as COMMIT_OPTIONS};
 pub use sink::{rolling_policy, FileSink};
+
+#[cfg(test)]
+mod sink_tests;
 pub use source::{validate_metadata, FileSource};
 
 /// Files that readers of a table directory ignore.

@@ -339,6 +339,9 @@ impl CsvReader {
         let (mut start, stop) = match range {
             None => (0, u64::MAX),
             Some(r) if r.end == u64::MAX => (r.start, u64::MAX),
+            // No record starts in an empty range at the start of the file (a tiny file split
+            // over more tasks than it has bytes); `end - 1` below would be the first record's.
+            Some(r) if r.end == 0 => (0, 0),
             Some(r) => {
                 // The last record of the range is the one that starts before `end`: it ends
                 // at the first newline at or after `end - 1`.

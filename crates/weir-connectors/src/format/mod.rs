@@ -7,6 +7,8 @@
 mod csv;
 mod json;
 mod parquet;
+#[cfg(test)]
+mod range_tests;
 mod text;
 
 use std::fs::File;

@@ -7,8 +7,6 @@
 //! retraction and an insert (`-U` → `-D`, `+U` → `+I`): the rows of the old and the new value
 //! are no longer pairs.
 
-use std::sync::Arc;
-
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int8Array, OffsetSizeTrait, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -104,7 +102,7 @@ impl Operator for Unnest {
         }
         let options = RecordBatchOptions::new().with_row_count(Some(total));
         let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
-        let ops = chunk.ops.as_ref().map(|ops| {
+        let ops = chunk.op_codes().map(|ops| {
             let codes: Int8Array = parents
                 .values()
                 .iter()
@@ -116,9 +114,13 @@ impl Operator for Unnest {
                     })
                 })
                 .collect();
-            Arc::new(codes)
+            codes
         });
-        out.push(Message::Chunk(Chunk { batch, ops, origin: chunk.origin }));
+        let chunk = match ops {
+            None => Chunk::inserts(batch).from_partition(chunk.origin),
+            Some(codes) => Chunk::from_codes(batch, codes, chunk.origin)?,
+        };
+        out.push(Message::Chunk(chunk));
         Ok(())
     }
 }
@@ -129,6 +131,7 @@ mod tests {
     use datafusion::arrow::array::{Int64Array, ListArray, StringArray};
     use datafusion::arrow::datatypes::Int64Type;
     use datafusion::arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
 
     fn spec() -> UnnestSpec {
         let schema =

@@ -16,7 +16,7 @@ pub const MARKER: &str = "weir-watermark";
 const OPS: &str = "__weir_op";
 
 pub fn encode_chunk(chunk: &Chunk) -> Result<Vec<u8>> {
-    let batch = match &chunk.ops {
+    let batch = match chunk.op_codes() {
         None => chunk.batch.clone(),
         Some(ops) => {
             let mut fields: Vec<Arc<Field>> = chunk.batch.schema().fields().iter().cloned().collect();

@@ -515,7 +515,7 @@ impl WorkerJob {
         let (restored, first_seq) = loop {
             let restored = store.latest(&config.fingerprint)?;
             let state = restored.as_ref().and_then(|r| r.tasks.get("sink-task0")).and_then(|t| t.sink.as_deref());
-            let (from, began) = (sink::next_transaction(state), Instant::now());
+            let (from, began) = (sink::next_transaction(state, &name)?, Instant::now());
             let first = sink::fence(&layout.kafka, &prefix, from, &name)?;
             log::debug!("task {name}: fenced '{prefix}-{from}' to '{prefix}-{}' in {:?}", first - 1, began.elapsed());
             if committed()? == restored.as_ref().map(|r| r.epoch) {

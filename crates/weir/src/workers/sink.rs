@@ -176,20 +176,60 @@ impl Seqs {
     }
 }
 
+/// A task sink's state in a checkpoint: the next transaction number, and the state of the
+/// job's sink of another connector, if it has one.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TaskSinkState {
+    format: String,
+    version: u32,
+    next: u64,
+    /// Hex, so that the file stays text.
+    inner: Option<String>,
+}
+
+const STATE_FORMAT: &str = "weir-worker-sink";
+const STATE_VERSION: u32 = 1;
+
+fn encode_state(next: u64, inner: Option<&[u8]>) -> Result<Vec<u8>> {
+    let state = TaskSinkState {
+        format: STATE_FORMAT.into(),
+        version: STATE_VERSION,
+        next,
+        inner: inner.map(|s| s.iter().map(|b| format!("{b:02x}")).collect()),
+    };
+    serde_json::to_vec(&state).map_err(|e| WeirError::internal(format!("encoding a task sink's state: {e}")))
+}
+
+/// The next transaction number and the inner sink's state, from a task sink's state; a
+/// damaged or foreign one is an error naming the task, never a silent fresh start.
+fn decode_state(state: &[u8], name: &str) -> Result<(u64, Option<Vec<u8>>)> {
+    let damaged = |why: String| WeirError::internal(format!("{name}: its sink's state in the checkpoint {why}"));
+    let decoded: TaskSinkState = serde_json::from_slice(state).map_err(|e| damaged(format!("is damaged: {e}")))?;
+    if decoded.format != STATE_FORMAT || decoded.version != STATE_VERSION {
+        return Err(damaged(format!(
+            "is '{}' version {}; this Weir reads '{STATE_FORMAT}' version {STATE_VERSION}",
+            decoded.format, decoded.version
+        )));
+    }
+    let inner = match decoded.inner {
+        None => None,
+        Some(hex) => Some(
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+                .collect::<Option<Vec<u8>>>()
+                .ok_or_else(|| damaged("is damaged: its inner state is not hex".into()))?,
+        ),
+    };
+    Ok((decoded.next, inner))
+}
+
 /// The first transaction a task restored from `state` (its sink state in a checkpoint) opens.
-pub fn next_transaction(state: Option<&[u8]>) -> u64 {
-    state
-        .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
-        .and_then(|v| v["next"].as_u64())
-        .unwrap_or(1)
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+pub fn next_transaction(state: Option<&[u8]>, name: &str) -> Result<u64> {
+    match state {
+        None => Ok(1),
+        Some(state) => Ok(decode_state(state, name)?.0),
+    }
 }
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -354,8 +394,7 @@ impl TaskSink {
         blocking(|| producer.flush(TIMEOUT)).map_err(|e| kafka(&self.name, "cannot flush", e))?;
         self.check()?;
         self.pending = Some(epoch);
-        let inner = state.map(|s| to_hex(&s));
-        Ok(Some(serde_json::json!({ "next": self.next_seq, "inner": inner }).to_string().into_bytes()))
+        Ok(Some(encode_state(self.next_seq, state.as_deref())?))
     }
     /// Commit checkpoint `epoch`'s transaction, with the offsets at its barrier.
     async fn commit_now(&mut self, epoch: u64) -> Result<()> {
@@ -455,9 +494,10 @@ impl Sink for TaskSink {
     /// and the sink starts past them (`Seqs`).
     async fn restore(&mut self, epoch: u64, state: Option<&[u8]>) -> Result<()> {
         weir_core::fault::pause("worker_restore");
-        let inner = state
-            .and_then(|s| serde_json::from_slice::<serde_json::Value>(s).ok())
-            .and_then(|v| v["inner"].as_str().and_then(from_hex));
+        let inner = match state {
+            Some(state) => decode_state(state, &self.name)?.1,
+            None => None,
+        };
         if let Target::Other(sink) = &mut self.target {
             sink.restore(epoch, inner.as_deref()).await?;
         }
@@ -474,5 +514,33 @@ impl Sink for TaskSink {
             sink.finish().await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_sinks_state_round_trips_and_a_damaged_one_is_an_error() {
+        let state = encode_state(7, Some(&[0, 1, 0xab])).expect("encode");
+        assert_eq!(decode_state(&state, "task 1/0").expect("decode"), (7, Some(vec![0, 1, 0xab])));
+        assert_eq!(next_transaction(Some(&state), "task 1/0").expect("next"), 7);
+        assert_eq!(next_transaction(None, "task 1/0").expect("a fresh start"), 1);
+        let e = next_transaction(Some(b"{\"next\": 3"), "task 1/0").expect_err("damaged");
+        assert!(e.to_string().contains("task 1/0") && e.to_string().contains("damaged"), "{e}");
+        let old = br#"{"format":"weir-worker-sink","version":0,"next":3,"inner":null}"#;
+        let e = decode_state(old, "task 1/0").expect_err("another version");
+        assert!(e.to_string().contains("version 0"), "{e}");
+        let odd = br#"{"format":"weir-worker-sink","version":1,"next":3,"inner":"abc"}"#;
+        assert!(decode_state(odd, "task 1/0").is_err(), "an inner state that is not hex");
+    }
+
+    #[test]
+    fn commit_metadata_names_the_checkpoint_and_the_last() {
+        assert_eq!(parse_commit_metadata(&commit_metadata(12, false)), Some((12, false)));
+        assert_eq!(parse_commit_metadata(&commit_metadata(3, true)), Some((3, true)));
+        assert_eq!(parse_commit_metadata("weir:x"), None);
+        assert_eq!(parse_commit_metadata("other"), None);
     }
 }
