@@ -2,6 +2,12 @@
 //! `WEIR_FAULT_<NAME>_MS` set, [`pause`] marks the moment (a file named `<name>` in
 //! `WEIR_FAULT_DIR`, if set, while it lasts) and waits that long, so that a test can see the
 //! process in that phase and kill it there. Without the variables it does nothing.
+//!
+//! The moments: `manifest` (a checkpoint's state written, its manifest not yet), `upload`
+//! (RocksDB files of a checkpoint not yet copied, the job going on), and each sink's
+//! `<kind>_commit` / `<kind>_restore` (from `two_phase`) and its own (`kafka_begin`,
+//! `postgres_committed`, `worker_commit`…). Tests wait for the marker file, so a kill lands in
+//! the phase every time the phase is reached, whatever the machine's speed.
 
 /// Pause at the named moment if the environment asks for it.
 pub fn pause(name: &str) {

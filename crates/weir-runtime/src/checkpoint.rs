@@ -132,27 +132,6 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
     WeirError::external(format!("checkpoint: cannot {what} '{}': {e}", path.display()))
 }
 
-/// Whether a checkpoint of a job under `root` (a `checkpoint.dir`, one directory per job) is
-/// being written: a `chk-*` directory with state parts and no manifest yet. Crash tests and
-/// `weir verify` kill a process in that phase.
-pub fn being_written(root: &Path) -> bool {
-    let Ok(jobs) = std::fs::read_dir(root) else { return false };
-    jobs.flatten().any(|job| {
-        std::fs::read_dir(job.path()).is_ok_and(|mut checkpoints| {
-            checkpoints.any(|c| {
-                c.is_ok_and(|c| {
-                    let path = c.path();
-                    path.is_dir()
-                        && !path.join("manifest.json").exists()
-                        && std::fs::read_dir(&path).is_ok_and(|mut files| {
-                            files.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().starts_with("state-")))
-                        })
-                })
-            })
-        })
-    })
-}
-
 /// Checkpoints in a local directory: `chk-<n>/` holds one file per task state part and a
 /// `manifest.json` listing them with sizes and checksums. The manifest is written last, to a
 /// temporary name, synced and renamed: a checkpoint without it does not exist.
@@ -352,11 +331,8 @@ impl CheckpointStore for LocalStore {
         let shared: Vec<String> = shared.into_iter().collect();
         bytes_written += files_copied;
         bytes_referenced += files_referenced;
-        // Fault-injection for tests: hold the checkpoint open (state written, no manifest) so
-        // that a test can kill the process in the middle of the asynchronous write.
-        if let Some(ms) = std::env::var("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS").ok().and_then(|v| v.parse().ok()) {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
+        // Fault injection: the checkpoint held open (state written, no manifest), so that a
+        // test (or `weir verify`) kills the process in the middle of the asynchronous write.
         weir_core::fault::pause("manifest");
         self.check_owner()?;
         let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "key_hash": crate::KEY_HASH, "files": files, "shared": shared });

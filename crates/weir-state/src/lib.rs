@@ -228,11 +228,9 @@ pub struct Upload {
 
 impl Upload {
     pub fn run(self) -> Result<()> {
-        // Fault injection for tests: a slow upload, so that a test can kill the process
-        // while the job goes on and the checkpoint's files are half copied.
-        if let Some(ms) = std::env::var("WEIR_TEST_DELAY_UPLOAD_MS").ok().and_then(|v| v.parse().ok()) {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
+        // Fault injection: a slow upload, so that a test can kill the process while the job
+        // goes on and the checkpoint's files are not copied yet.
+        weir_core::fault::pause("upload");
         std::fs::create_dir_all(&self.shared).map_err(|e| io("create", &self.shared, e))?;
         for (name, shared_name) in &self.copies {
             copy_synced(&self.local.join(name), &self.shared.join(shared_name))?;

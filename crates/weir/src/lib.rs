@@ -28,7 +28,6 @@ pub mod workers;
 pub use engine::{Engine, Outcome, PlannedInsert, PreparedJob};
 pub use query::QueryStream;
 pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Materialized, Op, Result, WeirError};
-pub use weir_runtime::checkpoint::being_written as checkpoint_being_written;
 pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;

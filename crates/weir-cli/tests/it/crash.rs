@@ -52,24 +52,25 @@ enum Moment {
     Upload,
 }
 
-fn start(sql: &Path, moment: Moment) -> Child {
-    let mut cmd = Command::new(weir_bin());
-    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null());
+/// The moment's fault hook: the process waits there, its marker file in `faults` while it
+/// does, so that the kill lands in the phase every time it is reached.
+fn hook(moment: Moment) -> Option<&'static str> {
     match moment {
-        Moment::ManifestWrite => cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300"),
-        Moment::Upload => cmd.env("WEIR_TEST_DELAY_UPLOAD_MS", "300"),
-        Moment::Random => &mut cmd,
-    };
-    cmd.spawn().expect("start weir")
+        Moment::ManifestWrite => Some("manifest"),
+        Moment::Upload => Some("upload"),
+        Moment::Random => None,
+    }
 }
 
-/// A RocksDB checkpoint (hard links) whose upload has not finished: `*.chk-N` in the state.
-fn upload_in_progress(dir: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return false };
-    entries.flatten().any(|e| {
-        let path = e.path();
-        path.is_dir() && (e.file_name().to_string_lossy().contains(".chk-") || upload_in_progress(&path))
-    })
+fn start(sql: &Path, moment: Moment, faults: &Path) -> Child {
+    let _ = std::fs::remove_dir_all(faults);
+    std::fs::create_dir_all(faults).expect("fault dir");
+    let mut cmd = Command::new(weir_bin());
+    cmd.arg("run").arg(sql).stdout(Stdio::null()).stderr(Stdio::null()).env("WEIR_FAULT_DIR", faults);
+    if let Some(hook) = hook(moment) {
+        cmd.env(format!("WEIR_FAULT_{}_MS", hook.to_uppercase()), "300");
+    }
+    cmd.spawn().expect("start weir")
 }
 
 /// Visible output rows, sorted; panics on leftover hidden files when `clean` is asked.
@@ -123,25 +124,24 @@ fn crash_test(backend: &str) {
     let (mut kills, mut during_write, mut during_upload, mut finished) = (0, 0, 0, 0);
     let rocksdb = backend == "rocksdb";
     let mut round = 0;
+    let faults = dir.join("faults");
     while (kills < 12 || during_write < 3 || (rocksdb && during_upload < 3)) && round < 40 {
         round += 1;
-        // Every third kill waits for a checkpoint caught between its state files and its
-        // manifest and kills then; with RocksDB, every third other one waits for a
-        // checkpoint's files being copied.
-        let moment = match round % 3 {
-            2 => Moment::ManifestWrite,
-            0 if rocksdb => Moment::Upload,
-            _ => Moment::Random,
+        // The kills in a phase come first, while the job has most of its input ahead (a
+        // run restored near the end may finish before its next checkpoint): a checkpoint
+        // caught between its state files and its manifest, and with RocksDB one whose files
+        // are being copied while the job goes on; then kills at random moments.
+        let moment = match (during_write < 3, rocksdb && during_upload < 3) {
+            (true, true) if round % 2 == 0 => Moment::Upload,
+            (true, _) => Moment::ManifestWrite,
+            (false, true) => Moment::Upload,
+            (false, false) => Moment::Random,
         };
-        let caught = |moment: Moment| match moment {
-            Moment::ManifestWrite => weir::checkpoint_being_written(&dir.join("checkpoints")),
-            Moment::Upload => upload_in_progress(&dir.join("state")),
-            Moment::Random => false,
-        };
+        let caught = |moment: Moment| hook(moment).is_some_and(|h| faults.join(h).exists());
         // Local state of killed runs is scratch (and `weir run` clears it too, but only once
         // started): gone, so that only this run's uploads are seen.
         let _ = std::fs::remove_dir_all(dir.join("state"));
-        let mut child = start(&dir.join("job.sql"), moment);
+        let mut child = start(&dir.join("job.sql"), moment, &faults);
         let started = Instant::now();
         let wait = if moment == Moment::Random { 100 + random(600) } else { 3000 };
         let deadline = started + Duration::from_millis(wait);
@@ -177,8 +177,8 @@ fn crash_test(backend: &str) {
          upload), {finished} runs finished on their own"
     );
     assert!(kills >= 10, "only {kills} kills");
-    assert!(during_write >= 2, "only {during_write} kills during a checkpoint write");
-    assert!(!rocksdb || during_upload >= 2, "only {during_upload} kills during a RocksDB upload");
+    assert!(during_write >= 3, "only {during_write} kills during a checkpoint write");
+    assert!(!rocksdb || during_upload >= 3, "only {during_upload} kills during a RocksDB upload");
 
     // A last run to the end.
     let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");

@@ -261,7 +261,7 @@ async fn exactly_once_under_sigkill_in_every_phase() {
         3,
         20,
         |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
     );
     run_to_end(&sql);
     assert_same_rows(&broker.read_committed("out"), &want);

@@ -70,7 +70,7 @@ async fn a_computed_event_time_goes_exactly_once_through_crashes() {
         3,
         16,
         |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
     );
     println!("kills per phase: {kills:?}");
     run_to_end(&sql);

@@ -88,7 +88,7 @@ async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
         3,
         20,
         |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
     );
     run_to_end(&sql);
     let (got, _) = reduce(broker.read_committed_records("out"));
@@ -313,7 +313,7 @@ async fn a_regular_join_of_two_topics_is_exactly_once_under_sigkill_in_every_pha
         3,
         20,
         |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &checkpoints, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
     );
     run_to_end(&sql);
     let (got, _) = applied_events(broker.read_committed_records("joined"));

@@ -33,7 +33,7 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
     let sink = sink.to_uppercase();
     match phase {
         Phase::Processing => &mut cmd,
-        Phase::PreCommitted => cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", "300"),
+        Phase::PreCommitted => cmd.env("WEIR_FAULT_MANIFEST_MS", "300"),
         Phase::Committing => cmd.env(format!("WEIR_FAULT_{sink}_COMMIT_MS"), "300"),
         Phase::DuringCommit => cmd.env(format!("WEIR_FAULT_{sink}_COMMITTED_MS"), "300"),
         Phase::Restoring => cmd.env(format!("WEIR_FAULT_{sink}_RESTORE_MS"), "300"),
@@ -42,10 +42,10 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
 }
 
 /// Whether the process started by [`start`] is in `phase` now.
-pub fn in_phase(phase: Phase, checkpoints: &Path, faults: &Path, sink: &str) -> bool {
+pub fn in_phase(phase: Phase, faults: &Path, sink: &str) -> bool {
     match phase {
         Phase::Processing => false,
-        Phase::PreCommitted => weir::checkpoint_being_written(checkpoints),
+        Phase::PreCommitted => faults.join("manifest").exists(),
         Phase::Committing => faults.join(format!("{sink}_commit")).exists(),
         Phase::DuringCommit => faults.join(format!("{sink}_committed")).exists(),
         Phase::Restoring => faults.join(format!("{sink}_restore")).exists(),
@@ -155,7 +155,6 @@ pub fn file_job_under_kills(dir: &Path, job: impl Fn(&Path, &str, u32) -> String
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let sql = dir.join("job.sql");
     std::fs::write(&sql, job(dir, "out", 2)).expect("sql");
-    let checkpoints = dir.join("out-checkpoints");
     let faults = dir.join("faults");
     kill_in_phases(
         &PHASES,
@@ -163,7 +162,7 @@ pub fn file_job_under_kills(dir: &Path, job: impl Fn(&Path, &str, u32) -> String
         3,
         12,
         |phase| start(&sql, phase, &faults, "file"),
-        |phase| in_phase(phase, &checkpoints, &faults, "file"),
+        |phase| in_phase(phase, &faults, "file"),
     );
     let last = Command::new(crate::weir_bin()).arg("run").arg(&sql).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));

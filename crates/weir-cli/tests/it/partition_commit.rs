@@ -109,14 +109,14 @@ fn partitions_are_marked_across_restarts() {
     let (want, marked) = snapshot(&dir.join("reference"));
     assert_eq!(marked.len(), want.len(), "reference: {marked:?} of {want:?}");
     let sql = q10(&dir, "out");
-    let (checkpoints, faults) = (dir.join("out-checkpoints"), dir.join("faults"));
+    let faults = dir.join("faults");
     kill_in_phases(
         &PHASES,
         Phase::Processing,
         2,
         8,
         |phase| start(&sql, phase, &faults, "file"),
-        |phase| in_phase(phase, &checkpoints, &faults, "file"),
+        |phase| in_phase(phase, &faults, "file"),
     );
     let last = std::process::Command::new(crate::weir_bin()).arg("run").arg(&sql).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));

@@ -272,7 +272,7 @@ fn exactly_once_resumes_at_another_parallelism() {
             .arg("run")
             .arg(job(p))
             .env("WEIR_FAULT_DIR", &faults)
-            .env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", if phase == Phase::PreCommitted { "300" } else { "0" })
+            .env("WEIR_FAULT_MANIFEST_MS", if phase == Phase::PreCommitted { "300" } else { "0" })
             .env("WEIR_FAULT_POSTGRES_COMMIT_MS", if phase == Phase::Committing { "300" } else { "0" })
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
@@ -281,7 +281,7 @@ fn exactly_once_resumes_at_another_parallelism() {
         let deadline = Instant::now() + Duration::from_secs(20);
         let prepared = "SELECT (SELECT count(*) FROM by_count) > 0 AND (SELECT count(*) FROM pg_prepared_xacts) > 0";
         let mut ended = None;
-        while !(in_phase(phase, &checkpoints, &faults, "postgres") && pg.psql(prepared) == ["t"]) {
+        while !(in_phase(phase, &faults, "postgres") && pg.psql(prepared) == ["t"]) {
             assert!(Instant::now() < deadline, "p={p} never reached {phase:?} with transactions prepared");
             if let Some(status) = child.try_wait().expect("poll") {
                 ended = Some(status);
@@ -597,7 +597,7 @@ async fn exactly_once_retractions_without_a_key_delete_one_equal_row() {
         1,
         3,
         |phase| start(&sql, phase, &faults, "postgres"),
-        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+        |phase| in_phase(phase, &faults, "postgres"),
     );
     run_to_end(&sql);
     let got = pg.psql("SELECT * FROM by_count ORDER BY n");

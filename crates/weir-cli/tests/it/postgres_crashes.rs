@@ -91,7 +91,7 @@ async fn exactly_once_upserts_and_deletes_under_sigkill_in_every_phase() {
         3,
         20,
         |phase| start(&sql, phase, &faults, "postgres"),
-        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+        |phase| in_phase(phase, &faults, "postgres"),
     );
     assert!(kills.values().sum::<u32>() >= 20);
     run_to_end(&sql);
@@ -151,7 +151,7 @@ async fn at_least_once_upserts_by_key_are_idempotent_under_sigkill() {
         5,
         20,
         |phase| start(&sql, phase, &faults, "postgres"),
-        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+        |phase| in_phase(phase, &faults, "postgres"),
     );
     run_to_end(&sql);
     let got = pg.psql("SELECT * FROM counts ORDER BY auction");
@@ -183,7 +183,7 @@ async fn at_least_once_appends_without_a_key_duplicate_after_restarts() {
         3,
         8,
         |phase| start(&sql, phase, &faults, "postgres"),
-        |phase| in_phase(phase, &checkpoints, &faults, "postgres"),
+        |phase| in_phase(phase, &faults, "postgres"),
     );
     run_to_end(&sql);
     // Each Nexmark bid is distinct (auction, bidder, price, time).

@@ -124,7 +124,6 @@ async fn partitioned_parquet_table_is_exact_under_sigkill() {
         })
     };
 
-    let checkpoints = dir.join("out-checkpoints");
     let faults = dir.join("faults");
     kill_in_phases(
         &PHASES,
@@ -132,7 +131,7 @@ async fn partitioned_parquet_table_is_exact_under_sigkill() {
         3,
         20,
         |phase| start(&dir.join("job.sql"), phase, &faults, "file"),
-        |phase| in_phase(phase, &checkpoints, &faults, "file"),
+        |phase| in_phase(phase, &faults, "file"),
     );
     let last = Command::new(weir_bin()).arg("run").arg(dir.join("job.sql")).output().expect("final run");
     assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));

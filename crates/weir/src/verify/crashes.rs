@@ -97,7 +97,7 @@ impl Runner {
         match phase {
             None | Some(Phase::Processing) => {}
             Some(Phase::PreCommitted) => {
-                cmd.env("WEIR_TEST_DELAY_BEFORE_MANIFEST_MS", HOLD_MS);
+                cmd.env("WEIR_FAULT_MANIFEST_MS", HOLD_MS);
             }
             Some(Phase::Committing) => hook(&mut cmd, "COMMIT"),
             Some(Phase::BetweenCommits) => hook(&mut cmd, "COMMITTED"),
@@ -110,7 +110,7 @@ impl Runner {
         let marked = |suffix: &str| self.hooks.iter().any(|h| self.faults().join(format!("{h}_{suffix}")).exists());
         match phase {
             Phase::Processing => false,
-            Phase::PreCommitted => crate::checkpoint_being_written(&self.scratch.checkpoint_dir()),
+            Phase::PreCommitted => self.faults().join("manifest").exists(),
             Phase::Committing => marked("commit"),
             Phase::BetweenCommits => marked("committed"),
             Phase::Restoring => marked("restore"),
