@@ -87,7 +87,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         // A run of `weir verify`'s (this program again): the file into its scratch copies.
-        if let Some(code) = weir::verify::child(weir::Engine::new).await {
+        if let Some(code) = weir_verify::child(weir::Engine::new).await {
             return ExitCode::from(code as u8);
         }
         match cli.command {
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
             Some(Command::Worker { file, id }) => run::worker_file(&file, false, id.as_deref()).await,
             Some(Command::Status { file }) => run::worker_file(&file, true, None).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
-            Some(Command::Test { paths }) => match weir::slt::run_paths(&paths).await {
+            Some(Command::Test { paths }) => match weir_cli::slt::run_paths(&paths).await {
                 Ok(summary) => {
                     println!("{} passed, {} failed", summary.passed, summary.failed);
                     if summary.failed == 0 && summary.passed > 0 {
@@ -116,8 +116,8 @@ fn main() -> ExitCode {
 
 /// `weir verify`: 0 every sink exactly-once, 1 one is not, 2 the file cannot be verified.
 async fn verify_file(file: &std::path::Path, crashes: u32, events: u64, keep: bool) -> ExitCode {
-    let verdict = match weir::verify::Options::new(crashes, events, keep) {
-        Ok(options) => weir::verify::verify(file, &options).await,
+    let verdict = match weir_verify::Options::new(crashes, events, keep) {
+        Ok(options) => weir_verify::verify(file, &options).await,
         Err(e) => Err(format!("cannot find this program to run it again: {e}")),
     };
     match verdict {

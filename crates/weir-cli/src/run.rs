@@ -99,7 +99,7 @@ pub async fn run_file(file: &Path, from_scratch: bool) -> ExitCode {
     }
 }
 
-/// `weir worker`: this process as one worker of the file's jobs (see `weir::workers`);
+/// `weir worker`: this process as one worker of the file's jobs (see `weir_workers`);
 /// `weir status`: what the workers of the file's jobs are doing.
 pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>) -> ExitCode {
     let (sql, engine) = match open(file) {
@@ -107,8 +107,8 @@ pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>) -> Ex
         Err(code) => return code,
     };
     let outcome = match status_only {
-        true => weir::workers::status(&engine, &sql).await.map(|text| print!("{text}")),
-        false => weir::workers::run(&engine, &sql, id).await,
+        true => weir_workers::status(&engine, &sql).await.map(|text| print!("{text}")),
+        false => weir_workers::run(&engine, &sql, id).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

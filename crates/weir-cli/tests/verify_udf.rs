@@ -1,4 +1,4 @@
-//! `weir::verify` from an embedding program, with the program's own functions: a run of
+//! `weir_verify` from an embedding program, with the program's own functions: a run of
 //! verify's is this program again (`verify::child` first in `main`), so the functions are
 //! there. A function declared deterministic whose results differ between runs is named as the
 //! likely cause; a deterministic one passes. Its own binary: the program is the test.
@@ -59,7 +59,7 @@ INSERT INTO picked SELECT auction, price FROM bid WHERE {function}(price);
 async fn verify(file: &std::path::Path) -> (Result<bool, String>, String) {
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let said = lines.clone();
-    let options = weir::verify::Options {
+    let options = weir_verify::Options {
         crashes: 4,
         events: 10_000,
         keep: false,
@@ -67,7 +67,7 @@ async fn verify(file: &std::path::Path) -> (Result<bool, String>, String) {
         command: vec![std::env::current_exe().expect("this program").into_os_string()],
         say: Arc::new(move |line| said.lock().expect("lines").push(line.to_string())),
     };
-    let verdict = weir::verify::verify(file, &options).await;
+    let verdict = weir_verify::verify(file, &options).await;
     let text = lines.lock().expect("lines").join("\n");
     println!("{text}");
     (verdict, text)
@@ -76,7 +76,7 @@ async fn verify(file: &std::path::Path) -> (Result<bool, String>, String) {
 fn main() -> ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        if let Some(code) = weir::verify::child(engine).await {
+        if let Some(code) = weir_verify::child(engine).await {
             return ExitCode::from(code as u8);
         }
         let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());

@@ -7,7 +7,6 @@
 //! give backpressure. Every edge carries [`weir_core::Message`]s in order.
 
 pub mod checkpoint;
-pub mod determinism;
 mod exchange;
 mod job;
 mod key_hash;

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::determinism::{self, Nondeterminism};
 use weir_core::{ConnectorFactory, Delivered, TableDef, WeirError};
-use weir_runtime::determinism::{self, Nondeterminism};
 use weir_runtime::{Node, OperatorSpec, SinkTarget, StreamPlan};
 
 use crate::settings::Settings;

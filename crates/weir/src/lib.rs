@@ -16,14 +16,12 @@
 //! # Ok(()) }
 //! ```
 
+mod determinism;
 mod engine;
 pub mod guarantees;
 mod query;
 pub mod scratch;
 mod settings;
-pub mod slt;
-pub mod verify;
-pub mod workers;
 
 pub use engine::{Engine, Outcome, PlannedInsert, PreparedJob};
 pub use query::QueryStream;
@@ -41,9 +39,3 @@ pub mod connector {
 
 /// The arrow crate Weir's batches come from.
 pub use datafusion::arrow;
-
-/// The rows of `batch` as the `print` connector writes them: `+I[v1, v2]`, one line each.
-pub fn print_lines(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<String>> {
-    let text = weir_connectors::format_rows(&weir_core::Chunk::inserts(batch.clone()), "")?;
-    Ok(text.lines().map(String::from).collect())
-}

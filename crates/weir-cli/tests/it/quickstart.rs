@@ -9,7 +9,16 @@ use crate::{repo, weir_bin};
 
 /// Rows as the print sink shows them: `+I[v1, v2, …]`, by the print connector's own formatting.
 fn print_lines(batches: &[weir::arrow::record_batch::RecordBatch]) -> Vec<String> {
-    batches.iter().flat_map(|b| weir::print_lines(b).expect("format rows")).collect()
+    batches
+        .iter()
+        .flat_map(|b| {
+            weir_connectors::format_rows(&weir::Chunk::inserts(b.clone()), "")
+                .expect("format rows")
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn cli_rows() -> Vec<String> {

@@ -12,8 +12,8 @@ async fn sql_tests_pass() {
     let mut passed = 0;
     let mut failed = Vec::new();
     let mut errors = 0;
-    for file in weir::slt::slt_files(&dir).expect("list sql-tests") {
-        let summary = weir::slt::run_file(&file).await.expect("run slt file");
+    for file in weir_cli::slt::slt_files(&dir).expect("list sql-tests") {
+        let summary = weir_cli::slt::run_file(&file).await.expect("run slt file");
         passed += summary.passed;
         if summary.failed > 0 {
             failed.push(format!("{}: {} failed", file.display(), summary.failed));

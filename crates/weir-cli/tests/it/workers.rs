@@ -168,7 +168,7 @@ impl Worker {
             .arg(sql)
             .arg("--id")
             .arg(id)
-            .env("WEIR_LOG", "info,weir::workers=debug")
+            .env("WEIR_LOG", "info,weir_workers=debug")
             .stdout(Stdio::null())
             .stderr(file);
         for (k, v) in env {

@@ -8,7 +8,7 @@ use weir_core::Result;
 use super::group;
 use super::topology::Output;
 use super::Layout;
-use crate::Engine;
+use weir::Engine;
 
 pub async fn status(engine: &Engine, sql: &str) -> Result<String> {
     let mut out = String::new();

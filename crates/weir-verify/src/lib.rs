@@ -1,6 +1,6 @@
 //! `weir verify FILE.sql`: is the user's own job exactly-once? The file runs once without
 //! failures and again with crashes (SIGKILL) in every phase of its checkpoints and commits,
-//! each run a child process writing into scratch copies of its sinks ([`crate::scratch`])
+//! each run a child process writing into scratch copies of its sinks ([`weir::scratch`])
 //! over the same bounded input; then each sink's content, the changelog applied, is compared
 //! between the runs. A difference, or a pitfall the plan shows that makes one possible, is a
 //! failure named with its likely cause.
@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::scratch::{Scratch, SCRATCH_CONNECTORS};
-use crate::{Engine, PlannedInsert};
+use weir::scratch::{Scratch, SCRATCH_CONNECTORS};
+use weir::{Engine, PlannedInsert};
 
 use content::Content;
 use crashes::{Phase, Plan, Runner};
@@ -118,7 +118,7 @@ pub async fn verify(file: &Path, options: &Options) -> Result<bool, String> {
 async fn verify_inner(file: &Path, options: &Options) -> Result<bool, String> {
     let sql = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
     let base = file.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf);
-    let located = |e: crate::WeirError| match e.location {
+    let located = |e: weir::WeirError| match e.location {
         Some(at) => format!("{}:{}:{}: {}", file.display(), at.line, at.column, e.message),
         None => e.message,
     };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::scratch::Scratch;
+use weir::scratch::Scratch;
 
 /// Where a kill lands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -11,9 +11,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::ArrayFormatter;
 use sqllogictest::{DBOutput, DefaultColumnType, Record, Runner};
-use weir_core::{Result, WeirError};
-
-use crate::{Engine, Outcome};
+use weir::{Engine, Outcome, Result, WeirError};
 
 pub struct WeirDb {
     engine: Engine,
@@ -36,7 +34,7 @@ fn column_type(t: &DataType) -> DefaultColumnType {
 }
 
 fn rows(batches: &[RecordBatch]) -> Result<DBOutput<DefaultColumnType>> {
-    let options = weir_core::display_options();
+    let options = weir::display_options();
     let mut types = Vec::new();
     let mut rows = Vec::new();
     for batch in batches {

@@ -14,7 +14,7 @@ use datafusion::logical_expr::Volatility;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 
-use crate::plan::{Node, OperatorSpec};
+use weir_runtime::{Node, OperatorSpec};
 
 /// Functions whose value depends on when they run, whatever their declared volatility
 /// (DataFusion calls `now()` stable: the same within one query, which a stream never ends).
@@ -248,7 +248,7 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
             }
         }
         OperatorSpec::WindowAggregate { spec: w, display }
-        | OperatorSpec::SessionAggregate { spec: crate::operators::SessionSpec { spec: w, .. }, display } => {
+        | OperatorSpec::SessionAggregate { spec: weir_runtime::operators::SessionSpec { spec: w, .. }, display } => {
             let keys: Vec<bool> = w.group_exprs.iter().map(|e| expr_varies(e, &a, &mut out.functions)).collect();
             if keys.iter().any(|k| *k) {
                 out.decide(format!("the groups of {display}"));

@@ -32,13 +32,13 @@ use weir_runtime::{spawn_job, JobHandle, JobState, SinkSpec};
 
 pub use status::status;
 
-use crate::engine::PreparedJob;
-use crate::Engine;
 use connectors::{TaskConnectors, TaskShared};
 use group::Membership;
 use sink::{Target, TaskSink};
 use store::TaskStore;
 use topology::{Output, SubTopology};
+use weir::Engine;
+use weir::PreparedJob;
 
 /// Run this process as a worker of the jobs of `sql` until every task of every job has
 /// ended (bounded inputs), or forever. `id`: a name of this worker that its replacement

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::scratch::Scratch;
-use crate::{Engine, Outcome, WeirError};
+use weir::scratch::Scratch;
+use weir::{Engine, Outcome, WeirError};
 
 /// The description of the run's scratch copies ([`Scratch::to_text`]).
 pub(super) const SCRATCH: &str = "WEIR_VERIFY_SCRATCH";

@@ -8,8 +8,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::ArrayFormatter;
 use weir_core::{Result, WeirError};
 
-use crate::scratch::Scratch;
-use crate::Engine;
+use weir::scratch::Scratch;
+use weir::Engine;
 
 /// Between the values of a row's key (a character no value shows).
 const SEPARATOR: char = '\u{1f}';
