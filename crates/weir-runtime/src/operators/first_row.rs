@@ -13,7 +13,7 @@ use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, W
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, rows_batch, Clock, StateContext};
+use super::state::{interner, ordered, rows_batch, Progress, StateContext};
 use super::top_n::TopNSpec;
 use super::window::millis;
 
@@ -202,13 +202,14 @@ impl Operator for FirstRow {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: 0 };
-        Ok(Some(self.tables.snapshot(clock.meta())?))
+        let progress = Progress { watermark: self.watermark, late: self.late, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let clock = Clock::restore(&self.tables.restore_from(states)?, "deduplication")?;
-        (self.watermark, self.late) = (clock.watermark, clock.late);
+        let name = self.name();
+        let (progress, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
+        (self.watermark, self.late) = (progress.watermark, progress.late);
         Ok(())
     }
 }

@@ -558,17 +558,17 @@ impl Operator for GroupAggregate {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "watermark": self.watermark.0, "unstamped": self.unstamped });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let progress = super::state::Progress { watermark: self.watermark, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, self.unstamped)?))
     }
 
     /// From one snapshot or several (another parallelism): every task of a stage saw the same
     /// watermarks before the barrier.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        for m in self.tables.restore_from(states)? {
-            self.watermark = self.watermark.max(Watermark(m.meta["watermark"].as_i64().unwrap_or(i64::MIN)));
-            self.unstamped |= m.meta["unstamped"].as_bool().unwrap_or(false);
-        }
+        let name = self.name();
+        let (progress, unstamped) = super::state::restore::<bool>(&mut self.tables, states, &name)?;
+        self.watermark = progress.watermark;
+        self.unstamped = unstamped.iter().any(|u| *u);
         Ok(())
     }
 }

@@ -34,7 +34,7 @@ use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermar
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, Clock, StateContext};
+use super::state::{interner, ordered, Progress, StateContext};
 
 const TABLES: [TableDecl; 4] = [
     TableDecl { name: "left", kind: TableKind::Sorted },
@@ -692,15 +692,17 @@ impl Operator for StreamJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: self.next_seq };
-        Ok(Some(self.tables.snapshot(clock.meta())?))
+        let progress =
+            Progress { watermark: self.watermark, late: self.late, next_seq: self.next_seq, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
     }
 
     /// From one snapshot or, at another parallelism, several: every task of a stage saw the
     /// same watermark before the barrier.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let clock = Clock::restore(&self.tables.restore_from(states)?, "join")?;
-        (self.watermark, self.late, self.next_seq) = (clock.watermark, clock.late, clock.next_seq);
+        let name = self.name();
+        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
+        (self.watermark, self.late, self.next_seq) = (p.watermark, p.late, p.next_seq);
         Ok(())
     }
 }

@@ -368,12 +368,13 @@ impl Operator for SessionAggregate {
 
     /// The tables, with the watermark and the late count.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.sessions.tables.snapshot(self.progress.meta())?))
+        Ok(Some(super::state::snapshot(&mut self.sessions.tables, &self.progress, ())?))
     }
 
-    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
+    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.progress = Progress::restore(&self.sessions.tables.restore_from(states)?)?;
+        let name = self.name();
+        self.progress = super::state::restore::<()>(&mut self.sessions.tables, states, &name)?.0;
         Ok(())
     }
 }

@@ -70,52 +70,37 @@ pub(crate) fn take_due(
     Ok(due)
 }
 
-/// What the snapshots of a keyed operator's tasks say beside its tables (one snapshot, or
-/// several at another parallelism): the watermark (the same in every task of a stage before
-/// a barrier), the late rows (each counted by one task) and the next arrival number (above
-/// every restored one, so that no two entries of a key meet).
-#[derive(Debug)]
-pub(crate) struct Clock {
-    pub watermark: weir_core::Watermark,
-    pub late: u64,
-    pub next_seq: u64,
-}
-
-impl Clock {
-    pub fn meta(&self) -> serde_json::Value {
-        serde_json::json!({ "watermark": self.watermark.0, "late": self.late, "next_seq": self.next_seq })
-    }
-
-    pub fn restore(metas: &[weir_state::RestoredMeta], what: &str) -> Result<Self> {
-        let damaged = || weir_core::WeirError::internal(format!("{what} state in a checkpoint is damaged"));
-        let mut clock = Clock { watermark: weir_core::Watermark::MIN, late: 0, next_seq: 0 };
-        for m in metas {
-            let w = m.meta["watermark"].as_i64().ok_or_else(damaged)?;
-            clock.watermark = clock.watermark.max(weir_core::Watermark(w));
-            if m.primary {
-                clock.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-            clock.next_seq = clock.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
-        }
-        Ok(clock)
-    }
-}
-
-/// What a window operator keeps beside its tables: the watermark, the late rows counted, the
-/// window ends that have state.
-#[derive(Debug)]
+/// What every keyed operator keeps beside its tables, the same way for all: the watermark,
+/// the rows it found late, the next arrival number (rows kept by arrival: joins, Top-N,
+/// window joins) and the windows that have state (window operators). Snapshot and restore
+/// go through [`snapshot`] and [`restore`] alone, so that damaged state is one error
+/// everywhere, never a silent default.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Progress {
     pub watermark: weir_core::Watermark,
     pub late: u64,
-    pub open: std::collections::BTreeSet<i64>,
-    /// Numbers rows kept by arrival (window joins, window Top-N).
     pub next_seq: u64,
+    pub open: std::collections::BTreeSet<i64>,
 }
 
 impl Default for Progress {
     fn default() -> Self {
-        Self { watermark: weir_core::Watermark::MIN, late: 0, open: Default::default(), next_seq: 0 }
+        Self { watermark: weir_core::Watermark::MIN, late: 0, next_seq: 0, open: Default::default() }
     }
+}
+
+/// The version of the operator metadata in a snapshot (progress and the operator's own).
+const META_VERSION: u32 = 1;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Meta<E> {
+    version: u32,
+    watermark: i64,
+    late: u64,
+    next_seq: u64,
+    open: Vec<i64>,
+    /// The operator's own fields (`()` for most).
+    operator: E,
 }
 
 impl Progress {
@@ -128,34 +113,59 @@ impl Progress {
     pub fn fired(&mut self, bound: i64) {
         self.open = self.open.split_off(&bound.saturating_add(1));
     }
+}
 
-    pub fn meta(&self) -> serde_json::Value {
-        serde_json::json!({
-            "open": self.open.iter().collect::<Vec<_>>(),
-            "watermark": self.watermark.0,
-            "late": self.late,
-            "next_seq": self.next_seq,
-        })
-    }
+/// A keyed operator's snapshot: its tables, its progress and its own fields.
+pub(crate) fn snapshot<E: serde::Serialize>(
+    tables: &mut weir_state::StateTables,
+    progress: &Progress,
+    operator: E,
+) -> Result<weir_core::OperatorSnapshot> {
+    let meta = Meta {
+        version: META_VERSION,
+        watermark: progress.watermark.0,
+        late: progress.late,
+        next_seq: progress.next_seq,
+        open: progress.open.iter().copied().collect(),
+        operator,
+    };
+    let meta =
+        serde_json::to_value(meta).map_err(|e| weir_core::WeirError::internal(format!("encoding state: {e}")))?;
+    tables.snapshot(meta)
+}
 
-    /// From the snapshots of one or more tasks (another parallelism): the watermark is the
-    /// same in all of them (every task of a stage sees the same watermarks before a
-    /// barrier); the open windows are their union (a window without rows here costs
-    /// nothing); each late count is kept by one task.
-    pub fn restore(metas: &[weir_state::RestoredMeta]) -> Result<Self> {
-        let damaged = || weir_core::WeirError::internal("window operator state in a checkpoint is damaged");
-        let mut p = Progress::default();
-        for m in metas {
-            p.watermark = p.watermark.max(weir_core::Watermark(m.meta["watermark"].as_i64().ok_or_else(damaged)?));
-            if m.primary {
-                p.late += m.meta["late"].as_u64().ok_or_else(damaged)?;
-            }
-            p.open.extend(m.meta["open"].as_array().into_iter().flatten().filter_map(|v| v.as_i64()));
-            // Arrival numbers go on above every restored one.
-            p.next_seq = p.next_seq.max(m.meta["next_seq"].as_u64().unwrap_or(0));
+/// Restore a keyed operator from one snapshot or, at another parallelism, several: the
+/// tables, then the progress, merged (the watermark is the same in every task of a stage
+/// before a barrier; each late row was counted by one task, kept by the one new task that
+/// takes its first key group; arrival numbers go on above every restored one; the open
+/// windows are the union), and each snapshot's own fields for the operator to merge.
+/// `operator` names it in the error for a damaged or foreign snapshot.
+pub(crate) fn restore<E: serde::de::DeserializeOwned>(
+    tables: &mut weir_state::StateTables,
+    states: &[&[u8]],
+    operator: &str,
+) -> Result<(Progress, Vec<E>)> {
+    let mut progress = Progress::default();
+    let mut own = Vec::new();
+    for m in tables.restore_from(states)? {
+        let meta: Meta<E> = serde_json::from_value(m.meta).map_err(|e| {
+            weir_core::WeirError::internal(format!("the state of {operator} in the checkpoint is damaged: {e}"))
+        })?;
+        if meta.version != META_VERSION {
+            return Err(weir_core::WeirError::not_supported(format!(
+                "the state of {operator} in the checkpoint has version {}; this Weir reads version {META_VERSION}",
+                meta.version
+            )));
         }
-        Ok(p)
+        progress.watermark = progress.watermark.max(weir_core::Watermark(meta.watermark));
+        if m.primary {
+            progress.late += meta.late;
+        }
+        progress.next_seq = progress.next_seq.max(meta.next_seq);
+        progress.open.extend(meta.open);
+        own.push(meta.operator);
     }
+    Ok((progress, own))
 }
 
 /// A batch of rows kept in state as Arrow row bytes (by `converter`), with `extra` columns
@@ -173,4 +183,41 @@ pub(crate) fn rows_batch<'a>(
     columns.extend(extra);
     let options = RecordBatchOptions::new().with_row_count(Some(count));
     Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_core::Watermark;
+    use weir_state::{TableDecl, TableKind};
+
+    use super::*;
+
+    const DECLS: [TableDecl; 1] = [TableDecl { name: "t", kind: TableKind::Value }];
+
+    #[test]
+    fn progress_merges_over_tasks_and_damaged_state_names_the_operator() {
+        let ctx = StateContext::memory();
+        let mut tables = ctx.open(&DECLS).expect("tables");
+        let a = Progress { watermark: Watermark(10), late: 3, next_seq: 7, open: [5, 9].into() };
+        let b = Progress { watermark: Watermark(10), late: 2, next_seq: 11, open: [9, 12].into() };
+        let sa = snapshot(&mut tables, &a, true).expect("snapshot").state;
+        let sb = snapshot(&mut tables, &b, false).expect("snapshot").state;
+        let (p, own) = restore::<bool>(&mut tables, &[&sa], "Op").expect("one snapshot");
+        assert_eq!((p, own), (a.clone(), vec![true]));
+        // Both snapshots cover every key group: the first is primary (its late rows count).
+        let (p, own) = restore::<bool>(&mut tables, &[&sa, &sb], "Op").expect("two snapshots");
+        assert_eq!(p.watermark, Watermark(10));
+        assert_eq!(p.next_seq, 11, "arrival numbers go on above every restored one");
+        assert_eq!(p.open, [5, 9, 12].into());
+        assert_eq!(own.len(), 2);
+
+        let damaged = tables.snapshot(serde_json::json!({ "watermark": "ten" })).expect("snapshot").state;
+        let e = restore::<()>(&mut tables, &[&damaged], "GroupAggregate(k)").expect_err("damaged");
+        assert!(e.to_string().contains("GroupAggregate(k)") && e.to_string().contains("damaged"), "{e}");
+        let newer =
+            serde_json::json!({ "version": 2, "watermark": 0, "late": 0, "next_seq": 0, "open": [], "operator": null });
+        let newer = tables.snapshot(newer).expect("snapshot").state;
+        let e = restore::<()>(&mut tables, &[&newer], "Op").expect_err("another version");
+        assert!(e.to_string().contains("version 2"), "{e}");
+    }
 }

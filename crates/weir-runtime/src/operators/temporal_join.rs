@@ -25,7 +25,7 @@ use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::join::{assemble, pair_condition, JoinKind, JoinSpec};
-use super::state::{from_ordered, interner, ordered, Clock, StateContext};
+use super::state::{from_ordered, interner, ordered, Progress, StateContext};
 use super::window::millis;
 
 /// Each row's key bytes (`None`: a NULL key) and each row's key group.
@@ -285,19 +285,16 @@ impl Operator for LookupJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let meta = serde_json::json!({ "loaded": self.loaded, "next_seq": self.next_seq });
-        Ok(Some(self.tables.snapshot(meta)?))
+        let progress = Progress { next_seq: self.next_seq, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, self.loaded)?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let damaged = || WeirError::internal("lookup join state is damaged");
-        let metas = self.tables.restore_from(states)?;
+        let name = self.name();
+        let (progress, loaded) = super::state::restore::<bool>(&mut self.tables, states, &name)?;
         // Every task of a stage sees its table's input end at the same point of the stream.
-        self.loaded = !metas.is_empty();
-        for m in &metas {
-            self.loaded &= m.meta["loaded"].as_bool().ok_or_else(damaged)?;
-            self.next_seq = self.next_seq.max(m.meta["next_seq"].as_u64().ok_or_else(damaged)?);
-        }
+        self.loaded = !loaded.is_empty() && loaded.iter().all(|l| *l);
+        self.next_seq = progress.next_seq;
         Ok(())
     }
 }
@@ -475,13 +472,15 @@ impl Operator for VersionedJoin {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let clock = Clock { watermark: self.watermark, late: self.late, next_seq: self.next_seq };
-        Ok(Some(self.tables.snapshot(clock.meta())?))
+        let progress =
+            Progress { watermark: self.watermark, late: self.late, next_seq: self.next_seq, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let clock = Clock::restore(&self.tables.restore_from(states)?, "temporal join")?;
-        (self.watermark, self.late, self.next_seq) = (clock.watermark, clock.late, clock.next_seq);
+        let name = self.name();
+        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
+        (self.watermark, self.late, self.next_seq) = (p.watermark, p.late, p.next_seq);
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, W
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{ordered, rows_batch, Clock, StateContext};
+use super::state::{ordered, rows_batch, Progress, StateContext};
 use super::window::millis;
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "waiting", kind: TableKind::Timed }];
@@ -36,7 +36,7 @@ pub struct TimeSort {
     waiting: Table,
     /// The key group of every row: the one task's (the exchange hashes no columns).
     group: u16,
-    clock: Clock,
+    clock: Progress,
     /// The latest time emitted (Flink's `lastTriggeringTs`): rows at or before it are late.
     emitted_to: i64,
 }
@@ -63,7 +63,7 @@ impl TimeSort {
             rows,
             spec,
             group,
-            clock: Clock { watermark: Watermark::MIN, late: 0, next_seq: 0 },
+            clock: Progress::default(),
             emitted_to: i64::MIN,
         })
     }
@@ -140,18 +140,14 @@ impl Operator for TimeSort {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let mut meta = self.clock.meta();
-        meta["emitted_to"] = self.emitted_to.into();
-        Ok(Some(self.tables.snapshot(meta)?))
+        Ok(Some(super::state::snapshot(&mut self.tables, &self.clock, self.emitted_to)?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let metas = self.tables.restore_from(states)?;
-        self.clock = Clock::restore(&metas, "sort")?;
-        for m in &metas {
-            let to = m.meta["emitted_to"].as_i64().ok_or_else(|| WeirError::internal("sort state is damaged"))?;
-            self.emitted_to = self.emitted_to.max(to);
-        }
+        let name = self.name();
+        let (progress, emitted_to) = super::state::restore::<i64>(&mut self.tables, states, &name)?;
+        self.clock = progress;
+        self.emitted_to = emitted_to.into_iter().fold(self.emitted_to, i64::max);
         Ok(())
     }
 }

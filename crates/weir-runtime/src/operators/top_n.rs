@@ -24,7 +24,7 @@ use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermar
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, ordered, Clock, StateContext};
+use super::state::{interner, ordered, Progress, StateContext};
 
 const TABLES: [TableDecl; 4] = [
     TableDecl { name: "ranked", kind: TableKind::Sorted },
@@ -402,15 +402,16 @@ impl Operator for TopN {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let clock = Clock { watermark: self.watermark, late: 0, next_seq: self.next_seq };
-        Ok(Some(self.tables.snapshot(clock.meta())?))
+        let progress = Progress { watermark: self.watermark, next_seq: self.next_seq, ..Default::default() };
+        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
     }
 
     /// From one snapshot or several (another parallelism): arrival numbers go on above every
     /// restored one.
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let clock = Clock::restore(&self.tables.restore_from(states)?, "Top-N")?;
-        (self.watermark, self.next_seq) = (clock.watermark, clock.next_seq);
+        let name = self.name();
+        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
+        (self.watermark, self.next_seq) = (p.watermark, p.next_seq);
         Ok(())
     }
 }

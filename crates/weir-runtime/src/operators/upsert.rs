@@ -99,11 +99,12 @@ impl Operator for UpsertNormalize {
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.tables.snapshot(serde_json::json!({}))?))
+        Ok(Some(super::state::snapshot(&mut self.tables, &super::state::Progress::default(), ())?))
     }
 
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.tables.restore_from(states)?;
+        let name = self.name();
+        super::state::restore::<()>(&mut self.tables, states, &name)?;
         Ok(())
     }
 }

@@ -240,12 +240,13 @@ impl Operator for WindowJoin {
     /// The tables, with the open windows, the watermark, the late count and the next row
     /// number.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(self.tables.snapshot(self.progress.meta())?))
+        Ok(Some(super::state::snapshot(&mut self.tables, &self.progress, ())?))
     }
 
-    /// From one snapshot or, at another parallelism, several ([`Progress::restore`]).
+    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        self.progress = Progress::restore(&self.tables.restore_from(states)?)?;
+        let name = self.name();
+        self.progress = super::state::restore::<()>(&mut self.tables, states, &name)?.0;
         Ok(())
     }
 }
