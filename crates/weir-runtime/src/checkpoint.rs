@@ -32,6 +32,12 @@ pub enum CheckpointMode {
     AtLeastOnce,
 }
 
+/// The version of the checkpoint layout: the manifest, the state files it lists and how a
+/// task's parts are named. Bumped with any change to them; a checkpoint of another version
+/// is refused with both versions named. (Each part carries its own version too: operator
+/// state, state tables, sink pre-commits.)
+pub const MANIFEST_VERSION: u64 = 1;
+
 #[derive(Debug, Clone)]
 pub struct CheckpointConfig {
     pub interval: Duration,
@@ -200,6 +206,14 @@ impl LocalStore {
         let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;
         let manifest: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
+        // A layout this Weir does not know is refused by its version, before anything in it
+        // is read the wrong way.
+        let version = manifest["version"].as_u64().unwrap_or(0);
+        if version != MANIFEST_VERSION {
+            return Err(format!(
+                "its manifest has format version {version}, and this Weir reads version {MANIFEST_VERSION}"
+            ));
+        }
         // Keys in another hash's groups would not meet their state: said by name.
         let hash = manifest["key_hash"].as_str().unwrap_or("DataFusion's ahash (Weir before weir-xxh64-v1)");
         if hash != crate::KEY_HASH {
@@ -335,7 +349,7 @@ impl CheckpointStore for LocalStore {
         // test (or `weir verify`) kills the process in the middle of the asynchronous write.
         weir_core::fault::pause("manifest");
         self.check_owner()?;
-        let manifest = serde_json::json!({ "epoch": epoch, "fingerprint": fingerprint, "key_hash": crate::KEY_HASH, "files": files, "shared": shared });
+        let manifest = serde_json::json!({ "version": MANIFEST_VERSION, "epoch": epoch, "fingerprint": fingerprint, "key_hash": crate::KEY_HASH, "files": files, "shared": shared });
         let tmp = dir.join("manifest.json.tmp");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
@@ -682,6 +696,12 @@ mod tests {
         // One whose keys another hash grouped (no name: DataFusion's ahash) says so.
         let manifest = dir.join("chk-0000000001").join("manifest.json");
         let text = std::fs::read_to_string(&manifest).expect("manifest");
+        let mut unversioned: serde_json::Value = serde_json::from_str(&text).expect("a manifest");
+        assert_eq!(unversioned["version"], MANIFEST_VERSION, "the manifest has its version");
+        unversioned.as_object_mut().map(|m| m.remove("version"));
+        std::fs::write(&manifest, unversioned.to_string()).expect("an unversioned manifest");
+        let err = store.latest("plan").expect_err("another layout");
+        assert!(err.message.contains("format version 0"), "{}", err.message);
         let old = text.replace(&format!(",\"key_hash\":\"{}\"", crate::KEY_HASH), "");
         assert_ne!(old, text, "the manifest names its key hash");
         std::fs::write(&manifest, old).expect("an older manifest");

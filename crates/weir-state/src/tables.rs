@@ -34,6 +34,10 @@ use crate::{StateStore, StoreSnapshot};
 /// Default `'pipeline.max-parallelism'`, as Flink's.
 pub const DEFAULT_MAX_PARALLELISM: u16 = 128;
 
+/// The version of a snapshot's encoding (its header, and the keys and values of every table
+/// kind). Bumped with any change to them.
+pub const SNAPSHOT_VERSION: u64 = 1;
+
 /// How keyed state is cut into key groups: a key's group is fixed by its hash and the maximum
 /// parallelism, and task `i` of `p` owns a contiguous range of groups (Flink's assignment),
 /// so a change of parallelism moves whole groups between tasks.
@@ -455,6 +459,7 @@ impl StateTables {
     pub fn snapshot(&mut self, meta: serde_json::Value) -> Result<OperatorSnapshot> {
         let names: Vec<&str> = self.decls.iter().map(|d| d.name).collect();
         let mut header = serde_json::json!({
+            "version": SNAPSHOT_VERSION,
             "tables": names,
             "max": self.groups.max,
             "owned": [self.owned.start, self.owned.end],
@@ -527,6 +532,13 @@ impl StateTables {
         let mut metas = Vec::new();
         for bytes in snapshots {
             let (header, payload) = split(bytes)?;
+            let version = header["version"].as_u64().unwrap_or(0);
+            if version != SNAPSHOT_VERSION {
+                return Err(WeirError::not_supported(format!(
+                    "the checkpoint's operator state has format version {version}; this Weir reads version \
+                     {SNAPSHOT_VERSION}"
+                )));
+            }
             let names: Vec<&str> = header["tables"]
                 .as_array()
                 .ok_or_else(|| damaged("no table list"))?
