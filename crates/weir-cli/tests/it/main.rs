@@ -2,6 +2,7 @@
 
 mod crash;
 mod datagen;
+mod fixture;
 mod functions_doc;
 mod guarantees;
 mod joins;
