@@ -10,7 +10,7 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 
 use crate::exchange::Partitioning;
 use crate::operators::{
-    AppendWatermark, Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Limit, LookupJoin,
+    AppendWatermark, Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Keyed, Limit, LookupJoin,
     MaterializeSpec, ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin,
     TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize,
     UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
@@ -121,13 +121,13 @@ impl OperatorSpec {
     pub fn instantiate_in(&self, ctx: &InstanceContext) -> weir_core::Result<Box<dyn Operator>> {
         match self {
             OperatorSpec::WindowAggregate { spec, .. } => {
-                Ok(Box::new(WindowAggregate::new(spec.clone(), &ctx.state())?))
+                Ok(Box::new(Keyed(WindowAggregate::new(spec.clone(), &ctx.state())?)))
             }
             OperatorSpec::SessionAggregate { spec, .. } => {
-                Ok(Box::new(SessionAggregate::new(spec.clone(), &ctx.state())?))
+                Ok(Box::new(Keyed(SessionAggregate::new(spec.clone(), &ctx.state())?)))
             }
             OperatorSpec::WindowJoin { spec, ends, .. } => {
-                Ok(Box::new(WindowJoin::new(spec.clone(), *ends, &ctx.state())?))
+                Ok(Box::new(Keyed(WindowJoin::new(spec.clone(), *ends, &ctx.state())?)))
             }
             OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(LookupJoin::new(spec.clone(), &ctx.state())?)),
@@ -138,7 +138,7 @@ impl OperatorSpec {
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::TopN { spec, .. } => Ok(Box::new(TopN::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
-                Ok(Box::new(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?))
+                Ok(Box::new(Keyed(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?)))
             }
             OperatorSpec::FirstRow { spec, time, .. } => {
                 Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?))
@@ -168,13 +168,13 @@ impl OperatorSpec {
                 Box::new(WindowAssign::new(kind, time_column, schema))
             }
             OperatorSpec::WindowAggregate { spec, .. } => {
-                Box::new(WindowAggregate::new(spec, &StateContext::memory())?)
+                Box::new(Keyed(WindowAggregate::new(spec, &StateContext::memory())?))
             }
             OperatorSpec::SessionAggregate { spec, .. } => {
-                Box::new(SessionAggregate::new(spec, &StateContext::memory())?)
+                Box::new(Keyed(SessionAggregate::new(spec, &StateContext::memory())?))
             }
             OperatorSpec::WindowJoin { spec, ends, .. } => {
-                Box::new(WindowJoin::new(spec, ends, &StateContext::memory())?)
+                Box::new(Keyed(WindowJoin::new(spec, ends, &StateContext::memory())?))
             }
             OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
@@ -186,7 +186,7 @@ impl OperatorSpec {
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
             OperatorSpec::TopN { spec, .. } => Box::new(TopN::new(spec, &StateContext::memory())?),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
-                Box::new(WindowTopN::new(spec, window_end, &StateContext::memory())?)
+                Box::new(Keyed(WindowTopN::new(spec, window_end, &StateContext::memory())?))
             }
             OperatorSpec::FirstRow { spec, time, .. } => Box::new(FirstRow::new(spec, time, &StateContext::memory())?),
             OperatorSpec::TimeSort { spec, .. } => Box::new(TimeSort::new(spec, &StateContext::memory())?),

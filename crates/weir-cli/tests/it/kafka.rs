@@ -595,7 +595,7 @@ async fn transactions_of_checkpoints_that_never_completed_are_aborted_on_restart
     let mut child = Command::new(weir_bin())
         .arg("run")
         .arg(&sql)
-        .env("WEIR_TEST_DELAY_UPLOAD_MS", "3000")
+        .env("WEIR_FAULT_UPLOAD_MS", "3000")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -18,12 +18,13 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{ordered, Progress, StateContext};
-use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
+use super::window::{millis, Evaluated, WindowSpec};
 
 /// A session window aggregate as planned.
 #[derive(Debug, Clone)]
@@ -335,14 +336,14 @@ impl SessionAggregate {
     }
 }
 
-impl Operator for SessionAggregate {
+impl KeyedLogic for SessionAggregate {
     fn name(&self) -> String {
         "SessionAggregate".into()
     }
 
     /// Like Flink, a row behind the watermark is late only if it does not merge into an
     /// open session: lateness is decided after merging, in [`SessionAggregate::add`].
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         let (mut late, mut late_rows) = (0, Vec::new());
         match self.spec.spec.evaluate(&chunk, Watermark::MIN, &mut late, &mut late_rows)? {
             Some(evaluated) => self.add(evaluated, &chunk.batch),
@@ -350,38 +351,16 @@ impl Operator for SessionAggregate {
         }
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        advance(self, watermark, out)
-    }
-
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
-    }
-
-    fn late_rows(&self) -> u64 {
-        self.progress.late
-    }
-
-    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+    fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         std::mem::take(&mut self.late_rows)
     }
 
-    /// The tables, with the watermark and the late count.
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.sessions.tables, &self.progress, ())?))
+    fn state(&mut self) -> (&mut weir_state::StateTables, &mut Progress) {
+        (&mut self.sessions.tables, &mut self.progress)
     }
 
-    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        self.progress = super::state::restore::<()>(&mut self.sessions.tables, states, &name)?.0;
-        Ok(())
-    }
-}
-
-impl Fires for SessionAggregate {
-    fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.progress.watermark
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Emit every session that ends at or before `watermark` + 1 ms, by end then start.

@@ -101,26 +101,6 @@ fn offset_text(offset: i64) -> String {
     }
 }
 
-/// An operator that holds rows until the watermark passes the end of their window (or
-/// session), and emits them then.
-pub(crate) trait Fires {
-    /// The highest watermark seen.
-    fn watermark_mut(&mut self) -> &mut Watermark;
-    /// Emit every window that ends at or before `watermark` + 1 ms.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()>;
-}
-
-/// What every window operator does with a watermark: fire the windows it passed, once, when
-/// it rises; then forward it.
-pub(crate) fn advance(op: &mut impl Fires, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-    if watermark > *op.watermark_mut() {
-        *op.watermark_mut() = watermark;
-        op.fire(watermark, out)?;
-    }
-    out.push(Message::Watermark(watermark));
-    Ok(())
-}
-
 /// Adds `window_start`, `window_end`, `window_time` to every row, repeating a row for each of
 /// its windows (HOP, CUMULATE).
 pub struct WindowAssign {

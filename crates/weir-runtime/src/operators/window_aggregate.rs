@@ -16,11 +16,12 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::new_group_values;
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark};
+use weir_core::{Chunk, Message, Result, Watermark};
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{ordered, take_due, Progress, StateContext};
-use super::window::{advance, millis, Evaluated, Fires, WindowSpec};
+use super::window::{millis, Evaluated, WindowSpec};
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "windows", kind: TableKind::Timed }];
 
@@ -162,12 +163,12 @@ impl WindowAggregate {
     }
 }
 
-impl Operator for WindowAggregate {
+impl KeyedLogic for WindowAggregate {
     fn name(&self) -> String {
         "WindowAggregate".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         let evaluated =
             self.spec.evaluate(&chunk, self.progress.watermark, &mut self.progress.late, &mut self.late_rows)?;
         match evaluated {
@@ -176,38 +177,16 @@ impl Operator for WindowAggregate {
         }
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        advance(self, watermark, out)
-    }
-
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
-    }
-
-    fn late_rows(&self) -> u64 {
-        self.progress.late
-    }
-
-    fn drain_late_rows(&mut self) -> Vec<RecordBatch> {
+    fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         std::mem::take(&mut self.late_rows)
     }
 
-    /// The tables, with the open windows, watermark and late count.
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.tables, &self.progress, ())?))
+    fn state(&mut self) -> (&mut weir_state::StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        self.progress = super::state::restore::<()>(&mut self.tables, states, &name)?.0;
-        Ok(())
-    }
-}
-
-impl Fires for WindowAggregate {
-    fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.progress.watermark
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Emit every window whose end is at or before `watermark` + 1 ms, oldest first.

@@ -17,13 +17,14 @@ use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::RowConverter;
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::join::{JoinKind, JoinSpec};
+use super::keyed::KeyedLogic;
 use super::state::{ordered, take_due, Progress, StateContext};
-use super::window::{advance, millis, Fires};
+use super::window::millis;
 
 const TABLES: [TableDecl; 2] =
     [TableDecl { name: "left", kind: TableKind::Timed }, TableDecl { name: "right", kind: TableKind::Timed }];
@@ -206,16 +207,12 @@ impl WindowJoin {
     }
 }
 
-impl Operator for WindowJoin {
+impl KeyedLogic for WindowJoin {
     fn name(&self) -> String {
         "WindowJoin".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
-        self.process_input(0, chunk, out)
-    }
-
-    fn process_input(&mut self, input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("window joins of updates or deletes"));
         }
@@ -225,35 +222,12 @@ impl Operator for WindowJoin {
         self.add(input, chunk.batch)
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        advance(self, watermark, out)
+    fn state(&mut self) -> (&mut weir_state::StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
-    }
-
-    fn late_rows(&self) -> u64 {
-        self.progress.late
-    }
-
-    /// The tables, with the open windows, the watermark, the late count and the next row
-    /// number.
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.tables, &self.progress, ())?))
-    }
-
-    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        self.progress = super::state::restore::<()>(&mut self.tables, states, &name)?.0;
-        Ok(())
-    }
-}
-
-impl Fires for WindowJoin {
-    fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.progress.watermark
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Join every window whose end is at or before `watermark` + 1 ms, oldest first.

@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{from_ordered, ordered, rows_batch, Progress, StateContext};
 use super::top_n::{ranks, TopNSpec};
-use super::window::{advance, millis, Fires};
+use super::window::millis;
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "waiting", kind: TableKind::Timed }];
 
@@ -56,13 +57,13 @@ impl WindowTopN {
     }
 }
 
-impl Operator for WindowTopN {
+impl KeyedLogic for WindowTopN {
     fn name(&self) -> String {
         "WindowTopN".into()
     }
 
     /// File each row under `end | partition (length first) | order | arrival`.
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("a Top-N per window over an updating input"));
         }
@@ -101,33 +102,12 @@ impl Operator for WindowTopN {
         self.tables.write(self.waiting, &changes)
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        advance(self, watermark, out)
+    fn state(&mut self) -> (&mut weir_state::StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
-    }
-
-    fn late_rows(&self) -> u64 {
-        self.progress.late
-    }
-
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.tables, &self.progress, ())?))
-    }
-
-    /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        self.progress = super::state::restore::<()>(&mut self.tables, states, &name)?.0;
-        Ok(())
-    }
-}
-
-impl Fires for WindowTopN {
-    fn watermark_mut(&mut self) -> &mut Watermark {
-        &mut self.progress.watermark
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Rank every window that ends at or before `watermark` + 1 ms.
