@@ -108,6 +108,23 @@ pub struct ComputedColumn {
 }
 
 impl TableDef {
+    /// A table made by Weir itself (a repartition topic, a test's table): its columns and
+    /// options, nothing else declared.
+    pub fn new(name: impl Into<String>, schema: SchemaRef, options: Options) -> Self {
+        TableDef {
+            name: name.into(),
+            schema,
+            watermark: None,
+            partition_keys: Vec::new(),
+            primary_key: Vec::new(),
+            options,
+            definition: String::new(),
+            metadata: Default::default(),
+            virtual_metadata: Default::default(),
+            computed: Vec::new(),
+        }
+    }
+
     /// The computed column at `index` of the schema, if it is one.
     pub fn computed_at(&self, index: usize) -> Option<&ComputedColumn> {
         self.computed.iter().find(|c| c.index == index)

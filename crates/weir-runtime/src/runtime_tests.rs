@@ -83,18 +83,7 @@ impl Sink for Watermarks {
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_not_before() {
-    let table = Arc::new(TableDef {
-        name: "events".into(),
-        schema: schema(),
-        watermark: None,
-        partition_keys: vec![],
-        primary_key: vec![],
-        options: Options::default(),
-        definition: String::new(),
-        metadata: Default::default(),
-        virtual_metadata: Default::default(),
-        computed: Vec::new(),
-    });
+    let table = Arc::new(TableDef::new("events", schema(), Options::default()));
     let root = Node::Source { table, projection: None, schema: schema(), changelog: weir_core::Changelog::AppendOnly }
         .with_operator(OperatorSpec::Watermark { expr: Arc::new(Column::new("ts", 0)), display: "ts".into() });
     let seen = Arc::new(Mutex::new(Vec::new()));

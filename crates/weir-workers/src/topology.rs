@@ -154,17 +154,6 @@ impl Cutter<'_> {
         options.insert("connector".into(), REPARTITION.into(), None);
         options.insert("topic".into(), topic.into(), None);
         options.insert("upstream".into(), upstream.to_string(), None);
-        TableDef {
-            name: topic.to_string(),
-            schema: input.schema(),
-            watermark: None,
-            partition_keys: Vec::new(),
-            primary_key: Vec::new(),
-            options,
-            definition: String::new(),
-            metadata: Default::default(),
-            virtual_metadata: Default::default(),
-            computed: Vec::new(),
-        }
+        TableDef::new(topic, input.schema(), options)
     }
 }

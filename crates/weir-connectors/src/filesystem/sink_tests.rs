@@ -19,18 +19,7 @@ impl Harness for Files {
         for (k, v) in [("connector", "filesystem"), ("format", "csv"), ("path", self.dir.to_str().unwrap_or(""))] {
             options.insert(k.into(), v.into(), None);
         }
-        let table = TableDef {
-            name: "t".into(),
-            schema: schema(),
-            watermark: None,
-            partition_keys: Vec::new(),
-            primary_key: Vec::new(),
-            options,
-            definition: String::new(),
-            metadata: Default::default(),
-            virtual_metadata: Default::default(),
-            computed: Vec::new(),
-        };
+        let table = TableDef::new("t", schema(), options);
         FileSink::new(&table, schema(), Split { index: task, count }).expect("a file sink")
     }
 
