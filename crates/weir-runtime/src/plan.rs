@@ -143,7 +143,7 @@ impl OperatorSpec {
             OperatorSpec::FirstRow { spec, time, .. } => {
                 Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?))
             }
-            OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(TimeSort::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(Keyed(TimeSort::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::UpsertMaterialize { spec } => {
                 Ok(Box::new(UpsertMaterialize::new(spec.clone(), &ctx.state())?))
             }
@@ -189,7 +189,7 @@ impl OperatorSpec {
                 Box::new(Keyed(WindowTopN::new(spec, window_end, &StateContext::memory())?))
             }
             OperatorSpec::FirstRow { spec, time, .. } => Box::new(FirstRow::new(spec, time, &StateContext::memory())?),
-            OperatorSpec::TimeSort { spec, .. } => Box::new(TimeSort::new(spec, &StateContext::memory())?),
+            OperatorSpec::TimeSort { spec, .. } => Box::new(Keyed(TimeSort::new(spec, &StateContext::memory())?)),
             OperatorSpec::UpsertMaterialize { spec } => {
                 Box::new(UpsertMaterialize::new(spec, &StateContext::memory())?)
             }

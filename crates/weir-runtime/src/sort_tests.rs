@@ -8,9 +8,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use weir_core::{Operator, Watermark};
 
 use crate::changelog_tests::{chunk, pretty};
-use crate::operators::{StateContext, TimeSort, TimeSortSpec};
+use crate::operators::{Keyed, StateContext, TimeSort, TimeSortSpec};
 
-fn sort() -> TimeSort {
+fn sort() -> Keyed<TimeSort> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), true),
@@ -18,7 +18,7 @@ fn sort() -> TimeSort {
     ]));
     // ORDER BY t, v DESC (NULLs lowest: last when descending).
     let spec = TimeSortSpec { time: 1, order: vec![(2, SortOptions { descending: true, nulls_first: false })], schema };
-    TimeSort::new(spec, &StateContext::memory()).expect("sort")
+    Keyed(TimeSort::new(spec, &StateContext::memory()).expect("sort"))
 }
 
 const ROWS: &str = "k:T t:TS v:I";

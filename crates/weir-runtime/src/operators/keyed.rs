@@ -33,6 +33,18 @@ pub(crate) trait KeyedLogic: Send {
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         Vec::new()
     }
+
+    /// The operator's own fields in a snapshot, beside its tables and progress (none by
+    /// default).
+    fn own(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Take back what [`KeyedLogic::own`] gave: one value per restored snapshot (several at
+    /// another parallelism).
+    fn restore_own(&mut self, _own: Vec<serde_json::Value>) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A [`KeyedLogic`] as the runtime's operator.
@@ -76,15 +88,17 @@ impl<L: KeyedLogic> Operator for Keyed<L> {
 
     /// The tables, with the progress: watermark, late count, open windows, arrival numbers.
     fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
+        let own = self.0.own();
         let (tables, progress) = self.0.state();
-        Ok(Some(super::state::snapshot(tables, progress, ())?))
+        Ok(Some(super::state::snapshot(tables, progress, own)?))
     }
 
     /// From one snapshot or, at another parallelism, several ([`super::state::restore`]).
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
         let name = self.0.name();
         let (tables, progress) = self.0.state();
-        *progress = super::state::restore::<()>(tables, states, &name)?.0;
-        Ok(())
+        let (restored, own) = super::state::restore::<serde_json::Value>(tables, states, &name)?;
+        *progress = restored;
+        self.0.restore_own(own)
     }
 }

@@ -9,10 +9,11 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{ordered, rows_batch, Progress, StateContext};
 use super::window::millis;
 
@@ -67,35 +68,15 @@ impl TimeSort {
             emitted_to: i64::MIN,
         })
     }
-
-    /// Emit every waiting row up to `watermark`, in order.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark.0 <= self.emitted_to {
-            return Ok(());
-        }
-        let (from, to) = (ordered(self.emitted_to.saturating_add(1)), ordered(watermark.0.saturating_add(1)));
-        let due = self.tables.scan_times(self.waiting, &from, &to)?;
-        if due.is_empty() {
-            return Ok(());
-        }
-        self.tables.delete_times(self.waiting, &from, &to)?;
-        if let Some((_, last, _)) = due.last() {
-            let time = last.get(..8).and_then(|b| b.try_into().ok()).map(super::state::from_ordered);
-            self.emitted_to = time.ok_or_else(|| WeirError::internal("sort state is damaged"))?;
-        }
-        let batch = rows_batch(&self.rows, due.iter().map(|(_, _, v)| v.as_slice()), Vec::new(), &self.spec.schema)?;
-        out.push(Message::Chunk(Chunk::inserts(batch)));
-        Ok(())
-    }
 }
 
-impl Operator for TimeSort {
+impl KeyedLogic for TimeSort {
     fn name(&self) -> String {
         "TimeSort".into()
     }
 
     /// File each row under `time | other keys | arrival`.
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("ORDER BY over an updating input"));
         }
@@ -122,32 +103,45 @@ impl Operator for TimeSort {
         self.tables.write(self.waiting, &changes)
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.clock.watermark {
-            self.clock.watermark = watermark;
-            self.fire(watermark, out)?;
+    /// Emit every waiting row up to `watermark`, in order.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        if watermark.0 <= self.emitted_to {
+            return Ok(());
         }
-        out.push(Message::Watermark(watermark));
+        let (from, to) = (ordered(self.emitted_to.saturating_add(1)), ordered(watermark.0.saturating_add(1)));
+        let due = self.tables.scan_times(self.waiting, &from, &to)?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.tables.delete_times(self.waiting, &from, &to)?;
+        if let Some((_, last, _)) = due.last() {
+            let time = last.get(..8).and_then(|b| b.try_into().ok()).map(super::state::from_ordered);
+            self.emitted_to = time.ok_or_else(|| WeirError::internal("sort state is damaged"))?;
+        }
+        let batch = rows_batch(&self.rows, due.iter().map(|(_, _, v)| v.as_slice()), Vec::new(), &self.spec.schema)?;
+        out.push(Message::Chunk(Chunk::inserts(batch)));
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.clock)
     }
 
-    fn late_rows(&self) -> u64 {
-        self.clock.late
+    fn progress(&self) -> &Progress {
+        &self.clock
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.tables, &self.clock, self.emitted_to)?))
+    /// The latest time emitted.
+    fn own(&self) -> serde_json::Value {
+        self.emitted_to.into()
     }
 
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (progress, emitted_to) = super::state::restore::<i64>(&mut self.tables, states, &name)?;
-        self.clock = progress;
-        self.emitted_to = emitted_to.into_iter().fold(self.emitted_to, i64::max);
+    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
+        for to in own {
+            let to =
+                to.as_i64().ok_or_else(|| WeirError::internal("the state of TimeSort in the checkpoint is damaged"))?;
+            self.emitted_to = self.emitted_to.max(to);
+        }
         Ok(())
     }
 }
