@@ -11,8 +11,8 @@
 //! | `datagen` (Flink's options; deterministic, rewindable) | yes | |
 
 mod blackhole;
-#[cfg(test)]
-mod committer_contract;
+#[cfg(any(test, feature = "contract-tests"))]
+pub mod committer_contract;
 mod datagen;
 mod delivery;
 mod filesystem;

@@ -34,7 +34,7 @@ pub use weir_sql::ParsedStatement;
 /// ([`Engine::with_connectors`]), and the built-in ones to fall back on.
 pub mod connector {
     pub use weir_connectors::Connectors;
-    pub use weir_core::{ConnectorFactory, Sink, SinkGuarantee, Source, Split, TableDef};
+    pub use weir_core::{ConnectorFactory, Options, Sink, SinkGuarantee, Source, Split, TableDef};
 }
 
 /// The arrow crate Weir's batches come from.
