@@ -236,7 +236,7 @@ fn a_versioned_join_joins_each_row_with_the_version_valid_at_its_time() {
         interval: None,
         appending: [true, false],
     };
-    let mut j = VersionedJoin::new(spec, [1, 2], &StateContext::memory()).expect("join");
+    let mut j = crate::operators::Keyed(VersionedJoin::new(spec, [1, 2], &StateContext::memory()).expect("join"));
     let mut out = Vec::new();
     // Versions of `a`: 10 from 1 ms, 20 from 5 ms (an update), deleted at 8 ms.
     j.process_input(1, chunk("k2:T v:I u:TS\n+I a 10 1\n-U a 10 1\n+U a 20 5\n+I b 30 2\n-D b 30 7"), &mut out)

@@ -132,7 +132,7 @@ impl OperatorSpec {
             OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(LookupJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
-                Ok(Box::new(VersionedJoin::new(spec.clone(), *times, &ctx.state())?))
+                Ok(Box::new(Keyed(VersionedJoin::new(spec.clone(), *times, &ctx.state())?)))
             }
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
@@ -180,7 +180,7 @@ impl OperatorSpec {
             OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::TableLookup { spec, lookup, .. } => Box::new(TableLookupJoin::new(spec, (lookup.0)()?)?),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
-                Box::new(VersionedJoin::new(spec, times, &StateContext::memory())?)
+                Box::new(Keyed(VersionedJoin::new(spec, times, &StateContext::memory())?))
             }
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),

@@ -25,6 +25,7 @@ use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::join::{assemble, pair_condition, JoinKind, JoinSpec};
+use super::keyed::KeyedLogic;
 use super::state::{from_ordered, interner, ordered, Progress, StateContext};
 use super::window::millis;
 
@@ -309,9 +310,7 @@ pub struct VersionedJoin {
     tables: StateTables,
     versions: Table,
     waiting: Table,
-    watermark: Watermark,
-    late: u64,
-    next_seq: u64,
+    progress: Progress,
 }
 
 impl VersionedJoin {
@@ -323,9 +322,7 @@ impl VersionedJoin {
             versions: tables.table("versions")?,
             waiting: tables.table("waiting")?,
             tables,
-            watermark: Watermark::MIN,
-            late: 0,
-            next_seq: 0,
+            progress: Progress::default(),
         })
     }
 
@@ -361,11 +358,11 @@ impl VersionedJoin {
         let mut keys = Vec::new();
         for (i, time) in times.iter().enumerate() {
             match time {
-                Some(t) if *t > self.watermark.0 => {
-                    keys.push((i, [&ordered(*t)[..], &self.next_seq.to_be_bytes()].concat()));
-                    self.next_seq += 1;
+                Some(t) if *t > self.progress.watermark.0 => {
+                    keys.push((i, [&ordered(*t)[..], &self.progress.next_seq.to_be_bytes()].concat()));
+                    self.progress.next_seq += 1;
                 }
-                _ => self.late += 1,
+                _ => self.progress.late += 1,
             }
         }
         let changes: Vec<Change<'_>> =
@@ -374,7 +371,7 @@ impl VersionedJoin {
     }
 
     /// Join every waiting row with a time at or before `watermark`, oldest first.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+    fn release(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let to = ordered(watermark.0.saturating_add(1));
         let due = self.tables.scan_times(self.waiting, &ordered(i64::MIN), &to)?;
         if due.is_empty() {
@@ -437,51 +434,28 @@ impl VersionedJoin {
     }
 }
 
-impl Operator for VersionedJoin {
+impl KeyedLogic for VersionedJoin {
     fn name(&self) -> String {
         "VersionedJoin".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
-        self.process_input(0, chunk, out)
-    }
-
-    fn process_input(&mut self, input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         match input {
             1 => self.add_versions(&chunk),
             _ => self.add_waiting(&chunk),
         }
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark <= self.watermark {
-            return Ok(());
-        }
-        self.fire(watermark, out)?;
-        self.watermark = watermark;
-        out.push(Message::Watermark(watermark));
-        Ok(())
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        self.release(watermark, out)
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn late_rows(&self) -> u64 {
-        self.late
-    }
-
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress =
-            Progress { watermark: self.watermark, late: self.late, next_seq: self.next_seq, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
-    }
-
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
-        (self.watermark, self.late, self.next_seq) = (p.watermark, p.late, p.next_seq);
-        Ok(())
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 }
 
