@@ -92,7 +92,7 @@ fn appending_inputs_store_rows_under_arrival_numbers_and_join_every_copy() {
     assert_eq!(got[2], "-D b 2 . .\n+I b 2 b 20\n");
 }
 
-fn top_n(hi: u64, retracting_input: bool) -> TopN {
+fn top_n(hi: u64, retracting_input: bool) -> crate::operators::Keyed<TopN> {
     let input = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
     let spec = TopNSpec {
         kind: RankKind::RowNumber,
@@ -106,7 +106,7 @@ fn top_n(hi: u64, retracting_input: bool) -> TopN {
         schema: schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("rn", DataType::UInt64)]),
         ttl: None,
     };
-    TopN::new(spec, &StateContext::memory()).expect("top-n")
+    crate::operators::Keyed(TopN::new(spec, &StateContext::memory()).expect("top-n"))
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
         schema: schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None)), ("rn", DataType::UInt64)]),
         ttl: None,
     };
-    let mut f = FirstRow::new(spec, 1, &StateContext::memory()).expect("first row");
+    let mut f = crate::operators::Keyed(FirstRow::new(spec, 1, &StateContext::memory()).expect("first row"));
     let mut out = Vec::new();
     // An earlier row that comes later replaces the candidate: nothing is emitted yet.
     f.process_chunk(chunk("k:T t:TS\n+I a 5\n+I a 3\n+I b 9"), &mut out).expect("rows");

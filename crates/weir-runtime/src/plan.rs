@@ -136,12 +136,12 @@ impl OperatorSpec {
             }
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
-            OperatorSpec::TopN { spec, .. } => Ok(Box::new(TopN::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::TopN { spec, .. } => Ok(Box::new(Keyed(TopN::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Ok(Box::new(Keyed(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?)))
             }
             OperatorSpec::FirstRow { spec, time, .. } => {
-                Ok(Box::new(FirstRow::new(spec.clone(), *time, &ctx.state())?))
+                Ok(Box::new(Keyed(FirstRow::new(spec.clone(), *time, &ctx.state())?)))
             }
             OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(Keyed(TimeSort::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::UpsertMaterialize { spec } => {
@@ -184,11 +184,13 @@ impl OperatorSpec {
             }
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
             OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
-            OperatorSpec::TopN { spec, .. } => Box::new(TopN::new(spec, &StateContext::memory())?),
+            OperatorSpec::TopN { spec, .. } => Box::new(Keyed(TopN::new(spec, &StateContext::memory())?)),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Box::new(Keyed(WindowTopN::new(spec, window_end, &StateContext::memory())?))
             }
-            OperatorSpec::FirstRow { spec, time, .. } => Box::new(FirstRow::new(spec, time, &StateContext::memory())?),
+            OperatorSpec::FirstRow { spec, time, .. } => {
+                Box::new(Keyed(FirstRow::new(spec, time, &StateContext::memory())?))
+            }
             OperatorSpec::TimeSort { spec, .. } => Box::new(Keyed(TimeSort::new(spec, &StateContext::memory())?)),
             OperatorSpec::UpsertMaterialize { spec } => {
                 Box::new(UpsertMaterialize::new(spec, &StateContext::memory())?)

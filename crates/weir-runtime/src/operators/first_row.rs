@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{interner, ordered, rows_batch, Progress, StateContext};
 use super::top_n::TopNSpec;
 use super::window::millis;
@@ -60,8 +61,7 @@ pub struct FirstRow {
     tables: StateTables,
     first: Table,
     due: Table,
-    watermark: Watermark,
-    late: u64,
+    progress: Progress,
 }
 
 impl FirstRow {
@@ -78,13 +78,12 @@ impl FirstRow {
             rows,
             spec,
             time,
-            watermark: Watermark::MIN,
-            late: 0,
+            progress: Progress::default(),
         })
     }
 
     /// Emit the waiting rows whose time the watermark has passed.
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+    fn release(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         let to = ordered(watermark.0.saturating_add(1));
         let due = self.tables.scan_times(self.due, &ordered(i64::MIN), &to)?;
         if due.is_empty() {
@@ -118,12 +117,12 @@ impl FirstRow {
     }
 }
 
-impl Operator for FirstRow {
+impl KeyedLogic for FirstRow {
     fn name(&self) -> String {
         "FirstRow".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("a deduplication by event time over an updating input"));
         }
@@ -153,8 +152,8 @@ impl Operator for FirstRow {
         let mut changed = vec![false; distinct.len()];
         for (i, p) in of_row.iter().copied().enumerate() {
             // A row without a time is never first by time.
-            if !times.is_valid(i) || times.value(i) <= self.watermark.0 {
-                self.late += u64::from(times.is_valid(i));
+            if !times.is_valid(i) || times.value(i) <= self.progress.watermark.0 {
+                self.progress.late += u64::from(times.is_valid(i));
                 continue;
             }
             let t = times.value(i);
@@ -184,32 +183,15 @@ impl Operator for FirstRow {
         self.tables.write(self.due, &changes)
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            self.fire(watermark, out)?;
-        }
-        out.push(Message::Watermark(watermark));
-        Ok(())
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        self.release(watermark, out)
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.fire(Watermark::END_OF_TIME, out)
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn late_rows(&self) -> u64 {
-        self.late
-    }
-
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress = Progress { watermark: self.watermark, late: self.late, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
-    }
-
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (progress, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
-        (self.watermark, self.late) = (progress.watermark, progress.late);
-        Ok(())
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 }

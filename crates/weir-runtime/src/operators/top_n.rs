@@ -20,10 +20,11 @@ use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Op, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{interner, ordered, Progress, StateContext};
 
 const TABLES: [TableDecl; 4] = [
@@ -77,9 +78,8 @@ pub struct TopN {
     /// With a TTL: each partition's watermark when last written, and partitions filed by it.
     touched: Table,
     expiry: Table,
-    watermark: Watermark,
-    /// Numbers rows in arrival order (the tie-break).
-    next_seq: u64,
+    /// The watermark, and the arrival numbers of rows (the tie-break).
+    progress: Progress,
     /// Retractions of rows that were not there (or had left an append-only Top-N).
     pub unmatched: u64,
 }
@@ -105,13 +105,12 @@ impl TopN {
             tops: tables.table("tops")?,
             touched: tables.table("touched")?,
             expiry: tables.table("expiry")?,
-            watermark: Watermark::MIN,
+            progress: Progress::default(),
             tables,
             partitions,
             order,
             rows,
             spec,
-            next_seq: 0,
             unmatched: 0,
         })
     }
@@ -125,9 +124,9 @@ impl TopN {
         if self.spec.ttl.is_none() || written.is_empty() {
             return Ok(());
         }
-        let stamp = self.watermark.0.to_le_bytes();
+        let stamp = self.progress.watermark.0.to_le_bytes();
         let filed: Vec<(u16, Vec<u8>)> =
-            written.iter().map(|(g, k)| (*g, [&ordered(self.watermark.0)[..], k].concat())).collect();
+            written.iter().map(|(g, k)| (*g, [&ordered(self.progress.watermark.0)[..], k].concat())).collect();
         let changes: Vec<Change<'_>> = written.iter().map(|(g, k)| (*g, *k, Some(&stamp[..]))).collect();
         self.tables.write(self.touched, &changes)?;
         let changes: Vec<Change<'_>> = filed.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
@@ -164,8 +163,8 @@ impl TopN {
     }
 
     fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
-        let seq = if self.spec.later_wins_ties { u64::MAX - self.next_seq } else { self.next_seq };
-        self.next_seq += 1;
+        let seq = if self.spec.later_wins_ties { u64::MAX - self.progress.next_seq } else { self.progress.next_seq };
+        self.progress.next_seq += 1;
         [order, &seq.to_be_bytes()].concat()
     }
 }
@@ -231,12 +230,12 @@ fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
 /// What a chunk changes in the output, as rows to decode: (row bytes, rank, op).
 type Changes = Vec<(Vec<u8>, u64, Op)>;
 
-impl Operator for TopN {
+impl KeyedLogic for TopN {
     fn name(&self) -> String {
         "TopN".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         let n = chunk.num_rows();
         if n == 0 {
             return Ok(());
@@ -389,29 +388,20 @@ impl Operator for TopN {
     }
 
     /// With a TTL, partitions not written for that long are forgotten first (nothing is
-    /// emitted: a later row of one starts it again, as in Flink).
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark > self.watermark {
-            self.watermark = watermark;
-            if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
-                self.expire(watermark.0.saturating_sub(ttl))?;
-            }
+    /// emitted: a later row of one starts it again, as in Flink). Nothing waits for the
+    /// watermark otherwise: the end of the input fires nothing.
+    fn fire(&mut self, watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
+        if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
+            self.expire(watermark.0.saturating_sub(ttl))?;
         }
-        out.push(Message::Watermark(watermark));
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress = Progress { watermark: self.watermark, next_seq: self.next_seq, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    /// From one snapshot or several (another parallelism): arrival numbers go on above every
-    /// restored one.
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
-        (self.watermark, self.next_seq) = (p.watermark, p.next_seq);
-        Ok(())
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 }
