@@ -14,11 +14,11 @@ fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
     Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))
 }
 
-fn join(kind: JoinKind) -> StreamJoin {
+fn join(kind: JoinKind) -> crate::operators::Keyed<StreamJoin> {
     join_of(kind, [false, false])
 }
 
-fn join_of(kind: JoinKind, appending: [bool; 2]) -> StreamJoin {
+fn join_of(kind: JoinKind, appending: [bool; 2]) -> crate::operators::Keyed<StreamJoin> {
     let left = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
     let right = schema(&[("k2", DataType::Utf8), ("w", DataType::Int64)]);
     let both = schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("k2", DataType::Utf8), ("w", DataType::Int64)]);
@@ -33,7 +33,7 @@ fn join_of(kind: JoinKind, appending: [bool; 2]) -> StreamJoin {
         interval: None,
         appending,
     };
-    StreamJoin::new(spec, &StateContext::memory()).expect("join")
+    crate::operators::Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"))
 }
 
 /// Feed `(input, chunk)` steps; the changelog of each step.
@@ -163,7 +163,7 @@ fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_lat
         interval: Some(Interval { times: [1, 1], lower: Some(0), upper: Some(2000) }),
         appending: [true, true],
     };
-    let mut j = StreamJoin::new(spec, &StateContext::memory()).expect("join");
+    let mut j = crate::operators::Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"));
     let mut out = Vec::new();
     j.process_input(0, chunk("k:T t:TS\n+I a 3000\n+I b 4000"), &mut out).expect("left");
     // Nothing padded yet: a partner may still come.

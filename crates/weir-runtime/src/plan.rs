@@ -129,7 +129,7 @@ impl OperatorSpec {
             OperatorSpec::WindowJoin { spec, ends, .. } => {
                 Ok(Box::new(Keyed(WindowJoin::new(spec.clone(), *ends, &ctx.state())?)))
             }
-            OperatorSpec::Join { spec, .. } => Ok(Box::new(StreamJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::Join { spec, .. } => Ok(Box::new(Keyed(StreamJoin::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(LookupJoin::new(spec.clone(), &ctx.state())?)),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Ok(Box::new(Keyed(VersionedJoin::new(spec.clone(), *times, &ctx.state())?)))
@@ -176,7 +176,7 @@ impl OperatorSpec {
             OperatorSpec::WindowJoin { spec, ends, .. } => {
                 Box::new(Keyed(WindowJoin::new(spec, ends, &StateContext::memory())?))
             }
-            OperatorSpec::Join { spec, .. } => Box::new(StreamJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::Join { spec, .. } => Box::new(Keyed(StreamJoin::new(spec, &StateContext::memory())?)),
             OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
             OperatorSpec::TableLookup { spec, lookup, .. } => Box::new(TableLookupJoin::new(spec, (lookup.0)()?)?),
             OperatorSpec::VersionedJoin { spec, times, .. } => {

@@ -30,10 +30,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Op, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
+use super::keyed::KeyedLogic;
 use super::state::{interner, ordered, Progress, StateContext};
 
 const TABLES: [TableDecl; 4] = [
@@ -191,10 +192,8 @@ pub struct StreamJoin {
     expiry: Table,
     /// Interval joins: entries by the watermark after which they are dropped.
     dying: Table,
-    watermark: Watermark,
-    late: u64,
-    /// Numbers the rows of appending sides.
-    next_seq: u64,
+    /// The watermark, late rows, and the numbers of the rows of appending sides.
+    progress: Progress,
 }
 
 impl StreamJoin {
@@ -212,9 +211,7 @@ impl StreamJoin {
             dying: tables.table("interval")?,
             tables,
             spec,
-            watermark: Watermark::MIN,
-            late: 0,
-            next_seq: 0,
+            progress: Progress::default(),
         })
     }
 
@@ -281,9 +278,9 @@ impl StreamJoin {
                     continue;
                 }
                 // Behind the watermark: its partners may be gone already.
-                if times.value(i) <= self.watermark.0 {
+                if times.value(i) <= self.progress.watermark.0 {
                     live[i] = false;
-                    self.late += 1;
+                    self.progress.late += 1;
                 }
                 dies[i] = interval.dead_after(side, times.value(i));
             }
@@ -337,8 +334,8 @@ impl StreamJoin {
             .map(|i| {
                 key_of[i].map(|k| {
                     if appending {
-                        self.next_seq += 1;
-                        StateTables::entry_key(&distinct[k].1, &self.next_seq.to_be_bytes())
+                        self.progress.next_seq += 1;
+                        StateTables::entry_key(&distinct[k].1, &self.progress.next_seq.to_be_bytes())
                     } else {
                         StateTables::entry_key(&distinct[k].1, row_bytes.row(i).data())
                     }
@@ -362,7 +359,7 @@ impl StreamJoin {
         let (outer_mine, outer_theirs) = (self.spec.kind.outer(side), self.spec.kind.outer(other));
         // An interval join pads a row without a partner when it is dropped, not before.
         let deferred = self.spec.interval.is_some();
-        let stamp = self.watermark.0;
+        let stamp = self.progress.watermark.0;
         let mut emit = Emitted::default();
         for i in 0..n {
             if !live[i] {
@@ -467,7 +464,7 @@ impl StreamJoin {
         if self.spec.ttl.is_none() {
             return Ok(());
         }
-        let stamp = ordered(self.watermark.0);
+        let stamp = ordered(self.progress.watermark.0);
         let keys: Vec<(u16, Vec<u8>)> = touched.map(|(g, k)| (g, [&stamp[..], &[side as u8], k].concat())).collect();
         let changes: Vec<Change<'_>> = keys.iter().map(|(g, k)| (*g, k.as_slice(), Some(&[][..]))).collect();
         self.tables.write(self.expiry, &changes)
@@ -542,7 +539,7 @@ impl StreamJoin {
                 let mut entry = Entry::decode(&v)?;
                 if entry.touched == i64::MIN {
                     // Touched before the first watermark: counts as touched at it.
-                    entry.touched = self.watermark.0;
+                    entry.touched = self.progress.watermark.0;
                     restamped.push((*g, *k, [&entry.encode()[..], &v[24..]].concat()));
                 } else if entry.touched <= horizon {
                     gone.push((*g, *k, None));
@@ -646,63 +643,36 @@ pub(crate) fn assemble(
     Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
 }
 
-impl Operator for StreamJoin {
+impl KeyedLogic for StreamJoin {
     fn name(&self) -> String {
         "Join".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
-        self.process_input(0, chunk, out)
-    }
-
-    fn process_input(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         if input > 1 {
             return Err(WeirError::internal(format!("a join has two inputs, not input {input}")));
         }
         self.join_chunk(input, chunk, out)
     }
 
-    /// The watermark passes on as it comes (the minimum of both inputs, from the merger);
-    /// with a TTL, entries not touched for that long are forgotten first.
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        if watermark <= self.watermark {
-            return Ok(());
-        }
-        self.watermark = watermark;
+    /// An interval join's outer rows whose partners can no longer come are emitted alone (all
+    /// of them at the end of the input); with a TTL, entries not touched for that long are
+    /// forgotten first.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
         if self.spec.interval.is_some() {
             self.drop_dead(watermark.0, out)?;
         }
         if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
             self.expire(watermark.0.saturating_sub(ttl))?;
         }
-        out.push(Message::Watermark(watermark));
         Ok(())
     }
 
-    /// The input ended: an interval join's outer rows still without a partner never get one.
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        if self.spec.interval.is_some() {
-            self.drop_dead(i64::MAX, out)?;
-        }
-        Ok(())
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn late_rows(&self) -> u64 {
-        self.late
-    }
-
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress =
-            Progress { watermark: self.watermark, late: self.late, next_seq: self.next_seq, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, ())?))
-    }
-
-    /// From one snapshot or, at another parallelism, several: every task of a stage saw the
-    /// same watermark before the barrier.
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (p, _) = super::state::restore::<()>(&mut self.tables, states, &name)?;
-        (self.watermark, self.late, self.next_seq) = (p.watermark, p.late, p.next_seq);
-        Ok(())
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 }
