@@ -164,7 +164,9 @@ fn a_materialized_changelog_updates_rows_in_place() {
 fn upserts_become_a_retracting_changelog() {
     let schema = chunk("id:I name:T").schema();
     let spec = crate::operators::UpsertSpec { key: vec![0], schema };
-    let mut op = crate::operators::UpsertNormalize::new(spec, &StateContext::memory()).expect("operator");
+    let mut op = crate::operators::Keyed(
+        crate::operators::UpsertNormalize::new(spec, &StateContext::memory()).expect("operator"),
+    );
     let mut push = |text: &str| {
         let mut out = Vec::new();
         op.process_chunk(chunk(text), &mut out).expect("chunk");

@@ -7,20 +7,23 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use weir_core::Operator;
 
 use crate::changelog_tests::{chunk, pretty};
-use crate::operators::{MaterializeSpec, StateContext, UpsertMaterialize};
+use crate::operators::{Keyed, MaterializeSpec, StateContext, UpsertMaterialize};
 
-fn materializer() -> UpsertMaterialize {
+fn materializer() -> Keyed<UpsertMaterialize> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("v", DataType::Int64, true),
         Field::new("w", DataType::Utf8, true),
     ]));
-    UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema }, &StateContext::memory()).expect("materializer")
+    Keyed(
+        UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema }, &StateContext::memory())
+            .expect("materializer"),
+    )
 }
 
 const ROWS: &str = "k:T v:I w:T";
 
-fn step(m: &mut UpsertMaterialize, rows: &str) -> String {
+fn step(m: &mut Keyed<UpsertMaterialize>, rows: &str) -> String {
     let mut out = Vec::new();
     m.process_chunk(chunk(&format!("{ROWS}\n{rows}")), &mut out).expect("chunk");
     pretty(&out)
@@ -64,7 +67,10 @@ fn materialized_keys_restore_at_another_parallelism() {
         Field::new("w", DataType::Utf8, true),
     ]));
     let make = |ctx: &StateContext| {
-        UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema: schema.clone() }, ctx).expect("materializer")
+        Keyed(
+            UpsertMaterialize::new(MaterializeSpec { key: vec![0], schema: schema.clone() }, ctx)
+                .expect("materializer"),
+        )
     };
     // At two tasks, each holding its keys' rows: a with two rows, the later its value.
     let (snapshots, one) = crate::changelog_tests::snapshots_of_two_tasks(

@@ -135,7 +135,9 @@ impl OperatorSpec {
                 Ok(Box::new(Keyed(VersionedJoin::new(spec.clone(), *times, &ctx.state())?)))
             }
             OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
-            OperatorSpec::UpsertNormalize { spec } => Ok(Box::new(UpsertNormalize::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::UpsertNormalize { spec } => {
+                Ok(Box::new(Keyed(UpsertNormalize::new(spec.clone(), &ctx.state())?)))
+            }
             OperatorSpec::TopN { spec, .. } => Ok(Box::new(Keyed(TopN::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Ok(Box::new(Keyed(WindowTopN::new(spec.clone(), *window_end, &ctx.state())?)))
@@ -145,7 +147,7 @@ impl OperatorSpec {
             }
             OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(Keyed(TimeSort::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::UpsertMaterialize { spec } => {
-                Ok(Box::new(UpsertMaterialize::new(spec.clone(), &ctx.state())?))
+                Ok(Box::new(Keyed(UpsertMaterialize::new(spec.clone(), &ctx.state())?)))
             }
             _ => self.instantiate(),
         }
@@ -183,7 +185,9 @@ impl OperatorSpec {
                 Box::new(Keyed(VersionedJoin::new(spec, times, &StateContext::memory())?))
             }
             OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
-            OperatorSpec::UpsertNormalize { spec } => Box::new(UpsertNormalize::new(spec, &StateContext::memory())?),
+            OperatorSpec::UpsertNormalize { spec } => {
+                Box::new(Keyed(UpsertNormalize::new(spec, &StateContext::memory())?))
+            }
             OperatorSpec::TopN { spec, .. } => Box::new(Keyed(TopN::new(spec, &StateContext::memory())?)),
             OperatorSpec::WindowTopN { spec, window_end, .. } => {
                 Box::new(Keyed(WindowTopN::new(spec, window_end, &StateContext::memory())?))
@@ -193,7 +197,7 @@ impl OperatorSpec {
             }
             OperatorSpec::TimeSort { spec, .. } => Box::new(Keyed(TimeSort::new(spec, &StateContext::memory())?)),
             OperatorSpec::UpsertMaterialize { spec } => {
-                Box::new(UpsertMaterialize::new(spec, &StateContext::memory())?)
+                Box::new(Keyed(UpsertMaterialize::new(spec, &StateContext::memory())?))
             }
         })
     }

@@ -10,11 +10,12 @@
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, WeirError};
+use weir_core::{Chunk, Message, Op, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
-use super::state::{interner, rows_batch, StateContext};
+use super::keyed::KeyedLogic;
+use super::state::{interner, rows_batch, Progress, StateContext};
 
 const TABLES: [TableDecl; 1] = [TableDecl { name: "rows", kind: TableKind::Value }];
 
@@ -28,6 +29,8 @@ pub struct MaterializeSpec {
 pub struct UpsertMaterialize {
     spec: MaterializeSpec,
     tables: StateTables,
+    /// The watermark (nothing here waits for it).
+    progress: Progress,
     rows_table: Table,
     keys: RowConverter,
     rows: RowConverter,
@@ -61,16 +64,16 @@ impl UpsertMaterialize {
         let rows =
             RowConverter::new(spec.schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
         let tables = state.open(&TABLES)?;
-        Ok(Self { rows_table: tables.table("rows")?, tables, keys, rows, spec })
+        Ok(Self { rows_table: tables.table("rows")?, tables, keys, rows, spec, progress: Progress::default() })
     }
 }
 
-impl Operator for UpsertMaterialize {
+impl KeyedLogic for UpsertMaterialize {
     fn name(&self) -> String {
         "UpsertMaterialize".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         let n = chunk.num_rows();
         if n == 0 {
             return Ok(());
@@ -142,13 +145,15 @@ impl Operator for UpsertMaterialize {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(super::state::snapshot(&mut self.tables, &super::state::Progress::default(), ())?))
+    fn fire(&mut self, _watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
     }
 
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        super::state::restore::<()>(&mut self.tables, states, &name)?;
-        Ok(())
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.progress
     }
 }
