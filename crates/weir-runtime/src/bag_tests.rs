@@ -13,11 +13,15 @@ use crate::operators::{AggKind, AggregateDef, BagKind, GroupAggregate, GroupSpec
 
 /// `GROUP BY k` of (k, id, v) with FIRST_VALUE(v), LAST_VALUE(v), LISTAGG(v, ';'),
 /// JSON_ARRAYAGG(v) and JSON_OBJECTAGG(KEY id VALUE v); `v` is already JSON text.
-fn bags(state: &StateContext, retracting_input: bool) -> GroupAggregate {
+fn bags(state: &StateContext, retracting_input: bool) -> crate::operators::Keyed<GroupAggregate> {
     bags_with_ttl(state, retracting_input, None)
 }
 
-fn bags_with_ttl(state: &StateContext, retracting_input: bool, ttl: Option<i64>) -> GroupAggregate {
+fn bags_with_ttl(
+    state: &StateContext,
+    retracting_input: bool,
+    ttl: Option<i64>,
+) -> crate::operators::Keyed<GroupAggregate> {
     let text = |name: &str| Field::new(name, DataType::Utf8, true);
     let output = Arc::new(Schema::new(vec![text("k"), text("f"), text("l"), text("la"), text("ja"), text("jo")]));
     let def = |kind| AggregateDef::new(AggKind::Bag(kind), Some(2), DataType::Utf8, DataType::Utf8);
@@ -39,7 +43,7 @@ fn bags_with_ttl(state: &StateContext, retracting_input: bool, ttl: Option<i64>)
         schema: output,
         ttl,
     };
-    GroupAggregate::new(spec, state).expect("operator")
+    crate::operators::Keyed(GroupAggregate::new(spec, state).expect("operator"))
 }
 
 #[test]

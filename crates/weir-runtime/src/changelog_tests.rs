@@ -71,7 +71,7 @@ fn an_exchange_that_splits_an_update_sends_a_delete_and_an_insert() {
 }
 
 /// `GROUP BY k` with COUNT(*), SUM(v), MIN(v), MAX(v) over an updating input.
-fn group_aggregate(state: &StateContext) -> GroupAggregate {
+fn group_aggregate(state: &StateContext) -> crate::operators::Keyed<GroupAggregate> {
     let output = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("n", DataType::Int64, false),
@@ -92,7 +92,7 @@ fn group_aggregate(state: &StateContext) -> GroupAggregate {
         schema: output,
         ttl: None,
     };
-    GroupAggregate::new(spec, state).expect("operator")
+    crate::operators::Keyed(GroupAggregate::new(spec, state).expect("operator"))
 }
 
 /// What an operator emits for a chunk written as text.

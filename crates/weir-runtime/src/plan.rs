@@ -134,7 +134,9 @@ impl OperatorSpec {
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Ok(Box::new(Keyed(VersionedJoin::new(spec.clone(), *times, &ctx.state())?)))
             }
-            OperatorSpec::GroupAggregate { spec, .. } => Ok(Box::new(GroupAggregate::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::GroupAggregate { spec, .. } => {
+                Ok(Box::new(Keyed(GroupAggregate::new(spec.clone(), &ctx.state())?)))
+            }
             OperatorSpec::UpsertNormalize { spec } => {
                 Ok(Box::new(Keyed(UpsertNormalize::new(spec.clone(), &ctx.state())?)))
             }
@@ -184,7 +186,9 @@ impl OperatorSpec {
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Box::new(Keyed(VersionedJoin::new(spec, times, &StateContext::memory())?))
             }
-            OperatorSpec::GroupAggregate { spec, .. } => Box::new(GroupAggregate::new(spec, &StateContext::memory())?),
+            OperatorSpec::GroupAggregate { spec, .. } => {
+                Box::new(Keyed(GroupAggregate::new(spec, &StateContext::memory())?))
+            }
             OperatorSpec::UpsertNormalize { spec } => {
                 Box::new(Keyed(UpsertNormalize::new(spec, &StateContext::memory())?))
             }

@@ -25,12 +25,13 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBat
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
-use weir_core::{Chunk, Message, Op, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Op, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::aggregates::{decode, encode, Acc, AggKind, AggregateDef, GroupState, Prepared, Values};
-use super::state::{interner, ordered, Interner, StateContext};
+use super::keyed::KeyedLogic;
+use super::state::{interner, ordered, Interner, Progress, StateContext};
 
 mod bag;
 
@@ -68,7 +69,8 @@ pub struct GroupAggregate {
     distinct: Table,
     bag: Table,
     expiry: Table,
-    watermark: Watermark,
+    /// The watermark (the TTL's clock).
+    progress: Progress,
     /// Groups were updated before the first watermark: filed under `i64::MIN` until it comes.
     unstamped: bool,
     /// Row format of the group key (`None`: a global aggregate, one group).
@@ -141,7 +143,7 @@ impl GroupAggregate {
             distinct: tables.table("distinct")?,
             bag: tables.table("bag")?,
             expiry: tables.table("expiry")?,
-            watermark: Watermark::MIN,
+            progress: Progress::default(),
             unstamped: false,
             tables,
             spec,
@@ -372,7 +374,7 @@ impl GroupAggregate {
         let (from, to) = (ordered(i64::MIN), ordered(i64::MIN + 1));
         let entries = self.tables.scan_times(self.expiry, &from, &to)?;
         self.tables.delete_times(self.expiry, &from, &to)?;
-        let stamp = self.watermark.0;
+        let stamp = self.progress.watermark.0;
         let lookups: Vec<(u16, &[u8])> = entries.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
         let stored = self.tables.get_many(self.groups, &lookups)?;
         let mut states = Vec::new();
@@ -447,12 +449,12 @@ impl GroupAggregate {
     }
 }
 
-impl Operator for GroupAggregate {
+impl KeyedLogic for GroupAggregate {
     fn name(&self) -> String {
         "GroupAggregate".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
@@ -466,7 +468,7 @@ impl Operator for GroupAggregate {
             .iter()
             .map(|v| v.as_ref().map(|v| decode(v, &self.empty)).transpose())
             .collect::<Result<_>>()?;
-        let stamp = self.watermark.0;
+        let stamp = self.progress.watermark.0;
         let mut new: Vec<GroupState> = old
             .iter()
             .map(|o| match o {
@@ -543,32 +545,39 @@ impl Operator for GroupAggregate {
         Ok(())
     }
 
-    fn process_watermark(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let first = self.watermark == Watermark::MIN;
-        self.watermark = self.watermark.max(watermark);
-        // The end of the input: nothing more comes to find a key's state gone.
+    /// With a TTL, groups not updated for that long are forgotten (the end of the input
+    /// forgets nothing: nothing more comes to find a group gone). Groups updated before the
+    /// first watermark are filed under it when it comes.
+    fn fire(&mut self, watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
         if let (Some(ttl), false) = (self.spec.ttl, watermark == Watermark::END_OF_TIME) {
-            if first && self.unstamped {
+            if self.unstamped {
                 self.restamp()?;
             }
-            self.expire(self.watermark.0.saturating_sub(ttl))?;
+            self.expire(watermark.0.saturating_sub(ttl))?;
         }
-        out.push(Message::Watermark(watermark));
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress = super::state::Progress { watermark: self.watermark, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, self.unstamped)?))
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    /// From one snapshot or several (another parallelism): every task of a stage saw the same
-    /// watermarks before the barrier.
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (progress, unstamped) = super::state::restore::<bool>(&mut self.tables, states, &name)?;
-        self.watermark = progress.watermark;
-        self.unstamped = unstamped.iter().any(|u| *u);
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    fn own(&self) -> serde_json::Value {
+        self.unstamped.into()
+    }
+
+    /// From one snapshot or several (another parallelism): groups of any are unstamped.
+    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
+        for u in own {
+            let u = u
+                .as_bool()
+                .ok_or_else(|| WeirError::internal("the state of GroupAggregate in the checkpoint is damaged"))?;
+            self.unstamped |= u;
+        }
         Ok(())
     }
 }
