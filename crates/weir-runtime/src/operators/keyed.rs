@@ -20,9 +20,11 @@ pub(crate) trait KeyedLogic: Send {
     fn process(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()>;
 
     /// Emit what `watermark` completes: every window (or session) that ends at or before
-    /// it + 1 ms. Called once each time the watermark rises, and at the end of the input
-    /// with [`Watermark::END_OF_TIME`].
-    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()>;
+    /// it + 1 ms, rows due, expiry. Called once each time the watermark rises, and at the end
+    /// of the input with [`Watermark::END_OF_TIME`]. By default nothing waits for it.
+    fn fire(&mut self, _watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
 
     /// Its tables and progress: what a checkpoint keeps of it.
     fn state(&mut self) -> (&mut StateTables, &mut Progress);

@@ -8,7 +8,7 @@
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Op, Result, Watermark};
+use weir_core::{Chunk, Message, Op, Result};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
@@ -98,10 +98,6 @@ impl KeyedLogic for UpsertNormalize {
             let batch = rows_batch(&self.rows, emitted.iter().map(Vec::as_slice), Vec::new(), &self.spec.schema)?;
             out.push(Message::Chunk(Chunk::changes(batch, &ops).from_partition(chunk.origin)));
         }
-        Ok(())
-    }
-
-    fn fire(&mut self, _watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
-use weir_core::{Chunk, Message, Op, Result, Watermark, WeirError};
+use weir_core::{Chunk, Message, Op, Result, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
@@ -142,10 +142,6 @@ impl KeyedLogic for UpsertMaterialize {
             let batch = rows_batch(&self.rows, emitted.iter().map(Vec::as_slice), Vec::new(), &self.spec.schema)?;
             out.push(Message::Chunk(Chunk::changes(batch, &ops).from_partition(chunk.origin)));
         }
-        Ok(())
-    }
-
-    fn fire(&mut self, _watermark: Watermark, _out: &mut Vec<Message>) -> Result<()> {
         Ok(())
     }
 
