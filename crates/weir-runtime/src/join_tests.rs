@@ -271,7 +271,7 @@ fn a_versioned_join_joins_each_row_with_the_version_valid_at_its_time() {
 #[test]
 fn a_lookup_join_holds_rows_that_come_before_its_table_is_loaded() {
     use crate::operators::LookupJoin;
-    let mut j = LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join");
+    let mut j = crate::operators::Keyed(LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join"));
     let mut out = Vec::new();
     // Rows before the table has ended wait, in state.
     j.process_input(0, chunk("k:T v:I\n+I a 1\n+I z 2"), &mut out).expect("early rows");
@@ -279,7 +279,7 @@ fn a_lookup_join_holds_rows_that_come_before_its_table_is_loaded() {
     assert_eq!(pretty(&out), "");
     // A checkpoint now keeps both; the restored operator goes on where this one was.
     let state = j.snapshot().expect("snapshot").expect("state").state;
-    let mut j = LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join");
+    let mut j = crate::operators::Keyed(LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join"));
     j.restore(&[&state]).expect("restore");
     j.input_ended(1, &mut out).expect("table loaded");
     assert_eq!(pretty(&out), "+I a 1 a 10\n+I a 1 a 11\n+I z 2 . .\n");
@@ -292,7 +292,7 @@ fn a_lookup_join_holds_rows_that_come_before_its_table_is_loaded() {
 #[test]
 fn a_lookup_join_whose_rows_end_first_joins_them_when_its_table_ends() {
     use crate::operators::LookupJoin;
-    let mut j = LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join");
+    let mut j = crate::operators::Keyed(LookupJoin::new(j_spec(), &StateContext::memory()).expect("lookup join"));
     let mut out = Vec::new();
     j.process_input(0, chunk("k:T v:I\n+I a 1"), &mut out).expect("rows");
     // The rows' input ends: nothing is called for it, the table goes on.

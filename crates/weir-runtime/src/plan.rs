@@ -130,7 +130,7 @@ impl OperatorSpec {
                 Ok(Box::new(Keyed(WindowJoin::new(spec.clone(), *ends, &ctx.state())?)))
             }
             OperatorSpec::Join { spec, .. } => Ok(Box::new(Keyed(StreamJoin::new(spec.clone(), &ctx.state())?))),
-            OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(LookupJoin::new(spec.clone(), &ctx.state())?)),
+            OperatorSpec::LookupJoin { spec, .. } => Ok(Box::new(Keyed(LookupJoin::new(spec.clone(), &ctx.state())?))),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Ok(Box::new(Keyed(VersionedJoin::new(spec.clone(), *times, &ctx.state())?)))
             }
@@ -181,7 +181,7 @@ impl OperatorSpec {
                 Box::new(Keyed(WindowJoin::new(spec, ends, &StateContext::memory())?))
             }
             OperatorSpec::Join { spec, .. } => Box::new(Keyed(StreamJoin::new(spec, &StateContext::memory())?)),
-            OperatorSpec::LookupJoin { spec, .. } => Box::new(LookupJoin::new(spec, &StateContext::memory())?),
+            OperatorSpec::LookupJoin { spec, .. } => Box::new(Keyed(LookupJoin::new(spec, &StateContext::memory())?)),
             OperatorSpec::TableLookup { spec, lookup, .. } => Box::new(TableLookupJoin::new(spec, (lookup.0)()?)?),
             OperatorSpec::VersionedJoin { spec, times, .. } => {
                 Box::new(Keyed(VersionedJoin::new(spec, times, &StateContext::memory())?))

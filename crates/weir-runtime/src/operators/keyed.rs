@@ -26,6 +26,12 @@ pub(crate) trait KeyedLogic: Send {
         Ok(())
     }
 
+    /// Every task of input `input` ended while the other goes on (a lookup join's table is
+    /// loaded).
+    fn input_ended(&mut self, _input: usize, _out: &mut Vec<Message>) -> Result<()> {
+        Ok(())
+    }
+
     /// Its tables and progress: what a checkpoint keeps of it.
     fn state(&mut self) -> (&mut StateTables, &mut Progress);
 
@@ -74,6 +80,10 @@ impl<L: KeyedLogic> Operator for Keyed<L> {
         }
         out.push(Message::Watermark(watermark));
         Ok(())
+    }
+
+    fn input_ended(&mut self, input: usize, out: &mut Vec<Message>) -> Result<()> {
+        self.0.input_ended(input, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {

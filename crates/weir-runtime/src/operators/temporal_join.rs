@@ -20,7 +20,7 @@
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::record_batch::RecordBatchOptions;
 use datafusion::arrow::row::RowConverter;
-use weir_core::{Chunk, Lookup, Message, Operator, OperatorSnapshot, Result, Watermark, WeirError};
+use weir_core::{Chunk, Lookup, Message, Operator, Result, Watermark, WeirError};
 use weir_state::tables::Change;
 use weir_state::{StateTables, Table, TableDecl, TableKind};
 
@@ -129,7 +129,8 @@ pub struct LookupJoin {
     waiting: Table,
     /// The table's input has ended: stream rows join as they come.
     loaded: bool,
-    next_seq: u64,
+    /// The arrival numbers of rows waiting for the table.
+    progress: Progress,
 }
 
 impl LookupJoin {
@@ -141,7 +142,7 @@ impl LookupJoin {
             waiting: tables.table("waiting")?,
             tables,
             loaded: false,
-            next_seq: 0,
+            progress: Progress::default(),
         })
     }
 
@@ -237,16 +238,12 @@ impl LookupJoin {
     }
 }
 
-impl Operator for LookupJoin {
+impl KeyedLogic for LookupJoin {
     fn name(&self) -> String {
         "LookupJoin".into()
     }
 
-    fn process_chunk(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
-        self.process_input(0, chunk, out)
-    }
-
-    fn process_input(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         match input {
             1 => self.load(&chunk.batch, &chunk.ops()),
             _ if !chunk.is_append_only() => {
@@ -263,8 +260,8 @@ impl Operator for LookupJoin {
                 let rows = self.joiner.rows[0].convert_columns(chunk.batch.columns())?;
                 let keys: Vec<[u8; 8]> = (0..chunk.num_rows())
                     .map(|_| {
-                        self.next_seq += 1;
-                        self.next_seq.to_be_bytes()
+                        self.progress.next_seq += 1;
+                        self.progress.next_seq.to_be_bytes()
                     })
                     .collect();
                 let changes: Vec<Change<'_>> =
@@ -281,21 +278,33 @@ impl Operator for LookupJoin {
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut Vec<Message>) -> Result<()> {
-        self.release(out)
+    /// The end of the input: rows that waited for a table that never ended join now.
+    fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
+        match watermark == Watermark::END_OF_TIME {
+            true => self.release(out),
+            false => Ok(()),
+        }
     }
 
-    fn snapshot(&mut self) -> Result<Option<OperatorSnapshot>> {
-        let progress = Progress { next_seq: self.next_seq, ..Default::default() };
-        Ok(Some(super::state::snapshot(&mut self.tables, &progress, self.loaded)?))
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
     }
 
-    fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
-        let name = self.name();
-        let (progress, loaded) = super::state::restore::<bool>(&mut self.tables, states, &name)?;
-        // Every task of a stage sees its table's input end at the same point of the stream.
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Whether the table was loaded: every task of a stage sees its table's input end at the
+    /// same point of the stream.
+    fn own(&self) -> serde_json::Value {
+        self.loaded.into()
+    }
+
+    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
+        let loaded = own.iter().map(|l| l.as_bool()).collect::<Option<Vec<bool>>>();
+        let loaded =
+            loaded.ok_or_else(|| WeirError::internal("the state of LookupJoin in the checkpoint is damaged"))?;
         self.loaded = !loaded.is_empty() && loaded.iter().all(|l| *l);
-        self.next_seq = progress.next_seq;
         Ok(())
     }
 }
