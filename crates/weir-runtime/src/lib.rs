@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 mod exchange;
+pub mod identity;
 mod job;
 mod key_hash;
 mod merge;
@@ -31,7 +32,7 @@ mod runtime_tests;
 mod sort_tests;
 
 pub use exchange::{hash_partition, Partitioning};
-pub use job::{spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
+pub use job::{identities, sink_task_kind, spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use key_hash::KEY_HASH;
 pub use merge::InputMerger;
 pub use plan::{LookupOf, Node, OperatorSpec, SinkTarget, StreamPlan};

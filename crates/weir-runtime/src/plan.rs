@@ -249,6 +249,19 @@ impl OperatorSpec {
         matches!(self, OperatorSpec::Limit { .. } | OperatorSpec::TimeSort { .. })
     }
 
+    /// Whether the operator may keep state in checkpoints (and so has a stable identity):
+    /// all but the row-by-row ones.
+    pub fn is_stateful(&self) -> bool {
+        !matches!(
+            self,
+            OperatorSpec::Project { .. }
+                | OperatorSpec::Filter { .. }
+                | OperatorSpec::Select { .. }
+                | OperatorSpec::Unnest { .. }
+                | OperatorSpec::WindowAssign { .. }
+        )
+    }
+
     pub fn describe(&self) -> String {
         match self {
             OperatorSpec::Project { display, .. } => format!("Project: {}", display.join(", ")),
@@ -535,8 +548,49 @@ pub struct StreamPlan {
 }
 
 impl StreamPlan {
-    /// The operator graph as `EXPLAIN` shows it, sink first.
+    /// The operator graph as `EXPLAIN` shows it, sink first, then the stable identities of
+    /// its state, for a job of this INSERT alone.
     pub fn explain(&self) -> String {
+        let connector = self.sink_connector();
+        let sink = self.sink_name();
+        let branch = crate::identity::Branch { root: &self.root, sink: &sink, connector: &connector };
+        self.explain_in(&crate::identity::Identities::of(&[branch]), 0)
+    }
+
+    /// The sink's table name (`caller` for a bare `SELECT`).
+    pub fn sink_name(&self) -> String {
+        match &self.sink {
+            SinkTarget::Table(t) => t.name.clone(),
+            SinkTarget::Caller => "caller".into(),
+        }
+    }
+
+    /// The sink's connector, as the job's identities take it.
+    pub fn sink_connector(&self) -> String {
+        match &self.sink {
+            SinkTarget::Table(t) => t.options.get("connector").unwrap_or("?").to_string(),
+            SinkTarget::Caller => "caller".into(),
+        }
+    }
+
+    /// As [`StreamPlan::explain`], as INSERT `k` of the job whose identities are `ids`.
+    pub fn explain_in(&self, ids: &crate::identity::Identities, k: usize) -> String {
+        let mut out = self.explain_graph();
+        if matches!(self.sink, SinkTarget::Caller) {
+            // A bare query's job keeps no checkpoints.
+            return out;
+        }
+        out.push_str("State, by stable id (a checkpoint restores each part whose id is unchanged):\n");
+        let mut parts = Vec::new();
+        self.root.visit_state(ids, &mut parts);
+        parts.extend(ids.sink(k).cloned());
+        for part in parts {
+            let _ = writeln!(out, "  {}  {}  {}", part.id, part.slot, part.name);
+        }
+        out
+    }
+
+    fn explain_graph(&self) -> String {
         let mut out = String::new();
         let mode = self.root.changelog();
         let updating = if mode.is_append_only() { String::new() } else { format!(" [{}]", mode.describe()) };
@@ -576,12 +630,40 @@ impl StreamPlan {
 }
 
 /// Column names and types.
-fn columns(schema: &datafusion::arrow::datatypes::Schema) -> String {
+pub(crate) fn columns(schema: &datafusion::arrow::datatypes::Schema) -> String {
     let cols: Vec<String> = schema.fields().iter().map(|f| format!("{}:{}", f.name(), f.data_type())).collect();
     cols.join(",")
 }
 
 impl Node {
+    /// The identities of this plan's scans and stateful operators, inputs first.
+    fn visit_state(&self, ids: &crate::identity::Identities, out: &mut Vec<crate::identity::StatePart>) {
+        match self {
+            Node::Source { table, projection, .. } => {
+                // The first scan of its identity in the INSERT: a self-join's second read
+                // is listed with its own operators' inputs all the same.
+                let key = crate::identity::scan_key(&crate::identity::scan_identity(table, projection), 0);
+                if let Some(p) = ids.scan(&key) {
+                    if !out.contains(p) {
+                        out.push(p.clone());
+                    }
+                }
+            }
+            Node::Values { .. } => {}
+            Node::Operator { spec, input } => {
+                input.visit_state(ids, out);
+                out.extend(ids.operator(spec).cloned());
+            }
+            Node::Exchange { input, .. } => input.visit_state(ids, out),
+            Node::Union { inputs, .. } => inputs.iter().for_each(|i| i.visit_state(ids, out)),
+            Node::Join { left, right, spec } => {
+                left.visit_state(ids, out);
+                right.visit_state(ids, out);
+                out.extend(ids.operator(spec).cloned());
+            }
+        }
+    }
+
     fn state_shape(&self, out: &mut String) {
         match self {
             Node::Source { table, projection, schema, .. } => {
@@ -616,7 +698,7 @@ impl Node {
 
 impl OperatorSpec {
     /// The operator's kind and, if it keeps state, the shape of that state.
-    fn state_shape(&self) -> String {
+    pub(crate) fn state_shape(&self) -> String {
         let aggregates = |spec: &WindowSpec| -> String {
             let parts: Vec<String> = spec
                 .aggregates

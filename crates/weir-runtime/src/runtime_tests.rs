@@ -91,6 +91,7 @@ async fn an_idle_source_stops_holding_the_watermark_back_after_the_timeout_and_n
     let mut sink = Some(Watermarks { start, seen: seen.clone() });
     let spec = SinkSpec {
         name: "watermarks".into(),
+        connector: "test".into(),
         parallel: false,
         make: Box::new(move |_| {
             Ok(Box::new(sink.take().ok_or_else(|| WeirError::internal("one sink"))?) as Box<dyn Sink>)
@@ -153,6 +154,7 @@ async fn a_hash_exchange_sends_each_key_to_one_task_and_loses_nothing() {
     let sinks = seen.clone();
     let spec = SinkSpec {
         name: "keys".into(),
+        connector: "test".into(),
         parallel: true,
         make: Box::new(move |split| Ok(Box::new(Keys { task: split.index, seen: sinks.clone() }) as Box<dyn Sink>)),
     };

@@ -505,7 +505,17 @@ impl WorkerJob {
         store.claim()?;
         let mut config = layout.checkpoint.clone();
         config.dir = dir;
-        config.fingerprint = format!("{}-{}", config.fingerprint, sub.id);
+        // The task's own plan: its part of the job, ending in a repartition topic or the sink.
+        let sink_name = match &sub.output {
+            Output::Repartition { topic, .. } => topic.clone(),
+            Output::Sink => job.single()?.1.name.clone(),
+        };
+        let branch = weir_runtime::identity::Branch { root: &sub.root, sink: &sink_name, connector: "weir-worker" };
+        let ids = weir_runtime::identity::Identities::of(&[branch]);
+        let sink_part = ids.sink(0).ok_or_else(|| WeirError::internal("a task without its sink"))?;
+        let sink_key = format!("{}0", weir_runtime::sink_task_kind(sink_part));
+        config.plan.fingerprint = format!("{}-{}", config.plan.fingerprint, sub.id);
+        config.plan.parts = ids.parts().to_vec();
         let mut options = job.options.clone();
         options.parallelism = 1;
         options.rocksdb = options.rocksdb.map(|r| r.join(format!("task-{}-{p}", sub.id)));
@@ -513,8 +523,13 @@ impl WorkerJob {
         // commit a newer checkpoint meanwhile (if it did, restore that one instead).
         let prefix = format!("weir-{}-{}-{p}", job.name, sub.id);
         let (restored, first_seq) = loop {
-            let restored = store.latest(&config.fingerprint)?;
-            let state = restored.as_ref().and_then(|r| r.tasks.get("sink-task0")).and_then(|t| t.sink.as_deref());
+            let restored = store.latest(&config.plan)?;
+            // The sink task's key, by format version.
+            let key = match restored.as_ref().map(|r| r.version) {
+                Some(1) => "sink-task0",
+                _ => sink_key.as_str(),
+            };
+            let state = restored.as_ref().and_then(|r| r.tasks.get(key)).and_then(|t| t.sink.as_deref());
             let (from, began) = (sink::next_transaction(state, &name)?, Instant::now());
             let first = sink::fence(&layout.kafka, &prefix, from, &name)?;
             log::debug!("task {name}: fenced '{prefix}-{from}' to '{prefix}-{}' in {:?}", first - 1, began.elapsed());
@@ -561,14 +576,12 @@ impl WorkerJob {
                 })
             }
         };
-        let (kafka, sink_name) = (layout.kafka.clone(), job.single()?.1.name.clone());
+        let kafka = layout.kafka.clone();
         let task_name = format!("task {}/{p} of job '{}'", sub.id, job.name);
         let (run_name, run_seqs) = (task_name.clone(), seqs.clone());
         let spec = SinkSpec {
-            name: match &sub.output {
-                Output::Repartition { topic, .. } => topic.clone(),
-                Output::Sink => sink_name,
-            },
+            name: sink_name,
+            connector: "weir-worker".into(),
             parallel: false,
             make: Box::new(move |_| {
                 let sink = TaskSink::new(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weir_core::Result;
-use weir_runtime::checkpoint::{CheckpointStats, CheckpointStore, LocalStore, Restored, TaskState};
+use weir_runtime::checkpoint::{CheckpointStats, CheckpointStore, LocalStore, PlanState, Restored, TaskState};
 
 /// The task's committed checkpoint, from its consumer group.
 pub type Committed = Arc<dyn Fn() -> Result<Option<u64>> + Send + Sync>;
@@ -24,14 +24,14 @@ impl TaskStore {
 }
 
 impl CheckpointStore for TaskStore {
-    fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
-        self.local.write(epoch, fingerprint, tasks)
+    fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
+        self.local.write(epoch, plan, tasks)
     }
 
-    fn latest(&self, fingerprint: &str) -> Result<Option<Restored>> {
+    fn latest(&self, plan: &PlanState) -> Result<Option<Restored>> {
         match (self.committed)()? {
             None => Ok(None),
-            Some(epoch) => self.local.load(epoch, fingerprint).map(Some),
+            Some(epoch) => self.local.load(epoch, plan).map(Some),
         }
     }
 

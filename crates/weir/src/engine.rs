@@ -160,7 +160,7 @@ impl Engine {
                 sink: sink.clone(),
                 sources: plan.root.source_tables(),
                 guarantee: engine.guarantee(state, &plan),
-                checkpointed: state.settings.checkpoint_config("-", String::new())?.is_some(),
+                checkpointed: state.settings.checkpoint_config("-", Default::default())?.is_some(),
             }))
         })
         .await
@@ -527,6 +527,7 @@ impl Engine {
                 let mut sink = Some(sink);
                 let spec = SinkSpec {
                     name: "caller".into(),
+                    connector: "caller".into(),
                     parallel: false,
                     make: Box::new(move |_| {
                         sink.take()
@@ -601,6 +602,7 @@ impl Engine {
                 let target = sink.clone();
                 let spec = SinkSpec {
                     name: sink.name.clone(),
+                    connector: sink.options.get("connector").unwrap_or("?").to_string(),
                     parallel: self.connectors.parallel_sink(sink),
                     make: Box::new(move |split| connectors.sink(&target, target.schema.clone(), split)),
                 };
@@ -618,7 +620,7 @@ impl Engine {
             // a checkpoint into this directory.
             store.claim()?;
             if !self.from_scratch {
-                if let Some(restored) = store.latest(&config.fingerprint)? {
+                if let Some(restored) = store.latest(&config.plan)? {
                     log::info!(
                         "job '{}' resumes from checkpoint {} in '{}'",
                         job.name,
@@ -683,13 +685,25 @@ impl Engine {
         for scan in &shared {
             shape.push_str(&format!("shared scan {} {:?} {:?}\n", scan.table, scan.columns, scan.readers));
         }
-        let fingerprint = weir_runtime::checkpoint::fingerprint(&format!(
-            "{shape}{} key groups by {}, state in {}",
+        let layout = format!(
+            "{} key groups by {}, state in {}",
             options.key_groups.max(),
             weir_runtime::KEY_HASH,
             if options.rocksdb.is_some() { "rocksdb" } else { "memory" }
-        ));
-        let checkpoint = state.settings.checkpoint_config(&name, fingerprint)?;
+        );
+        let fingerprint = weir_runtime::checkpoint::fingerprint(&format!("{shape}{layout}"));
+        let branches: Vec<weir_runtime::identity::Branch<'_>> = roots
+            .iter()
+            .zip(&sinks)
+            .map(|(root, t)| weir_runtime::identity::Branch {
+                root,
+                sink: &t.name,
+                connector: t.options.get("connector").unwrap_or("?"),
+            })
+            .collect();
+        let parts = weir_runtime::identity::Identities::of(&branches).parts().to_vec();
+        let plan_state = weir_runtime::checkpoint::PlanState { fingerprint, layout, parts, ignore_unclaimed: false };
+        let checkpoint = state.settings.checkpoint_config(&name, plan_state)?;
         let branches = roots.into_iter().zip(sinks).collect();
         Ok(PreparedJob { name, branches, options, checkpoint, settings: state.settings.all() })
     }

@@ -20,6 +20,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
     (
+        "execution.savepoint.ignore-unclaimed-state",
+        "false",
+        "'true': a job restored from a checkpoint drops the state of operators its SQL no longer has, instead of \
+         refusing to start",
+    ),
+    (
         "state.backend",
         "memory",
         "where window state lives: 'memory' or 'rocksdb' (state larger than memory, incremental checkpoints)",
@@ -272,7 +278,7 @@ impl Settings {
     pub fn checkpoint_config(
         &self,
         job: &str,
-        fingerprint: String,
+        mut plan: weir_runtime::checkpoint::PlanState,
     ) -> Result<Option<weir_runtime::checkpoint::CheckpointConfig>> {
         use weir_runtime::checkpoint::{CheckpointConfig, CheckpointMode};
         let interval = parse_duration(&self.value("checkpoint.interval"))?;
@@ -294,7 +300,10 @@ impl Settings {
             },
             timeout: parse_duration(&self.value("checkpoint.timeout"))?,
             retained: self.value("checkpoint.retained").parse().unwrap_or(3),
-            fingerprint,
+            plan: {
+                plan.ignore_unclaimed = self.value("execution.savepoint.ignore-unclaimed-state") == "true";
+                plan
+            },
         }))
     }
 

@@ -9,6 +9,7 @@ use tokio::task::JoinSet;
 use weir_core::{ConnectorFactory, Message, OperatorMetrics, Result, Split, WeirError};
 
 use crate::checkpoint::{CheckpointStats, Trigger};
+use crate::identity::{Branch, Identities, StatePart};
 use crate::plan::Node;
 
 use super::*;
@@ -46,6 +47,7 @@ pub(super) fn build_attempt(
         late: Default::default(),
         scans: Vec::new(),
         met: Default::default(),
+        ids: identities(branches),
     };
     // Each INSERT's tasks, in order (a statement set has several): the sources they read are
     // opened last, once, for all of them.
@@ -53,10 +55,15 @@ pub(super) fn build_attempt(
         builder.next_insert();
         let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
         // The first INSERT's keys are those of a job of one INSERT.
-        let (merge_key, sink_kind) = match k {
+        let (merge_key, old_sink_kind) = match k {
             0 => ("merge-to-sink".to_string(), "sink-task".to_string()),
             k => (format!("merge-to-sink{k}"), format!("sink{k}-task")),
         };
+        // The sink's tasks by its identity (a checkpoint of format version 1: by the INSERT's
+        // place in the job).
+        let part = builder.ids.sink(k).cloned().ok_or_else(|| WeirError::internal("a sink without its identity"))?;
+        let sink_kind = sink_task_kind(&part);
+        let restore_kind = if builder.by_place() { old_sink_kind } else { sink_kind.clone() };
         if !sink.parallel && inputs.len() > 1 {
             inputs = vec![builder.merge_into_one(&merge_key, &format!("merge to sink {}", sink.name), inputs)];
         }
@@ -64,7 +71,8 @@ pub(super) fn build_attempt(
         for (index, input) in inputs.into_iter().enumerate() {
             let task_sink = (sink.make)(Split { index, count })?;
             let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
-            let (checkpoint, restoring) = builder.checkpoint_of_task(&sink_kind, index, count);
+            let (checkpoint, restoring) =
+                builder.checkpoint_of_task((&sink_kind, &restore_kind), index, count, Some(&part));
             // With checkpoints a sink always restores: from the checkpoint, or from nothing
             // (epoch 0) to clear what an earlier attempt left unpublished.
             let restored =
@@ -83,7 +91,7 @@ pub(super) fn build_attempt(
             builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
         let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
         let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
-        let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"));
+        let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"), None);
         let restoring = restored.map_or(Restoring::Nothing, Restoring::Same);
         let restored = checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, 0, 1));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
@@ -115,6 +123,20 @@ pub(super) fn build_attempt(
         None => None,
     };
     Ok(Attempt { tasks: builder.tasks, metrics: builder.metrics, stop })
+}
+
+/// The identities of a job's parts, from its INSERTs' plans and sinks.
+pub fn identities(branches: &[(Node, SinkSpec<'_>)]) -> Identities {
+    let branches: Vec<Branch<'_>> =
+        branches.iter().map(|(root, sink)| Branch { root, sink: &sink.name, connector: &sink.connector }).collect();
+    Identities::of(&branches)
+}
+
+/// The kind of a sink's tasks in checkpoints (their keys: the kind and the task's index).
+/// By identity, not slot alone: a sink of another connector in the same place restores
+/// nothing of the one it replaced.
+pub fn sink_task_kind(part: &StatePart) -> String {
+    format!("{} {}-task", part.slot, part.id)
 }
 
 /// How an attempt ended.
@@ -241,7 +263,7 @@ pub fn spawn_job(
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(60));
                     let mut next_options = options.clone();
-                    let rebuilt = store.latest(&config.fingerprint).and_then(|restored| {
+                    let rebuilt = store.latest(&config.plan).and_then(|restored| {
                         next_options.restore = restored;
                         build_attempt(&mut branches, connectors.as_ref(), &next_options, &checkpoint_stats)
                     });

@@ -8,6 +8,7 @@ use weir_core::{ConnectorFactory, Message, OperatorMetrics, Result, Split, WeirE
 
 use crate::checkpoint::{Ack, CheckpointMode, TaskCheckpoint, TaskState, Trigger};
 use crate::exchange::Partitioning;
+use crate::identity::{Identities, StatePart};
 use crate::plan::{InstanceContext, Node, OperatorSpec};
 use crate::values::ValuesSource;
 use crate::CHANNEL_CAPACITY;
@@ -36,6 +37,8 @@ pub(super) struct Builder<'a> {
     /// How many scans of each identity the INSERT being built has met so far: its second
     /// scan of a table (a self-join) is a scan of its own, shared with other INSERTs' second.
     pub(super) met: std::collections::HashMap<String, usize>,
+    /// The stable identities of the job's operators, scans and sinks.
+    pub(super) ids: Identities,
 }
 
 /// One scan of a source table: read once by each of its tasks, which feed the chains of
@@ -65,53 +68,80 @@ pub(super) enum Restoring {
 }
 
 impl Restoring {
-    /// The state of an operator (by its place in the chain): one, or every earlier task's.
-    pub(super) fn operator(&self, i: usize) -> Vec<&[u8]> {
-        match self {
-            Restoring::Nothing => Vec::new(),
-            Restoring::Same(s) => s.operators.get(&i).map(|o| o.state.as_slice()).into_iter().collect(),
-            Restoring::Rescaled(old) => {
-                old.iter().filter_map(|(_, s)| s.operators.get(&i)).map(|o| o.state.as_slice()).collect()
-            }
+    /// For task `index` of `count`, from the old tasks of its kind: the one of the same index
+    /// if there were as many, else all of them.
+    fn of(old: Vec<(usize, &TaskState)>, index: usize, count: usize) -> Self {
+        if old.is_empty() {
+            Restoring::Nothing
+        } else if old.len() == count {
+            old.into_iter().find(|(i, _)| *i == index).map_or(Restoring::Nothing, |(_, s)| Restoring::Same(s.clone()))
+        } else {
+            Restoring::Rescaled(old.into_iter().map(|(i, s)| (i, s.clone())).collect())
         }
     }
 }
 
 impl Builder<'_> {
     /// The part in checkpoints of a task that is alone of its kind (a merge into one sink).
-    pub(super) fn checkpoint_of(&mut self, key: String) -> (Option<TaskCheckpoint>, Option<TaskState>) {
+    /// The part in checkpoints of the task `key`, whose source or sink state is that of the
+    /// scan or sink `owner`; and what the task `key` had in the checkpoint restored.
+    pub(super) fn checkpoint_of(
+        &mut self,
+        key: String,
+        owner: Option<&StatePart>,
+    ) -> (Option<TaskCheckpoint>, Option<TaskState>) {
         let restored = self.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
         let timeout = self.options.checkpoint.as_ref().map_or(std::time::Duration::ZERO, |(c, _)| c.timeout);
-        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks, timeout });
+        let owner = owner.map(|p| p.id.clone());
+        let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks, timeout, owner });
         self.keys.push(key);
         (cp, restored)
     }
 
-    /// The part in checkpoints of task `index` of the `count` tasks `<kind><i>`, and what it
-    /// restores: its own state, or at another parallelism the states of every earlier task
-    /// of its kind.
+    /// The part in checkpoints of task `index` of the `count` tasks `<kind><i>`, and what the
+    /// tasks `<restore_kind><i>` left for it: its own state, or at another parallelism the
+    /// states of every earlier task of that kind.
     pub(super) fn checkpoint_of_task(
         &mut self,
-        kind: &str,
+        (kind, restore_kind): (&str, &str),
         index: usize,
         count: usize,
+        owner: Option<&StatePart>,
     ) -> (Option<TaskCheckpoint>, Restoring) {
-        let (cp, _) = self.checkpoint_of(format!("{kind}{index}"));
+        let (cp, _) = self.checkpoint_of(format!("{kind}{index}"), owner);
         let Some(restored) = &self.options.restore else { return (cp, Restoring::Nothing) };
-        let mut old: Vec<(usize, TaskState)> = restored
-            .tasks
-            .iter()
-            .filter_map(|(key, state)| Some((key.strip_prefix(kind)?.parse::<usize>().ok()?, state.clone())))
-            .collect();
-        old.sort_by_key(|(i, _)| *i);
-        let restoring = if old.is_empty() {
-            Restoring::Nothing
-        } else if old.len() == count {
-            old.into_iter().find(|(i, _)| *i == index).map_or(Restoring::Nothing, |(_, s)| Restoring::Same(s))
-        } else {
-            Restoring::Rescaled(old)
+        (cp, Restoring::of(restored.of_kind(restore_kind), index, count))
+    }
+
+    /// Whether the checkpoint restored keys state by place (format version 1), not identity.
+    pub(super) fn by_place(&self) -> bool {
+        self.options.restore.as_ref().is_some_and(|r| r.version == 1)
+    }
+
+    /// The states operator `key` restores in task `index` of `count`: its own task's, or at
+    /// another parallelism every earlier task's. `kind`: the tasks that held it, if known
+    /// (by place), else those holding its identity.
+    fn operator_states(&self, key: &str, kind: Option<&str>, index: usize, count: usize) -> Vec<&[u8]> {
+        let Some(restored) = &self.options.restore else { return Vec::new() };
+        let Some(kind) = kind.or_else(|| restored.kind_holding(|s| s.operators.contains_key(key))) else {
+            return Vec::new();
         };
-        (cp, restoring)
+        let old = restored.of_kind(kind);
+        let rescaled = old.len() != count;
+        old.into_iter()
+            .filter(|(i, _)| rescaled || *i == index)
+            .filter_map(|(_, s)| s.operators.get(key).map(|o| o.state.as_slice()))
+            .collect()
+    }
+
+    /// What scan `id`'s task `index` of `count` restores (checkpoints keyed by identity).
+    fn scan_restoring(&self, id: &str, index: usize, count: usize) -> Restoring {
+        let Some(restored) = &self.options.restore else { return Restoring::Nothing };
+        let holds = |s: &TaskState| s.source.is_some() && s.owner.as_deref() == Some(id);
+        match restored.kind_holding(holds) {
+            Some(kind) => Restoring::of(restored.of_kind(kind), index, count),
+            None => Restoring::Nothing,
+        }
     }
 
     /// RocksDB state: the local working root of this job, and the checkpoints' shared files.
@@ -142,9 +172,10 @@ impl Builder<'_> {
         inputs: Vec<mpsc::Receiver<Message>>,
     ) -> mpsc::Receiver<Message> {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let (checkpoint, _) = self.checkpoint_of(key.to_string());
+        let (checkpoint, _) = self.checkpoint_of(key.to_string(), None);
         let chain = Chain {
             ops: Vec::new(),
+            op_keys: Vec::new(),
             output: Output::Forward(tx),
             metrics: None,
             checkpoint,
@@ -227,6 +258,7 @@ impl Builder<'_> {
         };
         let stage = self.stages;
         self.stages += 1;
+        let by_place = self.by_place();
         let scan = match start {
             Node::Source { table, projection, .. } if gather.is_none() => Some(self.scan_of(table, projection)),
             _ => None,
@@ -269,8 +301,11 @@ impl Builder<'_> {
                 Node::Values { .. } => Some(self.metrics("Values".to_string())),
                 _ => None,
             };
-            let (checkpoint, restored) = self.checkpoint_of_task(&format!("stage{stage}-task"), index, parallelism);
+            let kind = format!("stage{stage}-task");
+            let owner = scan.and_then(|at| self.ids.scan(&self.scans[at].key)).cloned();
+            let (checkpoint, restored) = self.checkpoint_of_task((&kind, &kind), index, parallelism, owner.as_ref());
             let mut ops = Vec::with_capacity(specs.len());
+            let mut op_keys = Vec::with_capacity(specs.len());
             let mut late = Vec::with_capacity(specs.len());
             for (i, s) in specs.iter().enumerate() {
                 late.push(s.late_table().map(|table| {
@@ -285,14 +320,30 @@ impl Builder<'_> {
                     owned: self.options.key_groups.range_of(index, parallelism),
                 };
                 let mut op = s.instantiate_in(&ctx)?;
-                let states = restored.operator(i);
+                // State by identity; a checkpoint of format version 1 by place in the chain.
+                let part = self.ids.operator(s).map(|p| p.id.clone());
+                let key = match (&part, self.by_place()) {
+                    (Some(id), false) => id.clone(),
+                    _ => i.to_string(),
+                };
+                let states = self.operator_states(&key, self.by_place().then_some(kind.as_str()), index, parallelism);
                 if !states.is_empty() {
                     op.restore(&states).map_err(|e| e.context(format!("restoring {}", s.describe())))?;
                 }
+                // A stateless operator keeps nothing; its place names it all the same.
+                op_keys.push(part.unwrap_or_else(|| i.to_string()));
                 ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
             }
-            let chain =
-                Chain { ops, output, metrics: None, checkpoint, extra: TaskState::default(), late, acking: None };
+            let chain = Chain {
+                ops,
+                op_keys,
+                output,
+                metrics: None,
+                checkpoint,
+                extra: TaskState::default(),
+                late,
+                acking: None,
+            };
             let aligned = self.aligned();
             if gather.is_some() {
                 let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -310,7 +361,9 @@ impl Builder<'_> {
                     }
                     let task = &mut tasks[index];
                     task.chains.push(chain.with_metrics(task.metrics.clone()));
-                    task.restoring.push(restored);
+                    if by_place {
+                        task.restoring.push(restored);
+                    }
                 }
                 Node::Values { batches, schema } => {
                     let source = Box::new(ValuesSource::new(schema.clone(), batches.clone()));
@@ -341,9 +394,9 @@ impl Builder<'_> {
     /// The scan the INSERT being built reads `table` through, made on first use: the same
     /// table read with the same options and columns is one scan for every INSERT.
     fn scan_of(&mut self, table: &Arc<weir_core::TableDef>, projection: &Option<Vec<usize>>) -> usize {
-        let identity = format!("{}\u{0}{:?}\u{0}{:?}", table.name, table.options, projection);
+        let identity = crate::identity::scan_identity(table, projection);
         let nth = self.met.entry(identity.clone()).or_insert(0);
-        let key = format!("{identity}\u{0}{nth}");
+        let key = crate::identity::scan_key(&identity, *nth);
         *nth += 1;
         if let Some(at) = self.scans.iter().position(|s| s.key == key) {
             return at;
@@ -367,7 +420,13 @@ impl Builder<'_> {
                 let split = Split { index, count };
                 let table = &scan.table;
                 let mut source = self.connectors.source(table, scan.projection.clone(), split)?;
-                match task.restoring.iter().find(|r| !matches!(r, Restoring::Nothing)) {
+                // By identity; a checkpoint of format version 1 by the chains' places.
+                let by_identity = match self.ids.scan(&scan.key) {
+                    Some(part) if !self.by_place() => self.scan_restoring(&part.id, index, count),
+                    _ => Restoring::Nothing,
+                };
+                let restoring = task.restoring.iter().chain([&by_identity]);
+                match restoring.into_iter().find(|r| !matches!(r, Restoring::Nothing)) {
                     None => {}
                     Some(Restoring::Same(state)) => {
                         if let Some(position) = &state.source {

@@ -26,6 +26,8 @@ pub(super) enum Output {
 /// Fused operators of one task, and the channel(s) after them.
 pub(super) struct Chain {
     pub(super) ops: Vec<(Box<dyn Operator>, Arc<OperatorMetrics>)>,
+    /// What each operator's state is keyed by in checkpoints: its stable identity.
+    pub(super) op_keys: Vec<String>,
     pub(super) output: Output,
     /// This task's part in checkpoints.
     pub(super) checkpoint: Option<TaskCheckpoint>,
@@ -167,7 +169,7 @@ impl Chain {
                     Message::Barrier(b) => {
                         if self.checkpoint.is_some() {
                             let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
-                            take_snapshot(op.as_mut(), i, state, &mut uploads)?;
+                            take_snapshot(op.as_mut(), &self.op_keys[i], state, &mut uploads)?;
                         }
                         op.process_barrier(b, &mut next)?
                     }
@@ -257,7 +259,7 @@ impl Chain {
             let mut state = std::mem::take(&mut self.extra);
             let mut uploads = Vec::new();
             for (i, (op, _)) in self.ops.iter_mut().enumerate() {
-                take_snapshot(op.as_mut(), i, &mut state, &mut uploads)?;
+                take_snapshot(op.as_mut(), &self.op_keys[i], &mut state, &mut uploads)?;
             }
             tokio::task::spawn_blocking(move || uploads.into_iter().try_for_each(|upload| upload()))
                 .await
@@ -268,12 +270,12 @@ impl Chain {
     }
 }
 
-/// Operator `i`'s snapshot into its task's state; its upload, if any, into `uploads`, to
+/// Operator `key`'s snapshot into its task's state; its upload, if any, into `uploads`, to
 /// run before the task acknowledges. The one place a snapshot is taken apart, for barriers
 /// and a task's end alike.
 pub(super) fn take_snapshot(
     op: &mut dyn Operator,
-    i: usize,
+    key: &str,
     state: &mut TaskState,
     uploads: &mut Vec<weir_core::SnapshotUpload>,
 ) -> Result<()> {
@@ -285,7 +287,7 @@ pub(super) fn take_snapshot(
             bytes_copied: s.bytes_copied,
             bytes_referenced: s.bytes_referenced,
         };
-        state.operators.insert(i, o);
+        state.operators.insert(key.to_string(), o);
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use weir_core::{Result, Sink, Split};
 
-pub use attempt::spawn_job;
+pub use attempt::{identities, sink_task_kind, spawn_job};
 pub use handle::{JobHandle, JobState, JobStatus};
 
 // The submodules see each other's items through `super::*`.
@@ -74,6 +74,8 @@ impl Default for JobOptions {
 /// to make the sink of task `split`.
 pub struct SinkSpec<'a> {
     pub name: String,
+    /// The sink table's connector (part of the sink's identity in checkpoints).
+    pub connector: String,
     pub parallel: bool,
     pub make: Box<dyn FnMut(Split) -> Result<Box<dyn Sink>> + Send + 'a>,
 }

@@ -40,11 +40,20 @@ impl Engine {
         let mut roots: Vec<_> = planned.iter().map(|(p, _)| p.root.clone()).collect();
         let shared = weir_runtime::share_scans(&mut roots)?;
         let mut text = format!("Statement set: {} INSERTs, run as one job\n", planned.len());
-        for (k, ((plan, _), root)) in planned.iter().zip(roots).enumerate() {
+        let plans: Vec<StreamPlan> =
+            planned.iter().zip(roots).map(|((plan, _), root)| StreamPlan { root, sink: plan.sink.clone() }).collect();
+        let (names, connectors): (Vec<String>, Vec<String>) =
+            plans.iter().map(|p| (p.sink_name(), p.sink_connector())).unzip();
+        let branches: Vec<weir_runtime::identity::Branch<'_>> = plans
+            .iter()
+            .zip(names.iter().zip(&connectors))
+            .map(|(p, (sink, connector))| weir_runtime::identity::Branch { root: &p.root, sink, connector })
+            .collect();
+        let ids = weir_runtime::identity::Identities::of(&branches);
+        for (k, plan) in plans.iter().enumerate() {
             text.push_str(&format!("INSERT {} of {}:\n", k + 1, planned.len()));
-            let plan = StreamPlan { root, sink: plan.sink.clone() };
-            text.push_str(&plan.explain());
-            for line in self.guarantee(state, &plan).lines {
+            text.push_str(&plan.explain_in(&ids, k));
+            for line in self.guarantee(state, plan).lines {
                 text.push_str(&line);
                 text.push('\n');
             }

@@ -1,141 +1,29 @@
-//! Checkpoints: the coordinator that injects barriers and gathers every task's state, and
-//! the store that keeps completed checkpoints on disk.
-//!
-//! Protocol, for checkpoint `n`:
-//! 1. The coordinator asks every source task for barrier `n` (a watch channel).
-//! 2. A source task, between two batches, records its position, snapshots the operators of
-//!    its chain, acknowledges with that state, and sends `Barrier(n)` downstream.
-//! 3. A task with several inputs aligns barrier `n` (exactly-once: an input that delivered it
-//!    is not read until all have), snapshots its operators, acknowledges and forwards it.
-//! 4. A sink task pre-commits (flushes what it wrote before the barrier) and acknowledges
-//!    with what it needs to publish that.
-//! 5. When every task has acknowledged, the coordinator writes the checkpoint (state files,
-//!    then the manifest, atomically) and tells the sinks that `n` is complete: they publish.
-//!
-//! A task that has finished (its input ended) acknowledges once with its final state, which
-//! stands for every later checkpoint.
+//! Checkpoints in a local directory.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::{mpsc, watch};
 use weir_core::{Result, WeirError};
 
-/// `checkpoint.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckpointMode {
-    /// Barriers are aligned at every task with several inputs.
-    ExactlyOnce,
-    /// No alignment: rows after a barrier may be counted in its checkpoint and replayed.
-    AtLeastOnce,
+use super::*;
+use crate::identity::OldPart;
+
+/// Why a checkpoint is not restored.
+enum Unusable {
+    /// Its files are missing or damaged: an older one may do.
+    Damaged(String),
+    /// It does not fit this plan (or this Weir).
+    OtherPlan(String),
 }
 
-/// The version of the checkpoint layout: the manifest, the state files it lists and how a
-/// task's parts are named. Bumped with any change to them; a checkpoint of another version
-/// is refused with both versions named. (Each part carries its own version too: operator
-/// state, state tables, sink pre-commits.)
-pub const MANIFEST_VERSION: u64 = 1;
-
-#[derive(Debug, Clone)]
-pub struct CheckpointConfig {
-    pub interval: Duration,
-    pub dir: PathBuf,
-    pub mode: CheckpointMode,
-    pub timeout: Duration,
-    pub retained: usize,
-    /// Identifies the job's plan: a checkpoint of another plan is not restored.
-    pub fingerprint: String,
-}
-
-/// One operator's part of a task's checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OperatorState {
-    /// What the operator's `restore` takes back.
-    pub state: Vec<u8>,
-    /// Files in the checkpoints' shared directory that the state needs.
-    pub shared_files: Vec<String>,
-    pub bytes_copied: u64,
-    pub bytes_referenced: u64,
-}
-
-/// One task's state in a checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TaskState {
-    /// A source task's position.
-    pub source: Option<Vec<u8>>,
-    /// Stateful operators, by their place in the task's chain.
-    pub operators: BTreeMap<usize, OperatorState>,
-    /// What a sink task pre-committed.
-    pub sink: Option<Vec<u8>>,
-}
-
-impl TaskState {
-    /// Every shared file the task's state needs.
-    pub fn shared_files(&self) -> impl Iterator<Item = &String> {
-        self.operators.values().flat_map(|o| o.shared_files.iter())
-    }
-}
-
-/// A task's acknowledgement of a barrier.
-#[derive(Debug)]
-pub struct Ack {
-    /// `None`: the task has finished; its state stands for every later checkpoint.
-    pub epoch: Option<u64>,
-    pub task: String,
-    pub state: TaskState,
-}
-
-/// A checkpoint read back for a restart.
-#[derive(Debug, Clone)]
-pub struct Restored {
-    pub epoch: u64,
-    pub tasks: BTreeMap<String, TaskState>,
-}
-
-/// Figures of one completed checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointStats {
-    pub id: u64,
-    pub duration_ms: u64,
-    pub bytes_written: u64,
-    pub bytes_referenced: u64,
-}
-
-/// Where checkpoints are kept. Local directories today; object storage can implement the
-/// same calls.
-pub trait CheckpointStore: Send + Sync {
-    /// Write checkpoint `epoch` durably; it counts only once this returns.
-    fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats>;
-    /// The newest complete checkpoint whose files are intact (older ones are tried when the
-    /// newest is damaged, with a warning).
-    fn latest(&self, fingerprint: &str) -> Result<Option<Restored>>;
-    /// Keep the newest `retained` checkpoints, delete the rest, and the shared files none of
-    /// them nor `keep` refers to (`keep`: the final states of tasks that have ended, which may
-    /// be in no manifest yet).
-    fn prune(&self, retained: usize, keep: &[String]) -> Result<()>;
-    /// Delete every checkpoint (`--from-scratch`).
-    fn clear(&self) -> Result<()>;
-    /// Take the checkpoints over: from now on only this store completes checkpoints there,
-    /// and a store of an earlier instance of the job gets a `Fenced` error when it tries.
-    fn claim(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// FNV-1a, 64 bits: a stable checksum to detect damaged state files.
-fn checksum(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
-    WeirError::external(format!("checkpoint: cannot {what} '{}': {e}", path.display()))
+fn other_plan(epoch: u64, dir: &Path, why: &str) -> WeirError {
+    WeirError::user(format!(
+        "checkpoint {epoch} in '{}' cannot be restored into this job: {why}; start with --from-scratch to discard \
+         its state",
+        dir.display()
+    ))
 }
 
 /// Checkpoints in a local directory: `chk-<n>/` holds one file per task state part and a
@@ -191,43 +79,76 @@ impl LocalStore {
 
     /// Checkpoint `epoch`, which something outside the store (a task's Kafka commit) names
     /// as the one to restore.
-    pub fn load(&self, epoch: u64, fingerprint: &str) -> Result<Restored> {
-        self.read(epoch, fingerprint).map_err(|why| {
-            WeirError::user(format!(
+    pub fn load(&self, epoch: u64, plan: &PlanState) -> Result<Restored> {
+        self.read(epoch, plan).map_err(|why| match why {
+            Unusable::OtherPlan(why) => other_plan(epoch, &self.dir, &why),
+            Unusable::Damaged(why) => WeirError::user(format!(
                 "checkpoint {epoch} in '{}' cannot be restored ({why}): is the checkpoint store shared by every \
                  worker?",
                 self.dir.display()
-            ))
+            )),
         })
     }
 
-    fn read(&self, epoch: u64, fingerprint: &str) -> std::result::Result<Restored, String> {
+    fn read(&self, epoch: u64, plan: &PlanState) -> std::result::Result<Restored, Unusable> {
         let dir = self.chk(epoch);
-        let text = std::fs::read_to_string(dir.join("manifest.json")).map_err(|e| format!("no manifest ({e})"))?;
+        let text = std::fs::read_to_string(dir.join("manifest.json"))
+            .map_err(|e| Unusable::Damaged(format!("no manifest ({e})")))?;
         let manifest: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("manifest unreadable: {e}"))?;
+            serde_json::from_str(&text).map_err(|e| Unusable::Damaged(format!("manifest unreadable: {e}")))?;
         // A layout this Weir does not know is refused by its version, before anything in it
         // is read the wrong way.
         let version = manifest["version"].as_u64().unwrap_or(0);
-        if version != MANIFEST_VERSION {
-            return Err(format!(
-                "its manifest has format version {version}, and this Weir reads version {MANIFEST_VERSION}"
-            ));
+        if !(1..=MANIFEST_VERSION).contains(&version) {
+            return Err(Unusable::OtherPlan(format!(
+                "its manifest has format version {version}, and this Weir reads versions 1 to {MANIFEST_VERSION}"
+            )));
         }
         // Keys in another hash's groups would not meet their state: said by name.
         let hash = manifest["key_hash"].as_str().unwrap_or("DataFusion's ahash (Weir before weir-xxh64-v1)");
         if hash != crate::KEY_HASH {
-            return Err(format!(
+            return Err(Unusable::OtherPlan(format!(
                 "its keys were put in key groups by {hash}, and this Weir puts them by {}: a key's state would \
                  be in another group",
                 crate::KEY_HASH
+            )));
+        }
+        if version == 1 && manifest["fingerprint"].as_str() != Some(plan.fingerprint.as_str()) {
+            return Err(Unusable::OtherPlan(
+                "it has format version 1, which restores only into the plan that wrote it, and was taken by a \
+                 plan that keeps other state (another query, state backend or max-parallelism)"
+                    .into(),
             ));
         }
-        if manifest["fingerprint"].as_str() != Some(fingerprint) {
-            return Err(
-                "taken by a plan that keeps other state (another query, state backend or max-parallelism)".into()
-            );
+        if version >= 2 {
+            let layout = manifest["layout"].as_str().unwrap_or("?");
+            if layout != plan.layout {
+                return Err(Unusable::OtherPlan(format!(
+                    "its state is laid out for {layout}, and this job's for {}",
+                    plan.layout
+                )));
+            }
+            let parts = manifest["parts"].as_array().ok_or(Unusable::Damaged("manifest lists no parts".into()))?;
+            let old: Vec<OldPart> = parts
+                .iter()
+                .map(|p| OldPart {
+                    id: p["id"].as_str().unwrap_or_default().to_string(),
+                    slot: p["slot"].as_str().unwrap_or_default().to_string(),
+                    name: p["name"].as_str().unwrap_or_default().to_string(),
+                    has_state: p["has_state"].as_bool().unwrap_or(true),
+                })
+                .collect();
+            crate::identity::check_parts(&old, plan).map_err(Unusable::OtherPlan)?;
         }
+        self.read_parts(&dir, &manifest).map_err(Unusable::Damaged).map(|tasks| Restored { epoch, version, tasks })
+    }
+
+    /// The state files a manifest lists, checked, by task.
+    fn read_parts(
+        &self,
+        dir: &Path,
+        manifest: &serde_json::Value,
+    ) -> std::result::Result<BTreeMap<String, TaskState>, String> {
         let mut tasks: BTreeMap<String, TaskState> = BTreeMap::new();
         let files = manifest["files"].as_array().ok_or("manifest lists no files")?;
         for f in files {
@@ -246,10 +167,17 @@ impl LocalStore {
                 return Err(format!("{name}: checksum mismatch"));
             }
             match part {
-                "source" => state.source = Some(bytes),
-                "sink" => state.sink = Some(bytes),
+                "source" | "sink" => {
+                    state.owner = f["id"].as_str().map(String::from);
+                    *if part == "source" { &mut state.source } else { &mut state.sink } = Some(bytes);
+                }
                 "operator" => {
-                    let op = f["operator"].as_u64().ok_or("manifest entry without its operator")? as usize;
+                    // Version 1: the operator's place in its chain; version 2: its identity.
+                    let op = match &f["operator"] {
+                        serde_json::Value::Number(n) => n.to_string(),
+                        serde_json::Value::String(id) => id.clone(),
+                        _ => return Err("manifest entry without its operator".into()),
+                    };
                     let shared_files = f["shared"]
                         .as_array()
                         .ok_or("manifest entry without its shared files")?
@@ -267,7 +195,7 @@ impl LocalStore {
                 other => return Err(format!("manifest names an unknown part '{other}'")),
             }
         }
-        Ok(Restored { epoch, tasks })
+        Ok(tasks)
     }
 }
 
@@ -288,7 +216,7 @@ impl CheckpointStore for LocalStore {
         Ok(())
     }
 
-    fn write(&self, epoch: u64, fingerprint: &str, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
+    fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
         let started = Instant::now();
         let dir = self.chk(epoch);
         // A directory left by an attempt that died before its manifest is garbage.
@@ -319,7 +247,7 @@ impl CheckpointStore for LocalStore {
                 write_part(
                     format!("state-{i}-source.bin"),
                     bytes,
-                    serde_json::json!({ "task": task, "part": "source" }),
+                    serde_json::json!({ "task": task, "part": "source", "id": state.owner }),
                 )?;
             }
             for (op, o) in &state.operators {
@@ -333,7 +261,8 @@ impl CheckpointStore for LocalStore {
                 write_part(format!("state-{i}-op{op}.bin"), &o.state, entry)?;
             }
             if let Some(bytes) = &state.sink {
-                write_part(format!("state-{i}-sink.bin"), bytes, serde_json::json!({ "task": task, "part": "sink" }))?;
+                let entry = serde_json::json!({ "task": task, "part": "sink", "id": state.owner });
+                write_part(format!("state-{i}-sink.bin"), bytes, entry)?;
             }
             if state.source.is_none() && state.operators.is_empty() && state.sink.is_none() {
                 // A stateless task is listed all the same: its acknowledgement is part of
@@ -349,7 +278,22 @@ impl CheckpointStore for LocalStore {
         // test (or `weir verify`) kills the process in the middle of the asynchronous write.
         weir_core::fault::pause("manifest");
         self.check_owner()?;
-        let manifest = serde_json::json!({ "version": MANIFEST_VERSION, "epoch": epoch, "fingerprint": fingerprint, "key_hash": crate::KEY_HASH, "files": files, "shared": shared });
+        // Every part of the plan, and whether this checkpoint holds state of it: a part that
+        // changed is refused on restore only if it has state to lose.
+        let held: std::collections::BTreeSet<&str> =
+            tasks.values().flat_map(|t| t.operators.keys().map(String::as_str).chain(t.owner.as_deref())).collect();
+        let parts: Vec<serde_json::Value> = plan
+            .parts
+            .iter()
+            .map(|p| {
+                let has_state = held.contains(p.id.as_str());
+                serde_json::json!({ "id": p.id, "slot": p.slot, "name": p.name, "has_state": has_state })
+            })
+            .collect();
+        let manifest = serde_json::json!({
+            "version": MANIFEST_VERSION, "epoch": epoch, "fingerprint": plan.fingerprint, "layout": plan.layout,
+            "key_hash": crate::KEY_HASH, "parts": parts, "files": files, "shared": shared,
+        });
         let tmp = dir.join("manifest.json.tmp");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
@@ -365,16 +309,19 @@ impl CheckpointStore for LocalStore {
         })
     }
 
-    fn latest(&self, fingerprint: &str) -> Result<Option<Restored>> {
+    fn latest(&self, plan: &PlanState) -> Result<Option<Restored>> {
         let mut refused = Vec::new();
         for epoch in self.epochs()? {
             if !self.chk(epoch).join("manifest.json").exists() {
                 // Never completed: it does not exist.
                 continue;
             }
-            match self.read(epoch, fingerprint) {
+            match self.read(epoch, plan) {
                 Ok(r) => return Ok(Some(r)),
-                Err(why) => {
+                // An older checkpoint of the same job would not fit either, and restoring it
+                // would write its output again.
+                Err(Unusable::OtherPlan(why)) => return Err(other_plan(epoch, &self.dir, &why)),
+                Err(Unusable::Damaged(why)) => {
                     log::warn!(
                         "checkpoint {epoch} in '{}' is not usable ({why}); trying the one before",
                         self.dir.display()
@@ -469,196 +416,13 @@ impl LocalStore {
     }
 }
 
-/// A request for barrier `epoch`; `stop`: the job stops once this checkpoint is complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Trigger {
-    pub epoch: u64,
-    pub stop: bool,
-}
-
-/// What a task needs to take part in checkpoints.
-#[derive(Clone)]
-pub struct TaskCheckpoint {
-    pub key: String,
-    pub acks: mpsc::UnboundedSender<Ack>,
-    /// The job's checkpoint timeout: a checkpoint older than this may have been given up.
-    pub timeout: std::time::Duration,
-}
-
-impl TaskCheckpoint {
-    pub fn ack(&self, epoch: Option<u64>, state: TaskState) {
-        let _ = self.acks.send(Ack { epoch, task: self.key.clone(), state });
-    }
-}
-
-/// Runs checkpoints every `interval` until the job ends.
-#[allow(clippy::too_many_arguments)]
-pub async fn coordinate(
-    config: CheckpointConfig,
-    store: std::sync::Arc<dyn CheckpointStore>,
-    tasks: Vec<String>,
-    first_epoch: u64,
-    trigger: watch::Sender<Trigger>,
-    committed: watch::Sender<u64>,
-    mut acks: mpsc::UnboundedReceiver<Ack>,
-    mut stop: mpsc::UnboundedReceiver<()>,
-    stats: std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
-) -> Result<()> {
-    let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
-    let mut pending: BTreeMap<u64, BTreeMap<String, TaskState>> = BTreeMap::new();
-    let mut epoch = first_epoch;
-    let mut next_trigger = tokio::time::Instant::now() + config.interval;
-    let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
-    let mut stopping = false;
-    let mut stop_pending = false;
-    let mut sources_gone = false;
-    loop {
-        tokio::select! {
-            // Stop with a checkpoint: the next barrier is the last.
-            Some(()) = stop.recv(), if !stopping => {
-                stopping = true;
-                // One checkpoint at a time (shared files of a running one must not look
-                // unreferenced): the last barrier waits for the one in flight.
-                if started.is_empty() {
-                    if trigger.send(Trigger { epoch, stop: true }).is_err() {
-                        sources_gone = true;
-                        continue;
-                    }
-                    started.insert(epoch, tokio::time::Instant::now());
-                    epoch += 1;
-                } else {
-                    stop_pending = true;
-                }
-            }
-            _ = tokio::time::sleep_until(next_trigger), if !stopping && !sources_gone => {
-                // One checkpoint at a time; a late one is given up after the timeout.
-                if let Some((&open, &at)) = started.iter().next() {
-                    if at.elapsed() < config.timeout {
-                        next_trigger = tokio::time::Instant::now() + config.interval;
-                        continue;
-                    }
-                    log::warn!("checkpoint {open} timed out after {:?}; abandoned", config.timeout);
-                    started.remove(&open);
-                    pending.remove(&open);
-                }
-                if trigger.send(Trigger { epoch, stop: false }).is_err() {
-                    // Every source has ended: no more barriers, but the tasks still running
-                    // acknowledge their end, and then comes the final checkpoint.
-                    sources_gone = true;
-                    continue;
-                }
-                started.insert(epoch, tokio::time::Instant::now());
-                epoch += 1;
-                next_trigger = tokio::time::Instant::now() + config.interval;
-            }
-            ack = acks.recv() => {
-                let Some(ack) = ack else { return Ok(()) };
-                match ack.epoch {
-                    None => {
-                        finished.insert(ack.task, ack.state);
-                    }
-                    Some(n) => {
-                        if started.contains_key(&n) {
-                            pending.entry(n).or_default().insert(ack.task, ack.state);
-                        }
-                    }
-                }
-                // Complete every started checkpoint that every task has acknowledged.
-                let ready: Vec<u64> = started
-                    .keys()
-                    .copied()
-                    .filter(|n| tasks.iter().all(|t| finished.contains_key(t) || pending.get(n).is_some_and(|p| p.contains_key(t))))
-                    .collect();
-                for n in ready {
-                    let began = started.remove(&n);
-                    let mut states = pending.remove(&n).unwrap_or_default();
-                    for (task, state) in &finished {
-                        states.entry(task.clone()).or_insert_with(|| state.clone());
-                    }
-                    let keep: Vec<String> = finished.values().flat_map(|s| s.shared_files()).cloned().collect();
-                    complete(n, states, began, &config, &store, &stats, &committed, keep).await?;
-                }
-                // Every task has ended: a final checkpoint of their final states, so that a
-                // restart resumes at the end and sinks commit what they pre-committed there.
-                if started.is_empty() && tasks.iter().all(|t| finished.contains_key(t)) {
-                    if !complete(epoch, finished.clone(), None, &config, &store, &stats, &committed, Vec::new()).await? {
-                        return Err(WeirError::external(format!(
-                            "the job's final checkpoint {epoch} could not be written: its last output is not committed \
-                             (running the job again resumes from the checkpoint before)"
-                        )));
-                    }
-                    return Ok(());
-                }
-                if stop_pending && started.is_empty() {
-                    stop_pending = false;
-                    if trigger.send(Trigger { epoch, stop: true }).is_ok() {
-                        started.insert(epoch, tokio::time::Instant::now());
-                        epoch += 1;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,
-/// and tell the sinks it is complete. A checkpoint that fails is given up (the next one
-/// covers its rows; `false`), unless this instance has been fenced: that ends the job.
-#[allow(clippy::too_many_arguments)]
-async fn complete(
-    n: u64,
-    states: BTreeMap<String, TaskState>,
-    began: Option<tokio::time::Instant>,
-    config: &CheckpointConfig,
-    store: &std::sync::Arc<dyn CheckpointStore>,
-    stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
-    committed: &watch::Sender<u64>,
-    keep: Vec<String>,
-) -> Result<bool> {
-    let store = store.clone();
-    let fingerprint = config.fingerprint.clone();
-    let retained = config.retained;
-    let written = tokio::task::spawn_blocking(move || {
-        let s = store.write(n, &fingerprint, &states)?;
-        store.prune(retained, &keep)?;
-        Ok::<_, WeirError>(s)
-    })
-    .await;
-    match written {
-        Ok(Ok(mut s)) => {
-            // From the barrier's injection to the manifest on disk.
-            if let Some(began) = began {
-                s.duration_ms = began.elapsed().as_millis() as u64;
-            }
-            log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
-            if let Ok(mut all) = stats.lock() {
-                all.push(s);
-                let excess = all.len().saturating_sub(100);
-                all.drain(..excess);
-            }
-            let _ = committed.send(n);
-            Ok(true)
-        }
-        Ok(Err(e)) if e.kind == weir_core::ErrorKind::Fenced => Err(e),
-        Ok(Err(e)) => {
-            log::warn!("checkpoint {n} failed: {e}");
-            Ok(false)
-        }
-        Err(e) => {
-            log::warn!("checkpoint {n} failed: {e}");
-            Ok(false)
-        }
-    }
-}
-
-/// A stable fingerprint of a plan's text (FNV-1a).
-pub fn fingerprint(text: &str) -> String {
-    format!("{:016x}", checksum(text.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(layout: &str) -> PlanState {
+        PlanState { layout: layout.into(), ..Default::default() }
+    }
 
     fn state(bytes: &[u8]) -> BTreeMap<String, TaskState> {
         BTreeMap::from([("stage0-task0".to_string(), TaskState { source: Some(bytes.to_vec()), ..Default::default() })])
@@ -673,24 +437,24 @@ mod tests {
     fn a_damaged_or_unfinished_latest_checkpoint_falls_back_to_the_one_before() {
         let dir = scratch();
         let store = LocalStore::new(&dir);
-        assert!(store.latest("plan").expect("empty store").is_none());
-        store.write(1, "plan", &state(b"one")).expect("write 1");
-        store.write(2, "plan", &state(b"two")).expect("write 2");
-        assert_eq!(store.latest("plan").expect("latest").map(|r| r.epoch), Some(2));
+        assert!(store.latest(&plan("plan")).expect("empty store").is_none());
+        store.write(1, &plan("plan"), &state(b"one")).expect("write 1");
+        store.write(2, &plan("plan"), &state(b"two")).expect("write 2");
+        assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
 
         // A checkpoint that died before its manifest does not exist.
         std::fs::create_dir_all(dir.join("chk-0000000003")).expect("unfinished dir");
-        assert_eq!(store.latest("plan").expect("latest").map(|r| r.epoch), Some(2));
+        assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
 
         // A damaged state file: checksum mismatch, the one before is used.
         let damaged = dir.join("chk-0000000002").join("state-0-source.bin");
         std::fs::write(&damaged, b"tw0").expect("damage");
-        let restored = store.latest("plan").expect("latest").expect("a checkpoint");
+        let restored = store.latest(&plan("plan")).expect("latest").expect("a checkpoint");
         assert_eq!(restored.epoch, 1);
         assert_eq!(restored.tasks["stage0-task0"].source, Some(b"one".to_vec()));
 
         // Checkpoints of another plan are refused loudly, not skipped into a fresh start.
-        let err = store.latest("other plan").expect_err("another plan");
+        let err = store.latest(&plan("other plan")).expect_err("another plan");
         assert!(err.message.contains("start with --from-scratch"), "{}", err.message);
 
         // One whose keys another hash grouped (no name: DataFusion's ahash) says so.
@@ -700,21 +464,21 @@ mod tests {
         assert_eq!(unversioned["version"], MANIFEST_VERSION, "the manifest has its version");
         unversioned.as_object_mut().map(|m| m.remove("version"));
         std::fs::write(&manifest, unversioned.to_string()).expect("an unversioned manifest");
-        let err = store.latest("plan").expect_err("another layout");
+        let err = store.latest(&plan("plan")).expect_err("another layout");
         assert!(err.message.contains("format version 0"), "{}", err.message);
         let old = text.replace(&format!(",\"key_hash\":\"{}\"", crate::KEY_HASH), "");
         assert_ne!(old, text, "the manifest names its key hash");
         std::fs::write(&manifest, old).expect("an older manifest");
-        let err = store.latest("plan").expect_err("another key hash");
+        let err = store.latest(&plan("plan")).expect_err("another key hash");
         assert!(err.message.contains("key groups by DataFusion's ahash"), "{}", err.message);
         std::fs::write(&manifest, text).expect("manifest back");
 
         // Retention keeps the newest complete ones; clear removes everything.
-        store.write(4, "plan", &state(b"four")).expect("write 4");
+        store.write(4, &plan("plan"), &state(b"four")).expect("write 4");
         store.prune(1, &[]).expect("prune");
         assert!(!dir.join("chk-0000000001").exists() && dir.join("chk-0000000004").exists());
         store.clear().expect("clear");
-        assert!(store.latest("plan").expect("cleared").is_none());
+        assert!(store.latest(&plan("plan")).expect("cleared").is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -729,14 +493,14 @@ mod tests {
         std::fs::create_dir_all(&shared).expect("shared dir");
         let with_file = |file: &str| {
             let op = OperatorState { state: b"s".to_vec(), shared_files: vec![file.to_string()], ..Default::default() };
-            let task = TaskState { operators: BTreeMap::from([(0, op)]), ..Default::default() };
+            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
             BTreeMap::from([("stage1-task0".to_string(), task)])
         };
         std::fs::write(shared.join("a.sst"), b"a").expect("a");
-        store.write(1, "plan", &with_file("a.sst")).expect("write 1");
+        store.write(1, &plan("plan"), &with_file("a.sst")).expect("write 1");
         // The ended task's final file, copied while checkpoint 2 is being written.
         std::fs::write(shared.join("final.sst"), b"f").expect("final");
-        store.write(2, "plan", &with_file("a.sst")).expect("write 2");
+        store.write(2, &plan("plan"), &with_file("a.sst")).expect("write 2");
         // Older than the newest manifest, whatever the clock's resolution.
         let older = std::time::SystemTime::now() - Duration::from_secs(60);
         for f in ["a.sst", "final.sst"] {
