@@ -243,3 +243,59 @@ pub(crate) fn scan_identity(table: &Arc<TableDef>, projection: &Option<Vec<usize
 pub(crate) fn scan_key(identity: &str, nth: usize) -> String {
     format!("{identity}\u{0}{nth}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::PlanState;
+
+    fn part(slot: &str, shape: &str) -> StatePart {
+        StatePart::new(slot.into(), shape, format!("op at {slot}"))
+    }
+
+    fn old(p: &StatePart, has_state: bool) -> OldPart {
+        OldPart { id: p.id.clone(), slot: p.slot.clone(), name: p.name.clone(), has_state }
+    }
+
+    fn plan(parts: Vec<StatePart>, ignore_unclaimed: bool) -> PlanState {
+        PlanState { parts, ignore_unclaimed, ..Default::default() }
+    }
+
+    #[test]
+    fn ids_are_weirs_own_and_pinned() {
+        // FNV-1a of the slot and the shape: the same on every machine and version. A change
+        // here moves every checkpoint's state: a new checkpoint format version.
+        assert_eq!(part("out/0", "group aggregate").id, "e2518b884340cf0a");
+        assert_ne!(part("out/0", "group aggregate").id, part("out/1", "group aggregate").id);
+        assert_ne!(part("out/0", "group aggregate").id, part("out/0", "top n").id);
+    }
+
+    #[test]
+    fn unchanged_parts_restore_and_new_ones_start_empty() {
+        let (agg, sink) = (part("out/0", "agg"), part("sink out", "filesystem"));
+        let added = part("out2/0", "agg");
+        let old = [old(&agg, true), old(&sink, true)];
+        assert_eq!(check_parts(&old, &plan(vec![agg.clone(), sink.clone(), added], false)), Ok(()));
+    }
+
+    #[test]
+    fn a_changed_operator_is_refused_with_both_named() {
+        let (was, now) = (part("out/0", "agg max"), part("out/0", "agg sum"));
+        let err = check_parts(&[old(&was, true)], &plan(vec![now.clone()], true)).expect_err("changed");
+        assert!(err.contains(&now.id) && err.contains(&was.id) && err.contains("has changed"), "{err}");
+        // Without state, nothing is lost: not refused.
+        assert_eq!(check_parts(&[old(&was, false)], &plan(vec![now], false)), Ok(()));
+    }
+
+    #[test]
+    fn unclaimed_state_and_replaced_sinks_are_refused_unless_dropping_is_asked_for() {
+        let gone = part("out/3", "top n");
+        let (file, collect) = (part("sink out", "filesystem"), part("sink out", "collect"));
+        let old = [old(&gone, true), old(&file, true)];
+        let err = check_parts(&old, &plan(vec![collect.clone()], false)).expect_err("unclaimed");
+        assert!(err.contains(&gone.id) && err.contains("claimed by no part"), "{err}");
+        assert!(err.contains(&file.id) && err.contains("replaces the sink"), "{err}");
+        assert!(err.contains("execution.savepoint.ignore-unclaimed-state"), "{err}");
+        assert_eq!(check_parts(&old, &plan(vec![collect], true)), Ok(()));
+    }
+}

@@ -6,6 +6,7 @@ mod datagen;
 mod fixture;
 mod functions_doc;
 mod guarantees;
+mod identities;
 mod joins;
 mod kafka;
 mod kafka_computed;

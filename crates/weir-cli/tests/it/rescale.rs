@@ -136,9 +136,9 @@ async fn a_query_that_keeps_other_state_is_refused() {
 /// The test's view of an updating result: a table connector `'connector' = 'collect'` whose
 /// sink tasks hand every chunk, ops included, to the test as it is written. At a stop with a
 /// checkpoint, what it has is exactly what came before the final barrier.
-struct Collect {
-    builtin: weir::connector::Connectors,
-    chunks: std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>,
+pub(crate) struct Collect {
+    pub(crate) builtin: weir::connector::Connectors,
+    pub(crate) chunks: std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>,
 }
 
 struct CollectSink(std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>);
