@@ -45,6 +45,16 @@ INSERT INTO top_out SELECT bucket, cnt, rn FROM (
 END;
 ";
 
+/// The job of fixtures from version 2 on: [`JOB`] with RocksDB state.
+fn job_now() -> String {
+    format!("SET 'state.backend' = 'rocksdb';\nSET 'state.dir' = 'state';\n{JOB}")
+}
+
+/// The job a fixture was taken from.
+fn job_of(fixture: &Path) -> String {
+    std::fs::read_to_string(fixture.join("job.sql")).unwrap_or_else(|_| JOB.to_string())
+}
+
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
@@ -61,9 +71,9 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// `weir run` of the job in `dir`: its changelog lines on stdout.
-fn run(dir: &Path) -> Vec<String> {
-    std::fs::write(dir.join("job.sql"), JOB).expect("write the job");
+/// `weir run` of `job` in `dir`: its changelog lines on stdout.
+fn run(dir: &Path, job: &str) -> Vec<String> {
+    std::fs::write(dir.join("job.sql"), job).expect("write the job");
     let out = Command::new(weir_bin()).arg("run").arg("job.sql").current_dir(dir).output().expect("run weir");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -108,17 +118,15 @@ fn ranking(lines: &[String]) -> BTreeMap<String, String> {
 
 #[test]
 fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
-    let reference = crate::slt::tempdir();
-    let want_changes = run(&reference);
-    let want_top = ranking(&want_changes);
-    assert_eq!(want_top.len(), 3, "the reference ranking: {want_top:?}");
     let versions: Vec<PathBuf> = std::fs::read_dir(fixtures())
         .expect("tests/fixtures")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("checkpoint-v")))
         .collect();
-    assert!(!versions.is_empty(), "no checkpoint fixture");
+    assert!(versions.len() >= 2, "fixtures of versions 1 and 2 at least: {versions:?}");
+    // The uninterrupted run of each fixture's job.
+    let mut references: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
     for fixture in versions {
         let dir = crate::slt::tempdir();
         copy_dir(&fixture, &dir);
@@ -130,7 +138,15 @@ fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".pending"))
             .count();
         assert!(pending_before > 0, "{}: the fixture has files pending their commit", fixture.display());
-        let changes = run(&dir);
+        let job = job_of(&fixture);
+        let (reference, want_changes) = references.entry(job.clone()).or_insert_with(|| {
+            let reference = crate::slt::tempdir();
+            let changes = run(&reference, &job);
+            (reference, changes)
+        });
+        let want_top = ranking(want_changes);
+        assert_eq!(want_top.len(), 3, "the reference ranking: {want_top:?}");
+        let changes = run(&dir, &job);
         for table in ["windows", "joined"] {
             let (got, want) = (published(&dir.join("out").join(table)), published(&reference.join("out").join(table)));
             assert_eq!(got.len(), want.len(), "{}: rows of {table}", fixture.display());
@@ -142,7 +158,84 @@ fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
         assert_eq!(ranking(&changes), want_top, "{}: the final ranking", fixture.display());
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let _ = std::fs::remove_dir_all(&reference);
+    for (reference, _) in references.values() {
+        let _ = std::fs::remove_dir_all(reference);
+    }
+}
+
+/// The manifest of checkpoint 1 of the current job, killed while its file sinks commit it.
+fn take_checkpoint(dir: &Path) -> serde_json::Value {
+    std::fs::write(dir.join("job.sql"), job_now()).expect("write the job");
+    let faults = dir.join("faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let mut child = Command::new(weir_bin())
+        .arg("run")
+        .arg("job.sql")
+        .current_dir(dir)
+        .env("WEIR_FAULT_DIR", &faults)
+        .env("WEIR_FAULT_FILE_COMMIT_MS", "60000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start weir");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !faults.join("file_commit").exists() {
+        assert!(Instant::now() < deadline, "the job never committed a checkpoint");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    manifest(dir)
+}
+
+/// Checkpoint 1's manifest in a job's directory.
+fn manifest(dir: &Path) -> serde_json::Value {
+    let job = std::fs::read_dir(dir.join("checkpoints"))
+        .expect("checkpoints")
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .expect("the job's checkpoints")
+        .path();
+    let text = std::fs::read_to_string(job.join("chk-0000000001").join("manifest.json")).expect("checkpoint 1");
+    serde_json::from_str(&text).expect("a manifest")
+}
+
+/// What a manifest's layout is: its fields, the parts of the plan, and which state each
+/// task's files hold (not their sizes, nor the shared files' names).
+fn layout(manifest: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = manifest.as_object().expect("an object").keys().map(|k| format!("field {k}")).collect();
+    for part in manifest["parts"].as_array().into_iter().flatten() {
+        out.push(format!("part {} {} {} state {}", part["id"], part["slot"], part["name"], part["has_state"]));
+    }
+    for file in manifest["files"].as_array().into_iter().flatten() {
+        let fields: Vec<&String> = file.as_object().expect("an entry").keys().collect();
+        out.push(format!("file {} {} {} {} {fields:?}", file["task"], file["part"], file["operator"], file["id"]));
+    }
+    out.push(format!("version {} layout {}", manifest["version"], manifest["layout"]));
+    out.sort();
+    out
+}
+
+/// A change to how checkpoints are written without a new format version fails here: a fresh
+/// checkpoint of the current job has the layout of the fixture of its version (the same
+/// fields, parts and ids: ids hash each operator's state shape).
+#[test]
+fn a_fresh_checkpoint_has_the_layout_of_its_versions_fixture() {
+    let dir = crate::slt::tempdir();
+    let fresh = take_checkpoint(&dir);
+    let version = fresh["version"].as_u64().expect("a versioned manifest");
+    let fixture = fixtures().join(format!("checkpoint-v{version}"));
+    assert!(fixture.exists(), "format version {version} has no fixture: run fixture::make_checkpoint_fixture");
+    assert_eq!(job_of(&fixture), job_now(), "the fixture of version {version} ran another job");
+    let (got, want) = (layout(&fresh), layout(&manifest(&fixture)));
+    assert!(
+        got == want,
+        "checkpoints are written differently from the fixture of version {version}: bump the format version \
+         and add a fixture.\nonly now: {:?}\nonly in the fixture: {:?}",
+        got.iter().filter(|l| !want.contains(l)).collect::<Vec<_>>(),
+        want.iter().filter(|l| !got.contains(l)).collect::<Vec<_>>()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Writes `tests/fixtures/checkpoint-v<N>/` for the current format version: the job killed
@@ -152,49 +245,13 @@ fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
 #[ignore]
 fn make_checkpoint_fixture() {
     let dir = crate::slt::tempdir();
-    std::fs::write(dir.join("job.sql"), JOB).expect("write the job");
-    let faults = dir.join("faults");
-    std::fs::create_dir_all(&faults).expect("fault dir");
-    let mut child = Command::new(weir_bin())
-        .arg("run")
-        .arg("job.sql")
-        .current_dir(&dir)
-        .env("WEIR_FAULT_DIR", &faults)
-        .env("WEIR_FAULT_FILE_COMMIT_MS", "60000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start weir");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !faults.join("file_commit").exists() {
-        assert!(Instant::now() < deadline, "the job never committed a checkpoint");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reap");
-    let manifest = std::fs::read_to_string(
-        std::fs::read_dir(dir.join("checkpoints"))
-            .expect("checkpoints")
-            .flatten()
-            .find(|e| e.path().is_dir())
-            .expect("the job's checkpoints")
-            .path()
-            .join("chk-0000000001")
-            .join("manifest.json"),
-    )
-    .expect("checkpoint 1 complete");
-    let version: String = manifest
-        .split("\"version\":")
-        .nth(1)
-        .expect("a versioned manifest")
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
+    let version = take_checkpoint(&dir)["version"].as_u64().expect("a versioned manifest");
     let target = fixtures().join(format!("checkpoint-v{version}"));
     let _ = std::fs::remove_dir_all(&target);
     for part in ["checkpoints", "out"] {
         copy_dir(&dir.join(part), &target.join(part));
     }
+    std::fs::write(target.join("job.sql"), job_now()).expect("the fixture's job");
     println!("wrote {}", target.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
