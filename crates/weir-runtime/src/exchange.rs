@@ -4,9 +4,15 @@
 //! checkpoint must meet its keys again. A hash picks a key group, and the group its task
 //! ([`KeyGroups`]): so a key's task at any parallelism is the one that owns its group's state.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::{Int8Array, UInt32Array};
-use weir_core::{Chunk, Result};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use weir_core::{Chunk, Result, WeirError};
 use weir_state::KeyGroups;
+
+use crate::plan::{Node, OperatorSpec};
 
 /// How rows are spread over the next stage's tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,5 +145,66 @@ mod tests {
         // No key columns (a global session): every row to one task, none lost.
         let parts = hash_partition(&chunk, &[], 4, KeyGroups::default()).expect("partition");
         assert_eq!(sizes(&parts), vec![10_000, 0, 0, 0]);
+    }
+}
+
+/// The plan-time check of the rule keyed state rests on: a keyed operator files each row's
+/// state under the key group of its key columns, hashed in order, so its input must have been
+/// exchanged by exactly those columns in that order. Were they not, a key's rows would reach
+/// one task and its state be filed for another's groups: lost on a rescale, with no error.
+/// An operator whose keys are not plain columns of its input is not checked.
+pub fn check_keyed_inputs(node: &Node) -> Result<()> {
+    let check = |spec: &OperatorSpec, side: usize, input: &Node| -> Result<()> {
+        let (Some(keys), Node::Exchange { partitioning: Partitioning::Hash(hashed), .. }) = (state_keys(spec), input)
+        else {
+            return Ok(());
+        };
+        match keys.get(side) {
+            Some(keys) if keys != hashed => Err(WeirError::internal(format!(
+                "{} keeps its state by columns {keys:?} of its input, which was exchanged by columns {hashed:?}",
+                spec.describe()
+            ))),
+            _ => Ok(()),
+        }
+    };
+    match node {
+        Node::Source { .. } | Node::Values { .. } => Ok(()),
+        Node::Operator { spec, input } => {
+            check(spec, 0, input)?;
+            check_keyed_inputs(input)
+        }
+        Node::Join { left, right, spec } => {
+            check(spec, 0, left)?;
+            check(spec, 1, right)?;
+            check_keyed_inputs(left)?;
+            check_keyed_inputs(right)
+        }
+        Node::Exchange { input, .. } => check_keyed_inputs(input),
+        Node::Union { inputs, .. } => inputs.iter().try_for_each(check_keyed_inputs),
+    }
+}
+
+/// The input columns a keyed operator hashes its rows' state by, per input; `None` if it
+/// keeps no keyed state or its keys are computed.
+fn state_keys(spec: &OperatorSpec) -> Option<Vec<Vec<usize>>> {
+    let columns = |exprs: &[&Arc<dyn PhysicalExpr>]| -> Option<Vec<usize>> {
+        exprs.iter().map(|e| e.downcast_ref::<Column>().map(Column::index)).collect()
+    };
+    match spec {
+        OperatorSpec::GroupAggregate { spec, .. } => Some(vec![(0..spec.keys).collect()]),
+        OperatorSpec::WindowAggregate { spec, .. } => {
+            Some(vec![columns(&spec.group_exprs.iter().collect::<Vec<_>>())?])
+        }
+        OperatorSpec::SessionAggregate { spec, .. } => {
+            let keys: Vec<_> = spec.key_positions().into_iter().map(|p| &spec.spec.group_exprs[p]).collect();
+            Some(vec![columns(&keys)?])
+        }
+        OperatorSpec::Join { spec, .. } | OperatorSpec::WindowJoin { spec, .. } => Some(spec.keys.to_vec()),
+        OperatorSpec::TopN { spec, .. }
+        | OperatorSpec::WindowTopN { spec, .. }
+        | OperatorSpec::FirstRow { spec, .. } => Some(vec![spec.partition.clone()]),
+        OperatorSpec::UpsertNormalize { spec } => Some(vec![spec.key.clone()]),
+        OperatorSpec::UpsertMaterialize { spec } => Some(vec![spec.key.clone()]),
+        _ => None,
     }
 }

@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use weir_core::TableDef;
 
-use crate::plan::{columns, Node, OperatorSpec};
+use crate::plan::{Node, OperatorSpec};
+use crate::state_shape::columns;
 
 /// One part of a job's checkpointed state.
 #[derive(Debug, Clone, PartialEq, Eq)]

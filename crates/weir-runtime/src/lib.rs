@@ -15,6 +15,7 @@ mod merge;
 pub mod operators;
 mod plan;
 mod shared_scan;
+mod state_shape;
 mod unique_keys;
 mod values;
 
@@ -31,7 +32,7 @@ mod runtime_tests;
 #[cfg(test)]
 mod sort_tests;
 
-pub use exchange::{hash_partition, Partitioning};
+pub use exchange::{check_keyed_inputs, hash_partition, Partitioning};
 pub use job::{identities, sink_task_kind, spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
 pub use key_hash::KEY_HASH;
 pub use merge::InputMerger;

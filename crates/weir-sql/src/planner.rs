@@ -376,6 +376,7 @@ impl Planner {
             other => other,
         };
         root.check_changelog().map_err(|e| place(e, tokens, start))?;
+        weir_runtime::check_keyed_inputs(&root).map_err(|e| place(e, tokens, start))?;
         if let SinkTarget::Table(table) = &sink {
             let primary_key: Vec<usize> =
                 table.primary_key.iter().filter_map(|k| table.schema.index_of(k).ok()).collect();

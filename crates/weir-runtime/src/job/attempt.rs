@@ -52,6 +52,7 @@ pub(super) fn build_attempt(
     // Each INSERT's tasks, in order (a statement set has several): the sources they read are
     // opened last, once, for all of them.
     for (k, (root, sink)) in branches.iter_mut().enumerate() {
+        crate::exchange::check_keyed_inputs(root)?;
         builder.next_insert();
         let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
         // The first INSERT's keys are those of a job of one INSERT.

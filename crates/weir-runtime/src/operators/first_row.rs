@@ -118,6 +118,8 @@ impl FirstRow {
 }
 
 impl KeyedLogic for FirstRow {
+    type Own = ();
+
     fn name(&self) -> String {
         "FirstRow".into()
     }

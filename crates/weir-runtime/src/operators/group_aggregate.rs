@@ -450,6 +450,8 @@ impl GroupAggregate {
 }
 
 impl KeyedLogic for GroupAggregate {
+    type Own = bool;
+
     fn name(&self) -> String {
         "GroupAggregate".into()
     }
@@ -566,18 +568,13 @@ impl KeyedLogic for GroupAggregate {
         &self.progress
     }
 
-    fn own(&self) -> serde_json::Value {
-        self.unstamped.into()
+    fn own(&self) -> bool {
+        self.unstamped
     }
 
     /// From one snapshot or several (another parallelism): groups of any are unstamped.
-    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
-        for u in own {
-            let u = u
-                .as_bool()
-                .ok_or_else(|| WeirError::internal("the state of GroupAggregate in the checkpoint is damaged"))?;
-            self.unstamped |= u;
-        }
+    fn restore_own(&mut self, own: Vec<bool>) -> Result<()> {
+        self.unstamped |= own.into_iter().any(|u| u);
         Ok(())
     }
 }

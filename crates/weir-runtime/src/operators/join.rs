@@ -644,6 +644,8 @@ pub(crate) fn assemble(
 }
 
 impl KeyedLogic for StreamJoin {
+    type Own = ();
+
     fn name(&self) -> String {
         "Join".into()
     }

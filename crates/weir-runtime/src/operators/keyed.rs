@@ -42,15 +42,18 @@ pub(crate) trait KeyedLogic: Send {
         Vec::new()
     }
 
-    /// The operator's own fields in a snapshot, beside its tables and progress (none by
-    /// default).
-    fn own(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// The operator's own fields in a snapshot, beside its tables and progress (`()` for
+    /// most): typed, so that the runtime decodes them and a damaged snapshot is the same error
+    /// for every operator.
+    type Own: serde::Serialize + serde::de::DeserializeOwned + Default;
+
+    fn own(&self) -> Self::Own {
+        Self::Own::default()
     }
 
     /// Take back what [`KeyedLogic::own`] gave: one value per restored snapshot (several at
     /// another parallelism).
-    fn restore_own(&mut self, _own: Vec<serde_json::Value>) -> Result<()> {
+    fn restore_own(&mut self, _own: Vec<Self::Own>) -> Result<()> {
         Ok(())
     }
 }
@@ -109,7 +112,7 @@ impl<L: KeyedLogic> Operator for Keyed<L> {
     fn restore(&mut self, states: &[&[u8]]) -> Result<()> {
         let name = self.0.name();
         let (tables, progress) = self.0.state();
-        let (restored, own) = super::state::restore::<serde_json::Value>(tables, states, &name)?;
+        let (restored, own) = super::state::restore::<L::Own>(tables, states, &name)?;
         *progress = restored;
         self.0.restore_own(own)
     }

@@ -39,7 +39,7 @@ pub struct SessionSpec {
 
 impl SessionSpec {
     /// Group expressions that are keys, not window bounds.
-    fn key_positions(&self) -> Vec<usize> {
+    pub(crate) fn key_positions(&self) -> Vec<usize> {
         (0..self.spec.group_exprs.len())
             .filter(|p| *p != self.window_start && *p != self.spec.window_end && Some(*p) != self.window_time)
             .collect()
@@ -337,6 +337,8 @@ impl SessionAggregate {
 }
 
 impl KeyedLogic for SessionAggregate {
+    type Own = ();
+
     fn name(&self) -> String {
         "SessionAggregate".into()
     }

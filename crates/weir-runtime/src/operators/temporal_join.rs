@@ -239,6 +239,8 @@ impl LookupJoin {
 }
 
 impl KeyedLogic for LookupJoin {
+    type Own = bool;
+
     fn name(&self) -> String {
         "LookupJoin".into()
     }
@@ -296,14 +298,12 @@ impl KeyedLogic for LookupJoin {
 
     /// Whether the table was loaded: every task of a stage sees its table's input end at the
     /// same point of the stream.
-    fn own(&self) -> serde_json::Value {
-        self.loaded.into()
+    fn own(&self) -> bool {
+        self.loaded
     }
 
-    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
-        let loaded = own.iter().map(|l| l.as_bool()).collect::<Option<Vec<bool>>>();
-        let loaded =
-            loaded.ok_or_else(|| WeirError::internal("the state of LookupJoin in the checkpoint is damaged"))?;
+    /// Loaded if every restored task had loaded its table.
+    fn restore_own(&mut self, loaded: Vec<bool>) -> Result<()> {
         self.loaded = !loaded.is_empty() && loaded.iter().all(|l| *l);
         Ok(())
     }
@@ -444,6 +444,8 @@ impl VersionedJoin {
 }
 
 impl KeyedLogic for VersionedJoin {
+    type Own = ();
+
     fn name(&self) -> String {
         "VersionedJoin".into()
     }

@@ -71,6 +71,8 @@ impl TimeSort {
 }
 
 impl KeyedLogic for TimeSort {
+    type Own = i64;
+
     fn name(&self) -> String {
         "TimeSort".into()
     }
@@ -132,16 +134,12 @@ impl KeyedLogic for TimeSort {
     }
 
     /// The latest time emitted.
-    fn own(&self) -> serde_json::Value {
-        self.emitted_to.into()
+    fn own(&self) -> i64 {
+        self.emitted_to
     }
 
-    fn restore_own(&mut self, own: Vec<serde_json::Value>) -> Result<()> {
-        for to in own {
-            let to =
-                to.as_i64().ok_or_else(|| WeirError::internal("the state of TimeSort in the checkpoint is damaged"))?;
-            self.emitted_to = self.emitted_to.max(to);
-        }
+    fn restore_own(&mut self, own: Vec<i64>) -> Result<()> {
+        self.emitted_to = own.into_iter().fold(self.emitted_to, i64::max);
         Ok(())
     }
 }

@@ -231,6 +231,8 @@ fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
 type Changes = Vec<(Vec<u8>, u64, Op)>;
 
 impl KeyedLogic for TopN {
+    type Own = ();
+
     fn name(&self) -> String {
         "TopN".into()
     }

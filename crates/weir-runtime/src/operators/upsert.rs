@@ -46,6 +46,8 @@ impl UpsertNormalize {
 }
 
 impl KeyedLogic for UpsertNormalize {
+    type Own = ();
+
     fn name(&self) -> String {
         "UpsertNormalize".into()
     }

@@ -69,6 +69,8 @@ impl UpsertMaterialize {
 }
 
 impl KeyedLogic for UpsertMaterialize {
+    type Own = ();
+
     fn name(&self) -> String {
         "UpsertMaterialize".into()
     }

@@ -164,6 +164,8 @@ impl WindowAggregate {
 }
 
 impl KeyedLogic for WindowAggregate {
+    type Own = ();
+
     fn name(&self) -> String {
         "WindowAggregate".into()
     }

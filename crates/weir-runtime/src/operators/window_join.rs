@@ -208,6 +208,8 @@ impl WindowJoin {
 }
 
 impl KeyedLogic for WindowJoin {
+    type Own = ();
+
     fn name(&self) -> String {
         "WindowJoin".into()
     }

@@ -58,6 +58,8 @@ impl WindowTopN {
 }
 
 impl KeyedLogic for WindowTopN {
+    type Own = ();
+
     fn name(&self) -> String {
         "WindowTopN".into()
     }
