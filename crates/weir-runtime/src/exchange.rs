@@ -208,3 +208,35 @@ fn state_keys(spec: &OperatorSpec) -> Option<Vec<Vec<usize>>> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod check_tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::operators::UpsertSpec;
+
+    #[test]
+    fn a_keyed_operator_over_an_exchange_by_other_columns_is_refused() {
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Int64, true)]));
+        let keyed_over = |hashed: Vec<usize>| {
+            let values = Node::Values { batches: Vec::new(), schema: schema.clone() };
+            let spec = UpsertSpec { key: vec![1], schema: schema.clone() };
+            Node::Exchange { partitioning: Partitioning::Hash(hashed), input: Box::new(values) }
+                .with_operator(OperatorSpec::UpsertNormalize { spec })
+        };
+        assert!(check_keyed_inputs(&keyed_over(vec![1])).is_ok());
+        let err = check_keyed_inputs(&keyed_over(vec![0])).expect_err("exchanged by another column");
+        assert!(
+            err.message.contains("columns [1]") && err.message.contains("exchanged by columns [0]"),
+            "{}",
+            err.message
+        );
+        // Above a union, too.
+        let union = Node::Union { inputs: vec![keyed_over(vec![0, 1])], schema: schema.clone() };
+        assert!(check_keyed_inputs(&union).is_err());
+    }
+}
