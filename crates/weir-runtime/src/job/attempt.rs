@@ -92,8 +92,10 @@ pub(super) fn build_attempt(
             builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
         let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
         let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
-        let (checkpoint, restored) = builder.checkpoint_of(format!("late-sink-{name}"), None);
+        let key = format!("late-sink-{name}");
+        let restored = builder.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
         let restoring = restored.map_or(Restoring::Nothing, Restoring::Same);
+        let checkpoint = builder.checkpoint_of(key, None);
         let restored = checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, 0, 1));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((

@@ -84,18 +84,13 @@ impl Restoring {
 impl Builder<'_> {
     /// The part in checkpoints of a task that is alone of its kind (a merge into one sink).
     /// The part in checkpoints of the task `key`, whose source or sink state is that of the
-    /// scan or sink `owner`; and what the task `key` had in the checkpoint restored.
-    pub(super) fn checkpoint_of(
-        &mut self,
-        key: String,
-        owner: Option<&StatePart>,
-    ) -> (Option<TaskCheckpoint>, Option<TaskState>) {
-        let restored = self.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
+    /// scan or sink `owner`.
+    pub(super) fn checkpoint_of(&mut self, key: String, owner: Option<&StatePart>) -> Option<TaskCheckpoint> {
         let timeout = self.options.checkpoint.as_ref().map_or(std::time::Duration::ZERO, |(c, _)| c.timeout);
         let owner = owner.map(|p| p.id.clone());
         let cp = self.acks.clone().map(|acks| TaskCheckpoint { key: key.clone(), acks, timeout, owner });
         self.keys.push(key);
-        (cp, restored)
+        cp
     }
 
     /// The part in checkpoints of task `index` of the `count` tasks `<kind><i>`, and what the
@@ -108,7 +103,7 @@ impl Builder<'_> {
         count: usize,
         owner: Option<&StatePart>,
     ) -> (Option<TaskCheckpoint>, Restoring) {
-        let (cp, _) = self.checkpoint_of(format!("{kind}{index}"), owner);
+        let cp = self.checkpoint_of(format!("{kind}{index}"), owner);
         let Some(restored) = &self.options.restore else { return (cp, Restoring::Nothing) };
         (cp, Restoring::of(restored.of_kind(restore_kind), index, count))
     }
@@ -172,7 +167,7 @@ impl Builder<'_> {
         inputs: Vec<mpsc::Receiver<Message>>,
     ) -> mpsc::Receiver<Message> {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let (checkpoint, _) = self.checkpoint_of(key.to_string(), None);
+        let checkpoint = self.checkpoint_of(key.to_string(), None);
         let chain = Chain {
             ops: Vec::new(),
             op_keys: Vec::new(),
@@ -303,7 +298,12 @@ impl Builder<'_> {
             };
             let kind = format!("stage{stage}-task");
             let owner = scan.and_then(|at| self.ids.scan(&self.scans[at].key)).cloned();
-            let (checkpoint, restored) = self.checkpoint_of_task((&kind, &kind), index, parallelism, owner.as_ref());
+            // What the task had by place: only a checkpoint of format version 1 is read so
+            // (its operators and source position); later ones by identity, below.
+            let (checkpoint, restored) = match by_place {
+                true => self.checkpoint_of_task((&kind, &kind), index, parallelism, owner.as_ref()),
+                false => (self.checkpoint_of(format!("{kind}{index}"), owner.as_ref()), Restoring::Nothing),
+            };
             let mut ops = Vec::with_capacity(specs.len());
             let mut op_keys = Vec::with_capacity(specs.len());
             let mut late = Vec::with_capacity(specs.len());
