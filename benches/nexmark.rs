@@ -108,6 +108,23 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
                min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price \
              FROM bid GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
         ),
+        // OVER aggregates and an anti join (`benches/compare_flink_over.sh`): a moving average
+        // per auction over its last 10 bids, each bidder's previous bid price, and the bids of
+        // auctions that never had a bid over 9,000,000.
+        "over_avg" => (
+            "auction BIGINT, price BIGINT, avg_price DOUBLE",
+            "SELECT auction, price, AVG(price) OVER (PARTITION BY auction ORDER BY date_time \
+               ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS avg_price FROM bid",
+        ),
+        "over_lag" => (
+            "bidder BIGINT, price BIGINT, prev_price BIGINT",
+            "SELECT bidder, price, LAG(price) OVER (PARTITION BY bidder ORDER BY date_time) AS prev_price FROM bid",
+        ),
+        "anti" => (
+            "auction BIGINT, bidder BIGINT, price BIGINT",
+            "SELECT auction, bidder, price FROM bid b \
+             WHERE NOT EXISTS (SELECT 1 FROM bid b2 WHERE b2.auction = b.auction AND b2.price > 9000000)",
+        ),
         // Nexmark q18 (deduplication: each bidder's last bid per auction), q19 (Top-N: ten
         // bids per auction by price) and q20 (a regular join with the auctions).
         "q18" => (

@@ -203,6 +203,7 @@ fn state_keys(spec: &OperatorSpec) -> Option<Vec<Vec<usize>>> {
         OperatorSpec::TopN { spec, .. }
         | OperatorSpec::WindowTopN { spec, .. }
         | OperatorSpec::FirstRow { spec, .. } => Some(vec![spec.partition.clone()]),
+        OperatorSpec::OverAggregate { spec, .. } => Some(vec![spec.partition.clone()]),
         OperatorSpec::UpsertNormalize { spec } => Some(vec![spec.key.clone()]),
         OperatorSpec::UpsertMaterialize { spec } => Some(vec![spec.key.clone()]),
         _ => None,

@@ -32,6 +32,7 @@ fn join_of(kind: JoinKind, appending: [bool; 2]) -> crate::operators::Keyed<Stre
         ttl: None,
         interval: None,
         appending,
+        nulls_equal: false,
     };
     crate::operators::Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"))
 }
@@ -162,6 +163,7 @@ fn a_left_interval_join_pads_a_row_when_it_can_no_longer_be_joined_and_drops_lat
         ttl: None,
         interval: Some(Interval { times: [1, 1], lower: Some(0), upper: Some(2000) }),
         appending: [true, true],
+        nulls_equal: false,
     };
     let mut j = crate::operators::Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"));
     let mut out = Vec::new();
@@ -235,6 +237,7 @@ fn a_versioned_join_joins_each_row_with_the_version_valid_at_its_time() {
         ttl: None,
         interval: None,
         appending: [true, false],
+        nulls_equal: false,
     };
     let mut j = crate::operators::Keyed(VersionedJoin::new(spec, [1, 2], &StateContext::memory()).expect("join"));
     let mut out = Vec::new();
@@ -318,5 +321,6 @@ fn j_spec() -> JoinSpec {
         ttl: None,
         interval: None,
         appending: [true, true],
+        nulls_equal: false,
     }
 }

@@ -28,7 +28,11 @@ mod join_tests;
 #[cfg(test)]
 mod materialize_tests;
 #[cfg(test)]
+mod over_tests;
+#[cfg(test)]
 mod runtime_tests;
+#[cfg(test)]
+mod semi_join_tests;
 #[cfg(test)]
 mod sort_tests;
 

@@ -11,10 +11,10 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     AppendWatermark, Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Keyed, Limit, LookupJoin,
-    MaterializeSpec, ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec, StateContext, StreamJoin,
-    TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize,
-    UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec,
-    WindowTopN,
+    MaterializeSpec, OverAggregate, OverSpec, ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec,
+    StateContext, StreamJoin, TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec,
+    UpsertMaterialize, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
+    WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -76,6 +76,9 @@ pub enum OperatorSpec {
     /// `ORDER BY` an event time (then other columns): rows emitted in order as the watermark
     /// passes them, all in one task.
     TimeSort { spec: TimeSortSpec, display: String },
+    /// Aggregates over each partition's rows in event-time order (`agg(x) OVER (PARTITION BY
+    /// … ORDER BY rowtime …)`): each row emitted with its values once the watermark passes it.
+    OverAggregate { spec: OverSpec, display: String },
     /// The rows that hold each sink key, the latest its value, for a sink written by another
     /// key than the query's (Flink's `SinkUpsertMaterializer`).
     UpsertMaterialize { spec: MaterializeSpec },
@@ -148,6 +151,9 @@ impl OperatorSpec {
                 Ok(Box::new(Keyed(FirstRow::new(spec.clone(), *time, &ctx.state())?)))
             }
             OperatorSpec::TimeSort { spec, .. } => Ok(Box::new(Keyed(TimeSort::new(spec.clone(), &ctx.state())?))),
+            OperatorSpec::OverAggregate { spec, .. } => {
+                Ok(Box::new(Keyed(OverAggregate::new(spec.clone(), &ctx.state())?)))
+            }
             OperatorSpec::UpsertMaterialize { spec } => {
                 Ok(Box::new(Keyed(UpsertMaterialize::new(spec.clone(), &ctx.state())?)))
             }
@@ -200,6 +206,9 @@ impl OperatorSpec {
                 Box::new(Keyed(FirstRow::new(spec, time, &StateContext::memory())?))
             }
             OperatorSpec::TimeSort { spec, .. } => Box::new(Keyed(TimeSort::new(spec, &StateContext::memory())?)),
+            OperatorSpec::OverAggregate { spec, .. } => {
+                Box::new(Keyed(OverAggregate::new(spec, &StateContext::memory())?))
+            }
             OperatorSpec::UpsertMaterialize { spec } => {
                 Box::new(Keyed(UpsertMaterialize::new(spec, &StateContext::memory())?))
             }
@@ -217,6 +226,7 @@ impl OperatorSpec {
                 | OperatorSpec::WindowTopN { .. }
                 | OperatorSpec::FirstRow { .. }
                 | OperatorSpec::TimeSort { .. }
+                | OperatorSpec::OverAggregate { .. }
                 | OperatorSpec::Limit { .. }
                 | OperatorSpec::TableLookup { .. }
         )
@@ -287,6 +297,7 @@ impl OperatorSpec {
             OperatorSpec::WindowTopN { display, .. } => format!("WindowTopN: {display}"),
             OperatorSpec::FirstRow { display, .. } => format!("FirstRow: {display}"),
             OperatorSpec::TimeSort { display, .. } => format!("TimeSort: {display}"),
+            OperatorSpec::OverAggregate { display, .. } => format!("OverAggregate: {display}"),
             OperatorSpec::UpsertMaterialize { spec } => {
                 let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
                 format!(
@@ -399,6 +410,7 @@ impl Node {
                 OperatorSpec::TopN { spec, .. }
                 | OperatorSpec::WindowTopN { spec, .. }
                 | OperatorSpec::FirstRow { spec, .. } => spec.schema.clone(),
+                OperatorSpec::OverAggregate { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -414,7 +426,8 @@ impl Node {
             Node::Source { changelog, .. } => changelog.clone(),
             Node::Join { left, right, spec: OperatorSpec::Join { spec, .. } } => {
                 let appending = left.changelog().is_append_only() && right.changelog().is_append_only();
-                if appending && (spec.kind == JoinKind::Inner || spec.interval.is_some()) {
+                let no_retraction = matches!(spec.kind, JoinKind::Inner | JoinKind::LeftSemi | JoinKind::RightSemi);
+                if appending && (no_retraction || spec.interval.is_some()) {
                     Changelog::AppendOnly
                 } else {
                     Changelog::Retract

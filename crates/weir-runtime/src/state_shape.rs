@@ -133,6 +133,23 @@ impl OperatorSpec {
             OperatorSpec::FirstRow { spec, time, .. } => {
                 format!("first row partition {:?} time {time} [{}]", spec.partition, columns(&spec.input_schema))
             }
+            OperatorSpec::OverAggregate { spec, .. } => format!(
+                "over partition {:?} time {} {:?} range {} functions {} [{}] -> [{}]",
+                spec.partition,
+                spec.time,
+                spec.preceding,
+                spec.range,
+                spec.functions
+                    .iter()
+                    .map(|f| match f {
+                        crate::operators::OverFunction::Aggregate(a) => format!("{}({:?})", a.kind.name(), a.arg),
+                        crate::operators::OverFunction::Lag { arg, offset, .. } => format!("lag({arg},{offset})"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                columns(&spec.input_schema),
+                columns(&spec.schema)
+            ),
             OperatorSpec::TimeSort { spec, .. } => format!(
                 "time sort {} order {:?} [{}]",
                 spec.time,

@@ -17,6 +17,7 @@ pub mod parser;
 pub mod planner;
 mod predicates;
 mod select_walk;
+mod set_ops;
 mod statement_set;
 pub mod temporal;
 mod text_functions;

@@ -37,6 +37,7 @@ mod grouped;
 mod grouping_sets;
 mod joins;
 mod ordering;
+mod over;
 mod ranking;
 mod sources;
 mod static_partitions;
@@ -282,6 +283,7 @@ impl Planner {
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let mut statement = statement.clone();
+        crate::set_ops::refuse_bag_set_operations(&statement).map_err(|e| place(e, tokens, start))?;
         crate::legacy_windows::rewrite(&mut statement).map_err(|e| e.at(Some(start)))?;
         crate::unnest::rewrite(&mut statement).map_err(|e| place(e, tokens, start))?;
         crate::flink_functions::rewrite(&mut statement)?;
@@ -518,10 +520,7 @@ impl Planner {
             // DISTINCT ON.
             LogicalPlan::Distinct(_) => return Err(WeirError::not_supported("DISTINCT ON")),
             LogicalPlan::Join(join) => self.join_node(join)?,
-            LogicalPlan::Window(_) => return Err(WeirError::not_supported(
-                "this OVER window: Weir runs ROW_NUMBER(), RANK() or DENSE_RANK() OVER (PARTITION BY … ORDER BY …) \
-                     whose result a WHERE bounds (rn <= N, rn = 1: Top-N and deduplication)",
-            )),
+            LogicalPlan::Window(w) => self.over_node(w)?,
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
             LogicalPlan::Unnest(u) => self.unnest_node(u)?,
             other => {

@@ -169,8 +169,14 @@ fn two_inputs(spec: &OperatorSpec, l: Nondeterminism, r: Nondeterminism, width: 
     out.decisions.extend(l.decisions.iter().cloned());
     out.decisions.extend(r.decisions.iter().filter(|&d| !l.decisions.contains(d)).cloned());
     let joined: Vec<bool> = l.columns.iter().chain(&r.columns).copied().collect();
+    // A right semi or anti join emits the right input's columns alone.
+    let right_only = matches!(
+        spec,
+        OperatorSpec::Join { spec, .. } | OperatorSpec::WindowJoin { spec, .. } if spec.kind.one_side().is_some_and(|(s, _)| s == 1)
+    );
+    let emitted = if right_only { &r.columns } else { &joined };
     for (i, o) in out.columns.iter_mut().enumerate() {
-        *o = joined.get(i).copied().unwrap_or(l.any() || r.any());
+        *o = emitted.get(i).copied().unwrap_or(l.any() || r.any());
     }
     let join = match spec {
         OperatorSpec::Join { spec, .. }
@@ -293,6 +299,16 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
             for (i, o) in out.columns.iter_mut().enumerate() {
                 *o = a.columns.get(i).copied().unwrap_or_else(|| t.order.iter().any(|(c, _)| a.column(*c)));
             }
+        }
+        OperatorSpec::OverAggregate { spec: o, display } => {
+            if o.partition.iter().chain([&o.time]).any(|c| a.column(*c)) {
+                out.decide(format!("the partitions and order of {display}"));
+            }
+            let reads = |f: &weir_runtime::operators::OverFunction| match f {
+                weir_runtime::operators::OverFunction::Aggregate(d) => d.arg.is_some_and(|c| a.column(c)),
+                weir_runtime::operators::OverFunction::Lag { arg, .. } => a.column(*arg),
+            };
+            out.columns = a.columns.iter().copied().chain(o.functions.iter().map(reads)).take(width).collect();
         }
         _ => {
             out.columns = a.columns.iter().copied().chain(std::iter::repeat(false)).take(width).collect();

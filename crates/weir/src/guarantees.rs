@@ -116,6 +116,8 @@ fn unbounded_state(node: &Node, out: &mut Vec<String>) {
         Some(OperatorSpec::GroupAggregate { spec, .. }) => spec.ttl.is_none(),
         Some(OperatorSpec::Join { spec, .. }) => spec.ttl.is_none() && spec.interval.is_none(),
         Some(OperatorSpec::TopN { spec, .. }) => spec.ttl.is_none(),
+        // Each partition's tail of rows (and an unbounded frame's accumulators), forever.
+        Some(OperatorSpec::OverAggregate { .. }) => true,
         _ => false,
     };
     if let (true, Some(spec)) = (unbounded, spec) {

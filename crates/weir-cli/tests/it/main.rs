@@ -14,6 +14,7 @@ mod kafka_metadata;
 mod kafka_restarts;
 mod kafka_upsert;
 mod kills;
+mod over;
 mod parallel;
 mod partition_commit;
 mod postgres;

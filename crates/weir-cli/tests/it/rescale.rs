@@ -209,6 +209,17 @@ const JOINED: &str = "INSERT INTO out SELECT a.id, a.seller, b.m, b.n, 0 FROM au
 const TOP_N: &str = "INSERT INTO out SELECT * FROM (SELECT auction % 100, bidder, price, auction,
     ROW_NUMBER() OVER (PARTITION BY auction % 100 ORDER BY price DESC, bidder, auction) AS rn FROM bid) WHERE rn <= 3";
 
+/// An anti join (auctions without a high bid: rows retracted as high bids come), a semi join
+/// over an updating input (auctions whose bid count is even, coming and going), and an OVER
+/// aggregate over the last second of each auction (a RANGE frame: rows of one time are
+/// peers, so the sums do not depend on which source task a row came from).
+const ANTI: &str = "INSERT INTO out SELECT a.id, a.seller, 0, 0, 0 FROM auction a
+    WHERE NOT EXISTS (SELECT 1 FROM bid b WHERE b.auction = a.id AND b.price > 5000000)";
+const SEMI: &str = "INSERT INTO out SELECT a.id, a.seller, 0, 0, 0 FROM auction a
+    WHERE a.id IN (SELECT auction FROM bid GROUP BY auction HAVING COUNT(*) % 2 = 0)";
+const OVER: &str = "INSERT INTO out SELECT auction, price, SUM(price) OVER w, COUNT(*) OVER w, MAX(price) OVER w
+    FROM bid WINDOW w AS (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW)";
+
 async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
     run_query(GROUPED, dir, p, backend, stop).await
 }
@@ -227,7 +238,8 @@ async fn run_query(query: &str, dir: &Path, p: usize, backend: &str, stop: bool)
          SET 'checkpoint.dir' = '{ck}';
          SET 'state.backend' = '{backend}';
          SET 'state.dir' = '{state}';
-         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT)
+         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
+           WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
            WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '400000', 'rate' = '300000');
          CREATE TABLE auction (id BIGINT, seller BIGINT)
            WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '400000', 'rate' = '300000');
@@ -281,11 +293,13 @@ async fn group_aggregates_resume_at_another_parallelism() {
     }
 }
 
-/// A regular join and a Top-N stopped with a checkpoint at p=2 resume at 3: what the two runs
-/// emitted, applied in turn, leaves the rows of a run that never stopped.
+/// A regular join, a Top-N, semi and anti joins and an OVER aggregate stopped with a
+/// checkpoint at p=2 resume at 3: what the two runs emitted, applied in turn, leaves the rows
+/// of a run that never stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_and_top_n_resume_at_another_parallelism() {
-    for (name, query) in [("join", JOINED), ("top-n", TOP_N)] {
+    for (name, query) in [("join", JOINED), ("top-n", TOP_N), ("anti join", ANTI), ("semi join", SEMI), ("over", OVER)]
+    {
         for backend in ["memory", "rocksdb"] {
             let dir = crate::slt::tempdir();
             let want = applied(&[&run_query(query, &dir.join("reference"), 2, backend, false).await]);

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use datafusion::arrow::array::{Array, Float64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{CsvReadOptions, SessionContext};
@@ -31,11 +32,13 @@ pub(crate) fn sink_types(text: &str) -> Vec<DataType> {
     let body =
         text.split_once("CREATE TABLE nexmark_").and_then(|(_, t)| t.split_once('(')).map(|(_, t)| t).expect("sink");
     let body = body.split_once(") WITH").map(|(b, _)| b).expect("sink columns");
-    body.split(",\n")
+    body.split(',')
         .filter(|column| !column.trim().is_empty())
         .map(|column| match column.split_whitespace().nth(1).expect("column type") {
             "BIGINT" => DataType::Int64,
-            "VARCHAR" => DataType::Utf8,
+            "INT" => DataType::Int32,
+            "DOUBLE" => DataType::Float64,
+            "VARCHAR" | "STRING" => DataType::Utf8,
             "TIMESTAMP(3)" => DataType::Timestamp(TimeUnit::Millisecond, None),
             other => panic!("sink type {other}"),
         })
@@ -56,7 +59,12 @@ pub(crate) fn canonical(batches: &[weir::arrow::record_batch::RecordBatch], type
             .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
             .collect();
         for r in 0..b.num_rows() {
-            out.push(f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join(","));
+            let fields = f.iter().zip(&columns).map(|(f, c)| match c.as_any().downcast_ref::<Float64Array>() {
+                // As the reference writes a double: rounded to 6 places, shortest form.
+                Some(d) if d.is_valid(r) => format!("{:?}", (d.value(r) * 1e6).round() / 1e6),
+                _ => f.value(r).to_string(),
+            });
+            out.push(fields.collect::<Vec<_>>().join(","));
         }
     }
     out.sort();

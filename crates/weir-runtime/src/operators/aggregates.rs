@@ -193,6 +193,14 @@ impl Values {
         })
     }
 
+    pub fn valid(&self, i: usize) -> bool {
+        match self {
+            Values::I(a) => a.is_valid(i),
+            Values::F(a) => a.is_valid(i),
+            Values::D(a) => a.is_valid(i),
+        }
+    }
+
     pub fn get(&self, i: usize) -> Num {
         match self {
             Values::I(a) => Num::I(a.value(i)),

@@ -1,5 +1,6 @@
-//! Regular joins: `INNER`, `LEFT`, `RIGHT` and `FULL` joins on equal keys plus any residual
-//! condition, over append-only or updating inputs, as Flink's streaming join.
+//! Regular joins: `INNER`, `LEFT`, `RIGHT` and `FULL` joins, and semi and anti joins (`IN`,
+//! `EXISTS`, `NOT IN`, `NOT EXISTS`, `INTERSECT`, `EXCEPT`), on equal keys plus any residual
+//! condition, over append-only or updating inputs, as Flink's streaming joins.
 //!
 //! Each input's rows live in a sorted state table under their join key: a multiset, one entry
 //! per distinct row (Arrow's row format) with its count and, for a side whose rows are kept
@@ -15,8 +16,11 @@
 //! - a retraction retracts what its insert emitted (`-D`), and an outer row of the other side
 //!   that loses its last match is emitted padded again (`+I`).
 //!
+//! A semi or anti join keeps, for each row of the side it emits, its number of partners, as
+//! an outer side's: the row comes and goes as that number crosses zero ([`semi_anti_row`]).
+//!
 //! So the output is a retracting changelog unless both inputs are append-only and no side is
-//! outer. A NULL key matches nothing (SQL equality): such rows are never stored; an outer
+//! outer (nor is it an anti join). A NULL key matches nothing (SQL equality): such rows are never stored; an outer
 //! side's are emitted padded at once.
 //!
 //! With `ttl` (event-time state TTL, `'table.exec.state.ttl'`), an entry not touched while
@@ -68,6 +72,17 @@ impl JoinKind {
             _ => false,
         }
     }
+
+    /// A semi or anti join: the input whose rows it emits, and whether it is a semi join.
+    pub fn one_side(self) -> Option<(usize, bool)> {
+        match self {
+            JoinKind::LeftSemi => Some((0, true)),
+            JoinKind::LeftAnti => Some((0, false)),
+            JoinKind::RightSemi => Some((1, true)),
+            JoinKind::RightAnti => Some((1, false)),
+            _ => None,
+        }
+    }
 }
 
 /// A join as planned.
@@ -90,6 +105,9 @@ pub struct JoinSpec {
     /// Which inputs only append (regular joins: their rows are stored under an arrival
     /// number, with no read before the write).
     pub appending: [bool; 2],
+    /// Whether a NULL key equals a NULL key (`INTERSECT` and `EXCEPT` compare rows so); in a
+    /// join's `ON` it matches nothing.
+    pub nulls_equal: bool,
 }
 
 /// An interval join: `left.time - right.time` is within `[lower, upper]` milliseconds (a
@@ -198,8 +216,8 @@ pub struct StreamJoin {
 
 impl StreamJoin {
     pub fn new(spec: JoinSpec, state: &StateContext) -> Result<Self> {
-        if !matches!(spec.kind, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full) {
-            return Err(WeirError::not_supported(format!("{:?} joins outside a window", spec.kind)));
+        if spec.kind.one_side().is_some() && spec.interval.is_some() {
+            return Err(WeirError::internal("a semi or anti join with interval bounds"));
         }
         let (keys, rows) = spec.converters()?;
         let tables = state.open(&TABLES)?;
@@ -285,7 +303,7 @@ impl StreamJoin {
                 dies[i] = interval.dead_after(side, times.value(i));
             }
         }
-        for c in &key_columns {
+        for c in key_columns.iter().filter(|_| !self.spec.nulls_equal) {
             if let Some(nulls) = c.logical_nulls() {
                 valid.iter_mut().zip(nulls.iter()).for_each(|(v, ok)| *v &= ok);
             }
@@ -293,6 +311,15 @@ impl StreamJoin {
         // A late row is neither looked up nor stored.
         valid.iter_mut().zip(&live).for_each(|(v, l)| *v &= *l);
         let key_rows = self.keys.convert_columns(&key_columns)?;
+        // A join without equal keys: every row's key is empty (Arrow's rows of no columns
+        // hold no row to index).
+        let key_of_row = |i: usize| -> &[u8] {
+            if key_columns.is_empty() {
+                &[]
+            } else {
+                key_rows.row(i).data()
+            }
+        };
         let groups = crate::exchange::key_groups_of_columns(&key_columns, n, self.tables.key_groups())?;
         let row_bytes = self.rows[side].convert_columns(batch.columns())?;
 
@@ -302,8 +329,8 @@ impl StreamJoin {
         let key_of: Vec<Option<usize>> = (0..n)
             .map(|i| {
                 valid[i].then(|| {
-                    *index.entry(key_rows.row(i).data()).or_insert_with(|| {
-                        distinct.push((groups[i], key_rows.row(i).data().to_vec()));
+                    *index.entry(key_of_row(i)).or_insert_with(|| {
+                        distinct.push((groups[i], key_of_row(i).to_vec()));
                         distinct.len() - 1
                     })
                 })
@@ -357,6 +384,7 @@ impl StreamJoin {
         }
 
         let (outer_mine, outer_theirs) = (self.spec.kind.outer(side), self.spec.kind.outer(other));
+        let one_side = self.spec.kind.one_side();
         // An interval join pads a row without a partner when it is dropped, not before.
         let deferred = self.spec.interval.is_some();
         let stamp = self.progress.watermark.0;
@@ -367,7 +395,8 @@ impl StreamJoin {
             }
             let insert = ops[i].sign() > 0;
             let Some(entry_key) = entry_keys[i].as_deref() else {
-                if outer_mine {
+                // A NULL key has no partner: an anti join's row of it is emitted at once.
+                if outer_mine || one_side == Some((side, false)) {
                     emit.push(Some(i), None, if insert { Op::Insert } else { Op::Delete }, 1);
                 }
                 continue;
@@ -384,6 +413,10 @@ impl StreamJoin {
                 // Retracting a row not (or no longer, after TTL) stored still retracts what
                 // it joined, as Flink does.
                 entry.count = entry.count.saturating_sub(1);
+            }
+            if let Some((kept, semi)) = one_side {
+                semi_anti_row(&mut emit, &mut partners, &matched[i], (i, side == kept), semi, insert, total, stamp);
+                continue;
             }
             if total == 0 {
                 if outer_mine && !deferred {
@@ -452,7 +485,7 @@ impl StreamJoin {
         self.tables.write(self.sides[other], &changes)?;
         self.file_for_expiry(other, theirs.iter().map(|(g, k, _)| (*g, k.as_slice())))?;
 
-        if let Some(out_chunk) = emit.build(&self.spec.schema, side, &batch, &partners.batch)? {
+        if let Some(out_chunk) = emit.build(&self.spec, side, &batch, &partners.batch)? {
             out.push(Message::Chunk(out_chunk));
         }
         Ok(())
@@ -555,6 +588,45 @@ impl StreamJoin {
     }
 }
 
+/// A semi or anti join's output for row `i` of the chunk (of the emitted side when `kept`):
+/// - a row of the emitted side is emitted (or retracted) when it has partners (semi) or none
+///   (anti), once per copy whatever the number of partners, as Flink's semi join;
+/// - a row of the other side changes its partners' counts, and a partner whose count crosses
+///   zero comes (semi) or goes (anti), or the other way round when the count falls to zero.
+#[allow(clippy::too_many_arguments)]
+fn semi_anti_row(
+    emit: &mut Emitted,
+    partners: &mut Partners,
+    matched: &[u32],
+    (i, kept): (usize, bool),
+    semi: bool,
+    insert: bool,
+    total: u64,
+    stamp: i64,
+) {
+    let op = |insert: bool| if insert { Op::Insert } else { Op::Delete };
+    if kept {
+        if (total > 0) == semi {
+            emit.push(Some(i), None, op(insert), 1);
+        }
+        return;
+    }
+    for j in matched.iter().map(|j| *j as usize) {
+        let theirs = &mut partners.entries[j];
+        if theirs.count == 0 {
+            continue;
+        }
+        let before = theirs.partners;
+        theirs.partners = if insert { before + 1 } else { before.saturating_sub(1) };
+        theirs.touched = stamp;
+        partners.changed[j] = true;
+        let (was, is) = (before > 0, theirs.partners > 0);
+        if was != is {
+            emit.push(None, Some(j), op(is == semi), theirs.count);
+        }
+    }
+}
+
 /// A write of an entry: key group, entry key, new value (`None` deletes).
 type Write<'a> = (u16, &'a [u8], Option<Vec<u8>>);
 
@@ -575,19 +647,20 @@ impl Emitted {
         }
     }
 
-    fn build(
-        self,
-        schema: &SchemaRef,
-        side: usize,
-        batch: &RecordBatch,
-        partners: &RecordBatch,
-    ) -> Result<Option<Chunk>> {
+    /// The output rows: both inputs' columns, or a semi or anti join's emitted side's.
+    fn build(self, spec: &JoinSpec, side: usize, batch: &RecordBatch, partners: &RecordBatch) -> Result<Option<Chunk>> {
         if self.ops.is_empty() {
             return Ok(None);
         }
+        let schema = &spec.schema;
         let mine = UInt32Array::from(self.mine);
         let theirs = UInt32Array::from(self.theirs);
-        let out = if side == 0 {
+        let out = if let Some((kept, _)) = spec.kind.one_side() {
+            let (rows, at) = if kept == side { (batch, &mine) } else { (partners, &theirs) };
+            let columns = rows.columns().iter().map(|c| take(c.as_ref(), at, None)).collect::<Result<Vec<_>, _>>()?;
+            let options = RecordBatchOptions::new().with_row_count(Some(at.len()));
+            RecordBatch::try_new_with_options(schema.clone(), columns, &options)?
+        } else if side == 0 {
             assemble(schema, batch, &mine, partners, &theirs)?
         } else {
             assemble(schema, partners, &theirs, batch, &mine)?

@@ -148,8 +148,19 @@ impl Planner {
             Some((l, r)) => (Cow::Owned(keep_column(&join.left, l)?), Cow::Owned(keep_column(&join.right, r)?)),
             None => (Cow::Borrowed(join.left.as_ref()), Cow::Borrowed(join.right.as_ref())),
         };
-        let left = self.join_input(&left_plan, join.on.iter().map(|(l, _)| l), "left")?;
-        let right = self.join_input(&right_plan, join.on.iter().map(|(_, r)| r), "right")?;
+        // `x NOT IN (subquery)` is false or unknown when x equals a row, or either is NULL:
+        // Flink's condition `(x = y) IS NOT FALSE`, without equal keys to exchange by.
+        let (on, null_aware) =
+            match (join.null_aware, join.on.as_slice()) {
+                (false, on) => (on, None),
+                (true, [(l, r)]) => (&[][..], Some(Expr::IsNotFalse(Box::new(l.clone().eq(r.clone()))))),
+                (true, _) => return Err(WeirError::not_supported(
+                    "NOT IN over a correlated subquery whose columns may be NULL: write NOT EXISTS, or declare the \
+                     columns NOT NULL",
+                )),
+            };
+        let left = self.join_input(&left_plan, on.iter().map(|(l, _)| l), "left")?;
+        let right = self.join_input(&right_plan, on.iter().map(|(_, r)| r), "right")?;
         for (l, r) in left.keys.iter().zip(&right.keys) {
             let (lf, rf) = (left.schema.field(*l), right.schema.field(*r));
             if lf.data_type() != rf.data_type() {
@@ -164,22 +175,25 @@ impl Planner {
         }
         // The condition reads a left row and a right row side by side, whatever the join type.
         let pairs = left.schema.join(&right.schema)?;
-        let filter = join.filter.as_ref().map(|f| self.physical(f, &pairs)).transpose()?;
+        let condition = match (null_aware, &join.filter) {
+            (Some(n), Some(f)) => Some(n.and(f.clone())),
+            (n, f) => n.or_else(|| f.clone()),
+        };
+        let filter = condition.as_ref().map(|f| self.physical(f, &pairs)).transpose()?;
         let computed = left.schema.fields().len() > join.left.schema().fields().len()
             || right.schema.fields().len() > join.right.schema().fields().len();
         let display = format!(
             "{} on {}{}",
             join.join_type,
-            if join.on.is_empty() {
+            if on.is_empty() {
                 "no equal keys (every row meets every row of the other side, in one task)".to_string()
             } else {
-                join.on
-                    .iter()
+                on.iter()
                     .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
                     .collect::<Vec<_>>()
                     .join(" AND ")
             },
-            join.filter.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
+            condition.as_ref().map(|f| format!(" filter {}", f.human_display())).unwrap_or_default()
         );
         let one_side =
             matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti | JoinKind::RightSemi | JoinKind::RightAnti);
@@ -203,6 +217,7 @@ impl Planner {
                 ttl: None,
                 interval: None,
                 appending: [true, true],
+                nulls_equal: false,
             };
             if let Temporal::Query = temporal {
                 return self.table_lookup(join, left, right, spec, display, computed);
@@ -225,19 +240,23 @@ impl Planner {
             ttl: None,
             interval: None,
             appending: [left.node.changelog().is_append_only(), right.node.changelog().is_append_only()],
+            nulls_equal: join.null_equality == datafusion::common::NullEquality::NullEqualsNull,
         };
         let spec = match ends {
             Some(ends) => OperatorSpec::WindowJoin { spec, ends, display },
             None => {
-                if one_side {
-                    return Err(WeirError::not_supported(
-                        "semi and anti joins (IN and EXISTS subqueries, INTERSECT, EXCEPT) outside a window join",
-                    ));
-                }
                 let ttl = self.state_ttl.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
                 let appending = left.node.changelog().is_append_only() && right.node.changelog().is_append_only();
-                let interval = if appending { self.interval_bounds(join) } else { None };
-                if left.keys.is_empty() {
+                // Flink's interval joins are inner and outer joins; its semi and anti joins
+                // keep both inputs, whatever the condition on time.
+                let interval = if appending && !one_side { self.interval_bounds(join) } else { None };
+                if join.null_aware {
+                    log::warn!(
+                        "{display}: NOT IN over a column that may be NULL compares every row with every row of \
+                         the subquery, in one task (a NULL in it empties the result): declare the columns NOT NULL \
+                         or write NOT EXISTS to join on keys"
+                    );
+                } else if left.keys.is_empty() {
                     log::warn!(
                         "a join without equal keys ({display}) keeps every row of both inputs in one task and \
                          compares each with all of the other side's: set 'table.exec.state.ttl' to bound it"
@@ -487,6 +506,8 @@ impl Planner {
                 }
             }
             LogicalPlan::Filter(f) => self.time_attribute(&f.input, column),
+            // An OVER aggregate keeps its input's columns first, time attributes among them.
+            LogicalPlan::Window(w) if column < w.input.schema().fields().len() => self.time_attribute(&w.input, column),
             LogicalPlan::SubqueryAlias(a) => self.time_attribute(&a.input, column),
             LogicalPlan::Limit(l) => self.time_attribute(&l.input, column),
             LogicalPlan::Join(j) => {

@@ -13,7 +13,7 @@ use super::windowed::window_columns;
 use super::*;
 
 /// The rank function of an `OVER` expression, if it is one.
-fn rank_function(e: &Expr) -> Option<(RankKind, &WindowFunction)> {
+pub(super) fn rank_function(e: &Expr) -> Option<(RankKind, &WindowFunction)> {
     let e = match e {
         Expr::Alias(a) => a.expr.as_ref(),
         e => e,
@@ -30,7 +30,7 @@ fn rank_function(e: &Expr) -> Option<(RankKind, &WindowFunction)> {
 }
 
 /// The column `e` reads, looking through casts and aliases.
-fn column_of(e: &Expr, schema: &DFSchema) -> Option<usize> {
+pub(super) fn column_of(e: &Expr, schema: &DFSchema) -> Option<usize> {
     match e {
         Expr::Column(c) => schema.index_of_column(c).ok(),
         Expr::Alias(a) => column_of(&a.expr, schema),
@@ -41,7 +41,7 @@ fn column_of(e: &Expr, schema: &DFSchema) -> Option<usize> {
 }
 
 /// The input column `e` reads, or the place of the column computed for it after the input's.
-fn placed<'a>(e: &'a Expr, schema: &DFSchema, computed: &mut Vec<&'a Expr>) -> usize {
+pub(super) fn placed<'a>(e: &'a Expr, schema: &DFSchema, computed: &mut Vec<&'a Expr>) -> usize {
     if let Some(c) = column_of(e, schema) {
         return c;
     }
@@ -52,7 +52,7 @@ fn placed<'a>(e: &'a Expr, schema: &DFSchema, computed: &mut Vec<&'a Expr>) -> u
     schema.fields().len() + at
 }
 
-fn whole_number(e: &Expr) -> Option<i64> {
+pub(super) fn whole_number(e: &Expr) -> Option<i64> {
     match e {
         Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
             ScalarValue::Int64(Some(n)) => Some(n),
@@ -131,13 +131,8 @@ impl Planner {
         }
         let LogicalPlan::Window(window) = below else { return Ok(None) };
         let [expr] = window.window_expr.as_slice() else { return Ok(None) };
-        let Some((kind, function)) = rank_function(expr) else {
-            return Err(WeirError::not_supported(format!(
-                "{} (OVER aggregates): Weir runs ROW_NUMBER(), RANK() and DENSE_RANK() OVER windows whose result \
-                 a WHERE bounds (Top-N)",
-                expr.human_display()
-            )));
-        };
+        // Not a rank: an OVER aggregate, filtered after.
+        let Some((kind, function)) = rank_function(expr) else { return Ok(None) };
         // The rank's column, followed up through the projections to the filter.
         let mut rank = window.input.schema().fields().len();
         for p in chain.iter().rev() {

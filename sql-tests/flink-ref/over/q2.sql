@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, s INT, c BIGINT, mn INT, mx INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, SUM(v) OVER w, COUNT(v) OVER w, MIN(v) OVER w, MAX(v) OVER w FROM ev WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW);

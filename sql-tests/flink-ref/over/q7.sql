@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (id INT, s INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT id, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN CURRENT ROW AND CURRENT ROW) FROM ev;
