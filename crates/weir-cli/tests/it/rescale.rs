@@ -213,9 +213,9 @@ const TOP_N: &str = "INSERT INTO out SELECT * FROM (SELECT auction % 100, bidder
 /// over an updating input (auctions whose bid count is even, coming and going), and an OVER
 /// aggregate over the last second of each auction (a RANGE frame: rows of one time are
 /// peers, so the sums do not depend on which source task a row came from).
-const ANTI: &str = "INSERT INTO out SELECT a.id, a.seller, 0, 0, 0 FROM auction a
+const ANTI: &str = "INSERT INTO out SELECT a.id, a.seller, a.id % 7, a.seller % 5, 0 FROM auction a
     WHERE NOT EXISTS (SELECT 1 FROM bid b WHERE b.auction = a.id AND b.price > 5000000)";
-const SEMI: &str = "INSERT INTO out SELECT a.id, a.seller, 0, 0, 0 FROM auction a
+const SEMI: &str = "INSERT INTO out SELECT a.id, a.seller, a.id % 7, a.seller % 5, 0 FROM auction a
     WHERE a.id IN (SELECT auction FROM bid GROUP BY auction HAVING COUNT(*) % 2 = 0)";
 const OVER: &str = "INSERT INTO out SELECT auction, price, SUM(price) OVER w, COUNT(*) OVER w, MAX(price) OVER w
     FROM bid WINDOW w AS (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW)";
