@@ -152,8 +152,8 @@ impl ConnectorFactory for Connectors {
             _ => "it takes only appended rows",
         };
         Err(WeirError::not_supported(format!(
-            "writing an updating result ({}: updates come from a GROUP BY outside a window, DISTINCT, UNION \
-             or a changelog source) into table '{}': {why}",
+            "writing an updating result ({}: updates come from a GROUP BY outside a window, DISTINCT, UNION, \
+             an outer or anti join, a Top-N or a changelog source) into table '{}': {why}",
             changelog.describe(),
             table.name
         )))

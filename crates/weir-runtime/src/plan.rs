@@ -454,7 +454,7 @@ impl Node {
                 };
                 return Err(WeirError::not_supported(format!(
                     "{what}: it needs an append-only input, but its input is updating ({}: updates come from a \
-                     GROUP BY outside a window, DISTINCT, UNION or a changelog source){hint}",
+                     GROUP BY outside a window, DISTINCT, UNION, an outer or anti join, a Top-N or a changelog source){hint}",
                     mode.describe()
                 )));
             }

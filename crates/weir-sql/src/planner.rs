@@ -73,7 +73,8 @@ fn place(e: WeirError, tokens: &[TokenWithSpan], start: Location) -> WeirError {
     }
     // A refused construct by its keyword (`not supported: MATCH_RECOGNIZE`).
     if let Some(rest) = e.message.strip_prefix("not supported: ") {
-        names.extend(rest.split_whitespace().next().map(str::to_string));
+        let word = rest.split_whitespace().next().unwrap_or_default();
+        names.push(word.trim_end_matches(|c: char| !c.is_alphanumeric() && c != '_').to_string());
     }
     names.extend(e.message.split('\'').skip(1).step_by(2).map(|n| n.rsplit('.').next().unwrap_or(n).to_string()));
     let at = names.iter().find_map(|n| find_identifier(tokens, n)).unwrap_or(start);

@@ -11,6 +11,7 @@ mod joins;
 mod kafka;
 mod kafka_computed;
 mod kafka_metadata;
+mod kafka_over;
 mod kafka_restarts;
 mod kafka_upsert;
 mod kills;

@@ -149,16 +149,12 @@ impl Planner {
             None => (Cow::Borrowed(join.left.as_ref()), Cow::Borrowed(join.right.as_ref())),
         };
         // `x NOT IN (subquery)` is false or unknown when x equals a row, or either is NULL:
-        // Flink's condition `(x = y) IS NOT FALSE`, without equal keys to exchange by.
-        let (on, null_aware) =
-            match (join.null_aware, join.on.as_slice()) {
-                (false, on) => (on, None),
-                (true, [(l, r)]) => (&[][..], Some(Expr::IsNotFalse(Box::new(l.clone().eq(r.clone()))))),
-                (true, _) => return Err(WeirError::not_supported(
-                    "NOT IN over a correlated subquery whose columns may be NULL: write NOT EXISTS, or declare the \
-                     columns NOT NULL",
-                )),
-            };
+        // Flink's condition `(x = y) IS NOT FALSE`, not an equal key. DataFusion puts that
+        // pair first, before a correlated subquery's equalities, which stay keys.
+        let (on, null_aware) = match (join.null_aware, join.on.as_slice()) {
+            (true, [(l, r), rest @ ..]) => (rest, Some(Expr::IsNotFalse(Box::new(l.clone().eq(r.clone()))))),
+            (_, on) => (on, None),
+        };
         let left = self.join_input(&left_plan, on.iter().map(|(l, _)| l), "left")?;
         let right = self.join_input(&right_plan, on.iter().map(|(_, r)| r), "right")?;
         for (l, r) in left.keys.iter().zip(&right.keys) {
@@ -250,7 +246,7 @@ impl Planner {
                 // Flink's interval joins are inner and outer joins; its semi and anti joins
                 // keep both inputs, whatever the condition on time.
                 let interval = if appending && !one_side { self.interval_bounds(join) } else { None };
-                if join.null_aware {
+                if join.null_aware && left.keys.is_empty() {
                     log::warn!(
                         "{display}: NOT IN over a column that may be NULL compares every row with every row of \
                          the subquery, in one task (a NULL in it empties the result): declare the columns NOT NULL \

@@ -127,9 +127,9 @@ impl Planner {
         for (e, f) in window.window_expr.iter().zip(&functions) {
             if rank_function(e).is_some() {
                 return Err(WeirError::not_supported(format!(
-                    "{} without a bound on it: on a stream a rank keeps the first rows of a partition (WHERE rn <= N, \
-                     a Top-N), or every row would be renumbered forever",
-                    e.human_display()
+                    "{}() OVER without a bound on it: on a stream a rank keeps the first rows of a partition (WHERE \
+                     rn <= N, a Top-N), or every row would be renumbered forever",
+                    f.fun.name().to_ascii_uppercase()
                 )));
             }
             let p = &f.params;
