@@ -114,7 +114,7 @@ async fn nexmark_top_n_and_deduplication_leave_flinks_rows() {
 /// duplicate left rows, and updating inputs on either side and both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semi_and_anti_joins_leave_flinks_rows() {
-    for q in 1..=15 {
+    for q in 1..=16 {
         check(&format!("semi{q}"), None).await;
     }
 }

@@ -31,14 +31,17 @@ async fn an_over_aggregate_and_a_semi_join_go_exactly_once_through_crashes() {
     for topic in ["reference", "out"] {
         broker.create_topic(topic, 2).await;
     }
-    run_to_end(&write_sql(&dir, "reference.sql", over_job(&broker.bootstrap, "reference", "none", &dir.join("ref"), None)));
+    run_to_end(&write_sql(
+        &dir,
+        "reference.sql",
+        over_job(&broker.bootstrap, "reference", "none", &dir.join("ref"), None),
+    ));
     let want = broker.read_committed("reference");
     assert!(want.len() > 1000, "reference has {} rows", want.len());
 
     // Slow enough to be killed many times before the end: 2 tasks x 700 records/s.
     let checkpoints = dir.join("checkpoints");
-    let sql =
-        write_sql(&dir, "job.sql", over_job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
+    let sql = write_sql(&dir, "job.sql", over_job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
     kill_in_phases(
         &PHASES,

@@ -312,6 +312,25 @@ impl Default for Recovery {
     }
 }
 
+/// A sink dropped with a transaction still open (its task failed, or another instance of the
+/// job took over and this one stops): the transaction is aborted, so that it does not hold
+/// back `read_committed` readers until the broker times it out (a broker may never do so).
+/// It is in no checkpoint, so nothing is lost. Pre-committed transactions are left alone: a
+/// completed checkpoint may list them, for the next restore to commit.
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        if let Some(t) = self.open.take() {
+            if let Err(e) = t.producer.abort_transaction(Duration::from_secs(2)) {
+                log::debug!(
+                    "Kafka: the open transaction of table '{}' task {} was not aborted: {e}",
+                    self.table,
+                    self.task
+                );
+            }
+        }
+    }
+}
+
 /// `at-least-once` and `none`.
 #[async_trait]
 impl Sink for KafkaSink {
