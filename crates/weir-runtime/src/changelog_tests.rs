@@ -29,6 +29,18 @@ pub(crate) fn pretty(messages: &[Message]) -> String {
         .collect()
 }
 
+/// Feed `(input, chunk)` steps to a two-input operator; the changelog of each step.
+pub(crate) fn steps(op: &mut dyn weir_core::Operator, steps: &[(usize, &str)]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|(input, text)| {
+            let mut out = Vec::new();
+            op.process_input(*input, chunk(text), &mut out).expect("process");
+            pretty(&out)
+        })
+        .collect()
+}
+
 #[test]
 fn a_filter_that_keeps_half_an_update_turns_it_into_a_delete_or_an_insert() {
     // Keep rows with v > 10.

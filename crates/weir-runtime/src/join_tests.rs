@@ -7,7 +7,7 @@ use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use weir_core::Operator;
 
-use crate::changelog_tests::{chunk, pretty};
+use crate::changelog_tests::{chunk, pretty, steps};
 use crate::operators::{JoinKind, JoinSpec, RankKind, StateContext, StreamJoin, TopN, TopNSpec};
 
 fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
@@ -35,18 +35,6 @@ fn join_of(kind: JoinKind, appending: [bool; 2]) -> crate::operators::Keyed<Stre
         nulls_equal: false,
     };
     crate::operators::Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"))
-}
-
-/// Feed `(input, chunk)` steps; the changelog of each step.
-fn steps(op: &mut dyn Operator, steps: &[(usize, &str)]) -> Vec<String> {
-    steps
-        .iter()
-        .map(|(input, text)| {
-            let mut out = Vec::new();
-            op.process_input(*input, chunk(text), &mut out).expect("process");
-            pretty(&out)
-        })
-        .collect()
 }
 
 #[test]

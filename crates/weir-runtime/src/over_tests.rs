@@ -12,8 +12,13 @@ use crate::operators::{AggKind, AggregateDef, Keyed, OverAggregate, OverFunction
 
 const ROWS: &str = "k:T t:TS v:I";
 
-/// `k`, `t`, `v` partitioned by `k`, ordered by `t`, with `functions` over `v`.
+/// `k`, `t`, `v` partitioned by `k`, ordered by `t` (event time), with `functions` over `v`.
 fn over(preceding: Preceding, range: bool, functions: Vec<OverFunction>) -> Keyed<OverAggregate> {
+    over_at(preceding, range, functions, false)
+}
+
+/// The same, `t` a processing time if `proctime`.
+fn over_at(preceding: Preceding, range: bool, functions: Vec<OverFunction>, proctime: bool) -> Keyed<OverAggregate> {
     let input = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), true),
@@ -26,6 +31,7 @@ fn over(preceding: Preceding, range: bool, functions: Vec<OverFunction>) -> Keye
     let spec = OverSpec {
         partition: vec![0],
         time: 1,
+        proctime,
         preceding,
         range,
         functions,
@@ -151,4 +157,17 @@ fn late_rows_follow_flinks_rule_for_each_frame_and_a_restore_keeps_the_partition
     restored.restore(&[snapshot.state.as_slice()]).expect("restore");
     let got = feed(&mut restored, "+I a 8 1\n+I b 9 1", 10);
     assert_eq!(got, format!("+I a {} 1 2\n+I b {} 1 2\n", ts(8), ts(9)));
+}
+
+#[test]
+fn in_processing_time_rows_go_through_the_frame_as_they_come() {
+    let mut o = over_at(Preceding::Rows(1), false, vec![agg(AggKind::Sum)], true);
+    let mut out = Vec::new();
+    // Arrival order decides, not the time column; nothing waits for a watermark.
+    o.process_chunk(chunk(&format!("{ROWS}\n+I a 9 1\n+I a 3 2\n+I b 5 7")), &mut out).expect("rows");
+    assert_eq!(pretty(&out), format!("+I a {} 1 1\n+I a {} 2 3\n+I b {} 7 7\n", ts(9), ts(3), ts(5)));
+    out.clear();
+    o.process_chunk(chunk(&format!("{ROWS}\n+I a 1 4")), &mut out).expect("rows");
+    assert_eq!(pretty(&out), format!("+I a {} 4 6\n", ts(1)));
+    assert_eq!(o.late_rows(), 0);
 }

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use weir_core::Operator;
 
-use crate::changelog_tests::{chunk, pretty};
+use crate::changelog_tests::steps;
 use crate::operators::{JoinKind, JoinSpec, Keyed, StateContext, StreamJoin};
 
 fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
@@ -34,17 +33,6 @@ fn semi(kind: JoinKind, appending: [bool; 2], nulls_equal: bool) -> Keyed<Stream
         nulls_equal,
     };
     Keyed(StreamJoin::new(spec, &StateContext::memory()).expect("join"))
-}
-
-fn steps(op: &mut dyn Operator, steps: &[(usize, &str)]) -> Vec<String> {
-    steps
-        .iter()
-        .map(|(input, text)| {
-            let mut out = Vec::new();
-            op.process_input(*input, chunk(text), &mut out).expect("process");
-            pretty(&out)
-        })
-        .collect()
 }
 
 #[test]

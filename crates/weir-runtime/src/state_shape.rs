@@ -134,9 +134,10 @@ impl OperatorSpec {
                 format!("first row partition {:?} time {time} [{}]", spec.partition, columns(&spec.input_schema))
             }
             OperatorSpec::OverAggregate { spec, .. } => format!(
-                "over partition {:?} time {} {:?} range {} functions {} [{}] -> [{}]",
+                "over partition {:?} time {}{} {:?} range {} functions {} [{}] -> [{}]",
                 spec.partition,
                 spec.time,
+                if spec.proctime { " (processing)" } else { "" },
                 spec.preceding,
                 spec.range,
                 spec.functions

@@ -8,18 +8,9 @@ use crate::updating::{canonical, data, sink_types, SETUPS};
 use weir::Engine;
 
 async fn engine_at(parallelism: usize, backend: &str, state: &std::path::Path) -> Engine {
-    let engine = Engine::new();
     let prelude = std::fs::read_to_string(data().join("joins_prelude.sql")).expect("prelude");
     let prelude = prelude.replace("${DATA}", &data().display().to_string());
-    crate::run(
-        &engine,
-        &format!(
-            "SET 'parallelism' = '{parallelism}'; SET 'state.backend' = '{backend}'; SET 'state.dir' = '{}'; {prelude}",
-            state.display(),
-        ),
-    )
-    .await;
-    engine
+    crate::updating::engine_in_setup(parallelism, backend, state, &prelude).await
 }
 
 /// An order-free digest of rows: the count, and the sum of each row's 64-bit FNV-1a hash

@@ -15,7 +15,7 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::kills::{assert_same_rows, in_phase, kill_in_phases, start, Phase, PHASES};
+use crate::kills::assert_same_rows;
 use crate::{repo, weir_bin};
 
 /// A broker for one test, on a free port, with a fresh data directory; stopped on drop.
@@ -255,14 +255,7 @@ async fn exactly_once_under_sigkill_in_every_phase() {
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        20,
-        |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &faults, "kafka"),
-    );
+    crate::kills::kill_in_every_phase(&sql, &faults, "kafka", 20);
     run_to_end(&sql);
     assert_same_rows(&broker.read_committed("out"), &want);
 }

@@ -6,7 +6,6 @@
 //! of an uninterrupted run: none lost, none twice.
 
 use crate::kafka::{job, load_bids, run_to_end, write_sql, Broker};
-use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 
 /// The windowed job of the Kafka tests, its query replaced by the OVER aggregate and the
 /// semi join (into the same columns: auction, the bid's time, count, sum).
@@ -43,14 +42,7 @@ async fn an_over_aggregate_and_a_semi_join_go_exactly_once_through_crashes() {
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", over_job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        20,
-        |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &faults, "kafka"),
-    );
+    crate::kills::kill_in_every_phase(&sql, &faults, "kafka", 20);
     run_to_end(&sql);
     // Rows of one auction and time may repeat (two bids in one millisecond): compared as
     // multisets, sorted.

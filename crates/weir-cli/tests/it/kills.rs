@@ -52,6 +52,19 @@ pub fn in_phase(phase: Phase, faults: &Path, sink: &str) -> bool {
     }
 }
 
+/// `weir run sql` killed at least 3 times in each of [`PHASES`] and `total` times in all, its
+/// commits slowed through the fault hooks of `sink`.
+pub fn kill_in_every_phase(sql: &Path, faults: &Path, sink: &str, total: u32) -> BTreeMap<Phase, u32> {
+    kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        total,
+        |phase| start(sql, phase, faults, sink),
+        |phase| in_phase(phase, faults, sink),
+    )
+}
+
 /// Start a process for each phase in turn and SIGKILL it: for `random`, at a random moment
 /// early in the run; for the others, as soon as `in_phase` says the process is there (the
 /// process is started with that phase slowed down). Goes on until every phase has at least

@@ -12,20 +12,11 @@ fn folder() -> std::path::PathBuf {
 }
 
 async fn engine_at(parallelism: usize, backend: &str, state: &std::path::Path) -> Engine {
-    let engine = Engine::new();
     let prelude = std::fs::read_to_string(folder().join("prelude.sql")).expect("prelude");
     let data = crate::repo().join("sql-tests/data");
     // Flink reads an empty CSV field as NULL only when told; Weir always does.
     let prelude = prelude.replace("'data/", &format!("'{}/", data.display())).replace(", 'csv.null-literal' = ''", "");
-    crate::run(
-        &engine,
-        &format!(
-            "SET 'parallelism' = '{parallelism}'; SET 'state.backend' = '{backend}'; SET 'state.dir' = '{}'; {prelude}",
-            state.display(),
-        ),
-    )
-    .await;
-    engine
+    crate::updating::engine_in_setup(parallelism, backend, state, &prelude).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

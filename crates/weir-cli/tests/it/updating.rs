@@ -74,13 +74,17 @@ pub(crate) fn canonical(batches: &[weir::arrow::record_batch::RecordBatch], type
 pub(crate) const SETUPS: [(usize, &str); 4] = [(1, "memory"), (2, "memory"), (1, "rocksdb"), (2, "rocksdb")];
 
 async fn engine_at(parallelism: usize, backend: &str, state: &Path) -> Engine {
+    engine_in_setup(parallelism, backend, state, &prelude(&data().join("bids_20k.csv"))).await
+}
+
+/// An engine at `parallelism` with `backend` state under `state`, after `prelude`.
+pub(crate) async fn engine_in_setup(parallelism: usize, backend: &str, state: &Path, prelude: &str) -> Engine {
     let engine = Engine::new();
     crate::run(
         &engine,
         &format!(
-            "SET 'parallelism' = '{parallelism}'; SET 'state.backend' = '{backend}'; SET 'state.dir' = '{}'; {}",
+            "SET 'parallelism' = '{parallelism}'; SET 'state.backend' = '{backend}'; SET 'state.dir' = '{}'; {prelude}",
             state.display(),
-            prelude(&data().join("bids_20k.csv"))
         ),
     )
     .await;

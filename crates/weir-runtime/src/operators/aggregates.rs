@@ -55,6 +55,22 @@ pub enum BagKind {
 }
 
 impl AggKind {
+    /// The aggregate a function name (lower case) is, for those of one plain argument:
+    /// `COUNT`, `SUM`, `AVG`, `MIN`, `MAX`, the deviations and variances, `FIRST_VALUE` and
+    /// `LAST_VALUE`.
+    pub fn of_name(name: &str) -> Option<AggKind> {
+        Some(match name {
+            "count" => AggKind::Count,
+            "sum" => AggKind::Sum,
+            "avg" | "mean" => AggKind::Avg,
+            "min" => AggKind::Min,
+            "max" => AggKind::Max,
+            "first_value" => AggKind::Bag(BagKind::FirstValue),
+            "last_value" => AggKind::Bag(BagKind::LastValue),
+            other => AggKind::Moment(Moment::of_name(other)?),
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             AggKind::Count => "count",

@@ -43,8 +43,12 @@ pub enum OverFunction {
 #[derive(Debug, Clone)]
 pub struct OverSpec {
     pub partition: Vec<usize>,
-    /// The event-time column the window is ordered by.
+    /// The time column the window is ordered by.
     pub time: usize,
+    /// Whether that is processing time (a `PROCTIME()` column): each chunk goes through the
+    /// frame as it comes, in arrival order, as Flink's `ProcTime…` functions; no row waits
+    /// and none is late. Otherwise event time.
+    pub proctime: bool,
     pub preceding: Preceding,
     /// `RANGE`: rows of one time are peers; `ROWS`: each row on its own, in arrival order.
     pub range: bool,
@@ -304,9 +308,12 @@ impl KeyedLogic for OverAggregate {
     }
 
     /// File each row that is not late under `time | partition key | arrival`.
-    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    fn process(&mut self, _input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("an OVER aggregate over an updating input"));
+        }
+        if self.spec.proctime {
+            return self.on_arrival(chunk, out);
         }
         let batch = &chunk.batch;
         let n = batch.num_rows();
@@ -387,7 +394,32 @@ impl KeyedLogic for OverAggregate {
 }
 
 impl OverAggregate {
-    /// The due rows `(group, time | key | arrival, row)`, in time order.
+    /// Processing time: the chunk's rows through the frame now, in arrival order (a row's
+    /// time is its `PROCTIME()` value, which a `RANGE` frame measures).
+    fn on_arrival(&mut self, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
+        let batch = &chunk.batch;
+        let times = millis(batch.column(self.spec.time))?;
+        let (keys, groups) = self.partition_keys(batch)?;
+        let rows = self.rows.convert_columns(batch.columns())?;
+        let mut due = Vec::with_capacity(batch.num_rows());
+        for i in 0..batch.num_rows() {
+            let seq = self.progress.next_seq;
+            self.progress.next_seq += 1;
+            let time = if times.is_valid(i) { times.value(i) } else { i64::MIN };
+            due.push((
+                groups[i],
+                [&ordered(time)[..], &keys[i], &seq.to_be_bytes()].concat(),
+                rows.row(i).data().to_vec(),
+            ));
+        }
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.fire_rows(due, out)
+    }
+
+    /// The due rows `(group, time | key | arrival, row)`, in time order (processing time: in
+    /// arrival order).
     fn fire_rows(&mut self, due: Vec<(u16, Vec<u8>, Vec<u8>)>, out: &mut Vec<Message>) -> Result<()> {
         let damaged = || WeirError::internal("OVER aggregate state is damaged");
         // Partitions in order of their first due row; each one's rows in time and arrival order.

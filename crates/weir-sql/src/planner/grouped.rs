@@ -48,14 +48,7 @@ impl Planner {
             };
             let name = func.name().to_ascii_lowercase();
             let kind = match name.as_str() {
-                "count" => AggKind::Count,
-                "sum" => AggKind::Sum,
-                "avg" | "mean" => AggKind::Avg,
-                "min" => AggKind::Min,
-                "max" => AggKind::Max,
-                moment if let Some(m) = weir_runtime::operators::Moment::of_name(moment) => AggKind::Moment(m),
-                "first_value" => AggKind::Bag(BagKind::FirstValue),
-                "last_value" => AggKind::Bag(BagKind::LastValue),
+                plain if let Some(kind) = AggKind::of_name(plain) => kind,
                 "string_agg" => AggKind::Bag(BagKind::ListAgg),
                 crate::json_aggregates::ARRAY_AGG => {
                     AggKind::Bag(BagKind::JsonArray { absent_on_null: absent_on_null(&params.args) })

@@ -160,13 +160,9 @@ impl Planner {
                 )),
             };
         let order = short(&params.order_by[0].expr);
-        let time = match time.map(|t| (t, self.time_attribute(&window.input, t))) {
-            Some((t, Some(TimeAttribute::Event))) => t,
-            Some((_, Some(TimeAttribute::Processing))) => {
-                return Err(WeirError::not_supported(format!(
-                    "OVER windows ordered by the processing time {order} yet: order them by an event-time attribute"
-                )))
-            }
+        let (time, proctime) = match time.map(|t| (t, self.time_attribute(&window.input, t))) {
+            Some((t, Some(TimeAttribute::Event))) => (t, false),
+            Some((t, Some(TimeAttribute::Processing))) => (t, true),
             _ => {
                 return Err(WeirError::not_supported(format!(
                     "OVER windows ordered by {order}: a stream's OVER window is ordered by a time attribute ascending \
@@ -238,14 +234,9 @@ impl Planner {
                 specs.push(spec);
                 continue;
             }
-            let kind = match name.as_str() {
-                "count" => AggKind::Count,
-                "sum" => AggKind::Sum,
-                "avg" | "mean" => AggKind::Avg,
-                "min" => AggKind::Min,
-                "max" => AggKind::Max,
-                "first_value" => AggKind::Bag(BagKind::FirstValue),
-                "last_value" => AggKind::Bag(BagKind::LastValue),
+            let kind = match AggKind::of_name(&name) {
+                Some(kind @ (AggKind::Count | AggKind::Sum | AggKind::Avg | AggKind::Min | AggKind::Max)) => kind,
+                Some(kind @ AggKind::Bag(BagKind::FirstValue | BagKind::LastValue)) => kind,
                 _ => {
                     return Err(WeirError::not_supported(format!(
                         "{name}() in an OVER window (COUNT, SUM, AVG, MIN, MAX, FIRST_VALUE, LAST_VALUE and LAG are)"
@@ -308,6 +299,7 @@ impl Planner {
         let spec = OverSpec {
             partition: partition.clone(),
             time,
+            proctime,
             preceding,
             range,
             functions: specs,
