@@ -263,19 +263,7 @@ impl Planner {
         }
 
         if !computed.is_empty() {
-            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-            let mut fields: Vec<Field> = input_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            for (i, f) in input_schema.fields().iter().enumerate() {
-                exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)));
-            }
-            for (i, e) in computed.iter().enumerate() {
-                let (_, field) = e.to_field(input_schema)?;
-                fields.push(Field::new(format!("__weir_over_{i}"), field.data_type().clone(), true));
-                exprs.push(self.physical(e, input_schema)?);
-            }
-            let display = fields.iter().map(|f| f.name().clone()).collect();
-            input =
-                input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display });
+            input = self.with_computed(input, input_schema, &computed, "__weir_over")?;
         }
         let input_schema_arrow = input.schema();
         let mut fields: Vec<Field> = input_schema_arrow.fields().iter().map(|f| f.as_ref().clone()).collect();

@@ -114,6 +114,29 @@ fn rank_bounds<'a>(predicate: &'a Expr, rank: usize, schema: &DFSchema) -> (i64,
 }
 
 impl Planner {
+    /// `input` with the expressions `computed` (over `schema`, its columns) appended as
+    /// columns `{prefix}_0`, `{prefix}_1`, …: the keys and arguments [`placed`] put there.
+    pub(super) fn with_computed(
+        &self,
+        input: Node,
+        schema: &DFSchema,
+        computed: &[&Expr],
+        prefix: &str,
+    ) -> Result<Node> {
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        for (i, f) in schema.fields().iter().enumerate() {
+            exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)));
+        }
+        for (i, e) in computed.iter().enumerate() {
+            let (_, field) = datafusion::logical_expr::ExprSchemable::to_field(*e, schema)?;
+            fields.push(Field::new(format!("{prefix}_{i}"), field.data_type().clone(), field.is_nullable()));
+            exprs.push(self.physical(e, schema)?);
+        }
+        let display = fields.iter().map(|f| f.name().clone()).collect();
+        Ok(input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display }))
+    }
+
     /// A Top-N if `f` bounds the rank of an `OVER` window below it (through projections),
     /// `None` if it filters something else.
     pub(super) fn rank_node(&self, f: &datafusion::logical_expr::Filter) -> Result<Option<Node>> {
@@ -172,19 +195,7 @@ impl Planner {
         let mut input = self.to_node(&window.input)?;
         let width = input_schema.fields().len();
         if !computed.is_empty() {
-            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-            let mut fields: Vec<Field> = input_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            for (i, f) in input_schema.fields().iter().enumerate() {
-                exprs.push(Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i)));
-            }
-            for (i, e) in computed.iter().enumerate() {
-                let (_, field) = datafusion::logical_expr::ExprSchemable::to_field(*e, input_schema)?;
-                fields.push(Field::new(format!("__weir_rank_key_{i}"), field.data_type().clone(), field.is_nullable()));
-                exprs.push(self.physical(e, input_schema)?);
-            }
-            let display = fields.iter().map(|f| f.name().clone()).collect();
-            input =
-                input.with_operator(OperatorSpec::Project { exprs, schema: Arc::new(Schema::new(fields)), display });
+            input = self.with_computed(input, input_schema, &computed, "__weir_rank_key")?;
         }
         let retracting_input = !input.changelog().is_append_only();
         let (lo, hi) = (lo.max(1) as u64, hi.max(0) as u64);
