@@ -324,8 +324,10 @@ impl KeyedLogic for OverAggregate {
         // partition's last processed time: read once per such partition.
         let mut last = interner::<&[u8], i64>();
         if self.bounded() {
+            let mut seen = interner::<&[u8], ()>();
             let behind: Vec<(u16, &[u8])> = (0..n)
                 .filter(|i| times.is_valid(*i) && times.value(*i) <= watermark)
+                .filter(|i| seen.insert(keys[*i].as_slice(), ()).is_none())
                 .map(|i| (groups[i], keys[i].as_slice()))
                 .collect();
             if !behind.is_empty() {
