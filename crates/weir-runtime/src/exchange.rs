@@ -204,6 +204,7 @@ fn state_keys(spec: &OperatorSpec) -> Option<Vec<Vec<usize>>> {
         | OperatorSpec::WindowTopN { spec, .. }
         | OperatorSpec::FirstRow { spec, .. } => Some(vec![spec.partition.clone()]),
         OperatorSpec::OverAggregate { spec, .. } => Some(vec![spec.partition.clone()]),
+        OperatorSpec::MatchRecognize { spec, .. } => Some(vec![spec.partition.clone()]),
         OperatorSpec::UpsertNormalize { spec } => Some(vec![spec.key.clone()]),
         OperatorSpec::UpsertMaterialize { spec } => Some(vec![spec.key.clone()]),
         _ => None,

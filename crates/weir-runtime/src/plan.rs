@@ -11,10 +11,10 @@ use weir_core::{Changelog, Operator, Result, TableDef, WeirError};
 use crate::exchange::Partitioning;
 use crate::operators::{
     AppendWatermark, Filter, FirstRow, GroupAggregate, GroupSpec, JoinKind, JoinSpec, Keyed, Limit, LookupJoin,
-    MaterializeSpec, OverAggregate, OverSpec, ProcessingTimeWatermark, Project, Select, SessionAggregate, SessionSpec,
-    StateContext, StreamJoin, TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec, Unnest, UnnestSpec,
-    UpsertMaterialize, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator, WindowAggregate, WindowAssign,
-    WindowJoin, WindowKind, WindowSpec, WindowTopN,
+    MatchRecognize, MatchSpec, MaterializeSpec, OverAggregate, OverSpec, ProcessingTimeWatermark, Project, Select,
+    SessionAggregate, SessionSpec, StateContext, StreamJoin, TableLookupJoin, TimeSort, TimeSortSpec, TopN, TopNSpec,
+    Unnest, UnnestSpec, UpsertMaterialize, UpsertNormalize, UpsertSpec, VersionedJoin, WatermarkGenerator,
+    WindowAggregate, WindowAssign, WindowJoin, WindowKind, WindowSpec, WindowTopN,
 };
 
 /// A stateless operator as planned; [`OperatorSpec::instantiate`] makes a running copy.
@@ -79,6 +79,9 @@ pub enum OperatorSpec {
     /// Aggregates over each partition's rows in event-time order (`agg(x) OVER (PARTITION BY
     /// … ORDER BY rowtime …)`): each row emitted with its values once the watermark passes it.
     OverAggregate { spec: OverSpec, display: String },
+    /// `MATCH_RECOGNIZE`: each partition's rows in event-time order through a pattern, one
+    /// row per match once the watermark passes its rows.
+    MatchRecognize { spec: MatchSpec, display: String },
     /// The rows that hold each sink key, the latest its value, for a sink written by another
     /// key than the query's (Flink's `SinkUpsertMaterializer`).
     UpsertMaterialize { spec: MaterializeSpec },
@@ -154,6 +157,9 @@ impl OperatorSpec {
             OperatorSpec::OverAggregate { spec, .. } => {
                 Ok(Box::new(Keyed(OverAggregate::new(spec.clone(), &ctx.state())?)))
             }
+            OperatorSpec::MatchRecognize { spec, .. } => {
+                Ok(Box::new(Keyed(MatchRecognize::new(spec.clone(), &ctx.state())?)))
+            }
             OperatorSpec::UpsertMaterialize { spec } => {
                 Ok(Box::new(Keyed(UpsertMaterialize::new(spec.clone(), &ctx.state())?)))
             }
@@ -209,6 +215,9 @@ impl OperatorSpec {
             OperatorSpec::OverAggregate { spec, .. } => {
                 Box::new(Keyed(OverAggregate::new(spec, &StateContext::memory())?))
             }
+            OperatorSpec::MatchRecognize { spec, .. } => {
+                Box::new(Keyed(MatchRecognize::new(spec, &StateContext::memory())?))
+            }
             OperatorSpec::UpsertMaterialize { spec } => {
                 Box::new(Keyed(UpsertMaterialize::new(spec, &StateContext::memory())?))
             }
@@ -227,6 +236,7 @@ impl OperatorSpec {
                 | OperatorSpec::FirstRow { .. }
                 | OperatorSpec::TimeSort { .. }
                 | OperatorSpec::OverAggregate { .. }
+                | OperatorSpec::MatchRecognize { .. }
                 | OperatorSpec::Limit { .. }
                 | OperatorSpec::TableLookup { .. }
         )
@@ -298,6 +308,7 @@ impl OperatorSpec {
             OperatorSpec::FirstRow { display, .. } => format!("FirstRow: {display}"),
             OperatorSpec::TimeSort { display, .. } => format!("TimeSort: {display}"),
             OperatorSpec::OverAggregate { display, .. } => format!("OverAggregate: {display}"),
+            OperatorSpec::MatchRecognize { display, .. } => format!("MatchRecognize: {display}"),
             OperatorSpec::UpsertMaterialize { spec } => {
                 let names: Vec<_> = spec.key.iter().map(|k| spec.schema.field(*k).name().as_str()).collect();
                 format!(
@@ -411,6 +422,7 @@ impl Node {
                 | OperatorSpec::WindowTopN { spec, .. }
                 | OperatorSpec::FirstRow { spec, .. } => spec.schema.clone(),
                 OperatorSpec::OverAggregate { spec, .. } => spec.schema.clone(),
+                OperatorSpec::MatchRecognize { spec, .. } => spec.schema.clone(),
                 _ => input.schema(),
             },
         }
@@ -505,6 +517,9 @@ impl Node {
                 let mode = self.changelog();
                 let tag = if mode.is_append_only() { String::new() } else { format!(" [{}]", mode.describe()) };
                 let _ = writeln!(out, "{pad}{}{tag}", spec.describe());
+                if let OperatorSpec::MatchRecognize { spec, .. } = spec {
+                    let _ = writeln!(out, "{pad}  state: {}", spec.pattern.state());
+                }
                 input.describe(depth + 1, out);
             }
             Node::Exchange { partitioning, input } => {

@@ -151,6 +151,16 @@ impl OperatorSpec {
                 columns(&spec.input_schema),
                 columns(&spec.schema)
             ),
+            OperatorSpec::MatchRecognize { spec, .. } => format!(
+                "match recognize partition {:?} time {} columns {:?} pattern {:?} measures {:?} [{}] -> [{}]",
+                spec.partition,
+                spec.time,
+                spec.columns,
+                spec.pattern,
+                spec.measures,
+                columns(&spec.input_schema),
+                columns(&spec.schema)
+            ),
             OperatorSpec::TimeSort { spec, .. } => format!(
                 "time sort {} order {:?} [{}]",
                 spec.time,

@@ -11,6 +11,7 @@ pub mod json_aggregates;
 pub mod json_construct;
 pub mod json_functions;
 pub mod legacy_windows;
+pub mod match_recognize;
 mod moments;
 mod named_args;
 pub mod parser;

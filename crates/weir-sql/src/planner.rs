@@ -36,6 +36,7 @@ mod derived;
 mod grouped;
 mod grouping_sets;
 mod joins;
+mod matching;
 mod ordering;
 mod over;
 mod ranking;
@@ -192,6 +193,8 @@ impl Planner {
         ctx.register_udaf(datafusion::logical_expr::AggregateUDF::new_from_impl(
             crate::json_aggregates::JsonAgg::object(),
         ));
+        // Registering only inserts it in a list (its `Result` is always `Ok`).
+        let _ = ctx.register_relation_planner(Arc::new(crate::match_recognize::MatchRecognizePlanner));
         ctx.register_udtf("__weir_temporal", Arc::new(crate::temporal::TemporalFunction { tables: schemas.clone() }));
         ctx.register_udtf(crate::hints::FUNCTION, Arc::new(crate::hints::HintedFunction { tables: schemas.clone() }));
         for kind in ["tumble", "hop", "cumulate", "session"] {
@@ -524,6 +527,11 @@ impl Planner {
             LogicalPlan::Window(w) => self.over_node(w)?,
             LogicalPlan::Subquery(_) => return Err(WeirError::not_supported("subqueries yet")),
             LogicalPlan::Unnest(u) => self.unnest_node(u)?,
+            LogicalPlan::Extension(e)
+                if let Some(m) = e.node.as_any().downcast_ref::<crate::match_recognize::MatchNode>() =>
+            {
+                self.match_node(m)?
+            }
             other => {
                 let name = other.display().to_string();
                 let name = name.split(':').next().unwrap_or("this plan").trim().to_string();

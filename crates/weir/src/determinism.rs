@@ -300,6 +300,14 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
                 *o = a.columns.get(i).copied().unwrap_or_else(|| t.order.iter().any(|(c, _)| a.column(*c)));
             }
         }
+        OperatorSpec::MatchRecognize { spec: m, display } => {
+            // Which rows match depends on every column the pattern reads and on the order.
+            if m.partition.iter().chain([&m.time]).chain(&m.columns).any(|c| a.column(*c)) {
+                out.decide(format!("the matches of {display}"));
+            }
+            let any = m.columns.iter().any(|c| a.column(*c));
+            out.columns = m.partition.iter().map(|c| a.column(*c)).chain(m.measures.iter().map(|_| any)).collect();
+        }
         OperatorSpec::OverAggregate { spec: o, display } => {
             if o.partition.iter().chain([&o.time]).any(|c| a.column(*c)) {
                 out.decide(format!("the partitions and order of {display}"));

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, a INT, b INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.price AS a, B.price AS b ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+?) DEFINE B AS B.price > A.price) AS T;

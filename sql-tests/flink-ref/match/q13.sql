@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (a INT, z INT, n BIGINT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (ORDER BY ts MEASURES FIRST(A.id) AS a, LAST(Z.id) AS z, COUNT(A.id) AS n ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A{3} Z) DEFINE A AS A.price > 9, Z AS Z.price < 5) AS T;

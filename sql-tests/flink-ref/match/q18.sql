@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, a INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.id AS a ONE ROW PER MATCH PATTERN (A (B C)+ D) DEFINE A AS A.price > 10) AS T;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, lt INT, ft INT, s2 INT, av DOUBLE) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES LAST(A.price * A.tax) AS lt, FIRST(A.price + A.tax, 1) AS ft, SUM(A.tax) AS s2, AVG(CAST(A.price AS DOUBLE)) AS av ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A{2,} B) DEFINE A AS A.price >= 3 AND (LAST(A.price, 1) IS NULL OR A.price >= LAST(A.price, 1)), B AS B.price < LAST(A.price)) AS T;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, a INT, n BIGINT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.id AS a, COUNT(B.id) AS n ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A B{1,2}? C) DEFINE B AS B.price = A.price, C AS C.price <> A.price) AS T;

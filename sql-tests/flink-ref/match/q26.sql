@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, cls STRING) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES CLASSIFIER() AS cls ONE ROW PER MATCH PATTERN (A B) DEFINE B AS B.price < A.price) AS T;

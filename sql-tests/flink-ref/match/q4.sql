@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, startPrice INT, topPrice INT, lastPrice INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES FIRST(A.price) AS startPrice, LAST(A.price) AS topPrice, B.price AS lastPrice ONE ROW PER MATCH PATTERN (A+ B) DEFINE A AS LAST(A.price, 1) IS NULL OR A.price > LAST(A.price, 1), B AS B.price < LAST(A.price)) AS T;

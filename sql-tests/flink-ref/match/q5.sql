@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, dropTime TIMESTAMP(3), dropDiff INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES C.ts AS dropTime, A.price - C.price AS dropDiff ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A B* C) WITHIN INTERVAL '1' HOUR DEFINE B AS B.price > A.price - 10, C AS C.price < A.price - 10) AS T;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, t0 TIMESTAMP(3), t2 TIMESTAMP(3), rise INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES A.ts AS t0, C.ts AS t2, C.price - A.price AS rise ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A B C) WITHIN INTERVAL '10' SECOND DEFINE B AS B.price > A.price, C AS C.price > B.price) AS T;

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, n BIGINT, av INT, mn INT, mx INT, b INT) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES COUNT(A.price) AS n, AVG(A.price) AS av, MIN(A.price) AS mn, MAX(A.price) AS mx, B.price AS b ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A{2,3} B) DEFINE A AS A.price <= 5, B AS B.price > 5) AS T;
