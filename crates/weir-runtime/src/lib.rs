@@ -26,6 +26,8 @@ mod changelog_tests;
 #[cfg(test)]
 mod join_tests;
 #[cfg(test)]
+mod match_tests;
+#[cfg(test)]
 mod materialize_tests;
 #[cfg(test)]
 mod over_tests;

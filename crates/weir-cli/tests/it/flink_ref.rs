@@ -6,6 +6,11 @@
 use crate::updating::{canonical, sink_types, SETUPS};
 use weir::Engine;
 
+/// An engine with the tables of `sql-tests/flink-ref/<name>/prelude.sql`.
+pub async fn engine_for(name: &str, parallelism: usize, backend: &str, state: &std::path::Path) -> Engine {
+    engine_at(&crate::repo().join("sql-tests/flink-ref").join(name), parallelism, backend, state).await
+}
+
 async fn engine_at(folder: &std::path::Path, parallelism: usize, backend: &str, state: &std::path::Path) -> Engine {
     let prelude = std::fs::read_to_string(folder.join("prelude.sql")).expect("prelude");
     let data = crate::repo().join("sql-tests/data");

@@ -220,6 +220,12 @@ const SEMI: &str = "INSERT INTO out SELECT a.id, a.seller, a.id % 7, a.seller % 
 const OVER: &str = "INSERT INTO out SELECT auction, price, SUM(price) OVER w, COUNT(*) OVER w, MAX(price) OVER w
     FROM bid WINDOW w AS (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW)";
 
+/// MATCH_RECOGNIZE: a price, higher ones, then a higher one still, per auction within 10
+/// seconds (bids have distinct times, so the order does not depend on source tasks).
+const MATCH: &str = "INSERT INTO out SELECT * FROM bid MATCH_RECOGNIZE (PARTITION BY auction ORDER BY date_time
+    MEASURES A.price AS a, LAST(B.price) AS b, C.price AS c, COUNT(B.price) AS nb AFTER MATCH SKIP PAST LAST ROW
+    PATTERN (A B+? C) WITHIN INTERVAL '10' SECOND DEFINE B AS B.price > LAST(A.price), C AS C.price > LAST(B.price)) AS T";
+
 async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
     run_query(GROUPED, dir, p, backend, stop).await
 }
@@ -293,12 +299,13 @@ async fn group_aggregates_resume_at_another_parallelism() {
     }
 }
 
-/// A regular join, a Top-N, semi and anti joins and an OVER aggregate stopped with a
+/// A regular join, a Top-N, semi and anti joins, an OVER aggregate and a MATCH_RECOGNIZE stopped with a
 /// checkpoint at p=2 resume at 3: what the two runs emitted, applied in turn, leaves the rows
 /// of a run that never stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_and_top_n_resume_at_another_parallelism() {
-    for (name, query) in [("join", JOINED), ("top-n", TOP_N), ("anti join", ANTI), ("semi join", SEMI), ("over", OVER)]
+    for (name, query) in
+        [("join", JOINED), ("top-n", TOP_N), ("anti join", ANTI), ("semi join", SEMI), ("over", OVER), ("match", MATCH)]
     {
         for backend in ["memory", "rocksdb"] {
             let dir = crate::slt::tempdir();
