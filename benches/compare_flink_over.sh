@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# OVER aggregates and an anti join, Weir then Flink, in one run:
+# OVER aggregates, an anti join and MATCH_RECOGNIZE, Weir then Flink, in one run:
 #   bash benches/compare_flink_over.sh [BIDS_DIR]   (default /tmp/nexmark, from ../shared/flink-anchor/setup.sh)
 # Queries: over_avg (a moving average per auction over its last 10 bids), over_lag (each
-# bidder's previous price) and anti (bids of auctions without a bid over 9,000,000).
+# bidder's previous price), anti (bids of auctions without a bid over 9,000,000) and match
+# (three rising prices in a row per auction within 10 seconds, MATCH_RECOGNIZE).
 # Both engines: RocksDB state, 1 s checkpoints (Flink's incremental), p=1, 5M bids from CSV,
 # blackhole sink. Flink 1.20.5 from a copy of ../shared/flink-anchor with benches/flink/<q>.sql
 # added. Release build; best of REPEAT (default 2). Prints events per CPU-second, the ratio,
@@ -13,7 +14,7 @@ source scripts/setup.sh
 DATA="${1:-/tmp/nexmark}"
 OUT="${OUT:-/tmp/weir-vs-flink-over}"
 REPEAT="${REPEAT:-2}"
-QUERIES="${QUERIES:-over_avg,over_lag,anti}"
+QUERIES="${QUERIES:-over_avg,over_lag,anti,match}"
 mkdir -p "$OUT"
 rm -f "$OUT/weir.jsonl" "$OUT/flink.jsonl"
 cargo bench --quiet --workspace --bench nexmark -- --source "csv:$DATA/bids_5m.csv" --queries "$QUERIES" \

@@ -125,6 +125,14 @@ fn query(name: &str) -> Option<(&'static str, &'static str)> {
             "SELECT auction, bidder, price FROM bid b \
              WHERE NOT EXISTS (SELECT 1 FROM bid b2 WHERE b2.auction = b.auction AND b2.price > 9000000)",
         ),
+        // MATCH_RECOGNIZE: three rising prices in a row per auction within 10 seconds.
+        "match" => (
+            "auction BIGINT, first_price BIGINT, last_price BIGINT, last_time TIMESTAMP(3)",
+            "SELECT * FROM bid MATCH_RECOGNIZE (PARTITION BY auction ORDER BY date_time \
+               MEASURES A.price AS first_price, C.price AS last_price, MATCH_ROWTIME() AS last_time \
+               AFTER MATCH SKIP PAST LAST ROW PATTERN (A B C) WITHIN INTERVAL '10' SECOND \
+               DEFINE B AS B.price > A.price, C AS C.price > B.price) AS T",
+        ),
         // Nexmark q18 (deduplication: each bidder's last bid per auction), q19 (Top-N: ten
         // bids per auction by price) and q20 (a regular join with the auctions).
         "q18" => (

@@ -207,6 +207,7 @@ impl KeyedLogic for MatchRecognize {
         let pattern = &self.spec.pattern;
         let mut found: Vec<Rc<Node>> = Vec::new();
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut values: Vec<(u16, &[u8], Option<Vec<u8>>)> = Vec::with_capacity(work.len());
         for (w, bytes) in work.iter().zip(stored) {
             let mut machine = match &bytes {
                 Some(b) => encode::decode(b, |rows| self.values(rows))?,
@@ -229,11 +230,14 @@ impl KeyedLogic for MatchRecognize {
                     writes.push((w.group, [&ordered(t)[..], w.key].concat(), Some(Vec::new())));
                 }
             }
-            let value =
-                (!machine.partials.is_empty() || !machine.finished.is_empty()).then(|| encode::encode(&machine));
-            let changes = [(w.group, w.key, value.as_deref())];
-            self.tables.write(self.partitions, &changes)?;
+            let live = !machine.partials.is_empty() || !machine.finished.is_empty();
+            // A partition with nothing alive is deleted, and one never stored is not written.
+            if live || bytes.is_some() {
+                values.push((w.group, w.key, live.then(|| encode::encode(&machine))));
+            }
         }
+        let changes: Vec<Change<'_>> = values.iter().map(|(g, k, v)| (*g, *k, v.as_deref())).collect();
+        self.tables.write(self.partitions, &changes)?;
         if !writes.is_empty() {
             let changes: Vec<Change<'_>> = writes.iter().map(|(g, k, v)| (*g, k.as_slice(), v.as_deref())).collect();
             self.tables.write(self.expiring, &changes)?;
