@@ -4,7 +4,7 @@
 # Queries: over_avg (a moving average per auction over its last 10 bids), over_lag (each
 # bidder's previous price), anti (bids of auctions without a bid over 9,000,000) and match
 # (three rising prices in a row per auction within 10 seconds, MATCH_RECOGNIZE).
-# Both engines: RocksDB state, 1 s checkpoints (Flink's incremental), p=1, 5M bids from CSV,
+# Both engines: RocksDB state, 1 s checkpoints (Flink's incremental), p=1, the bids of BIDS from CSV,
 # blackhole sink. Flink 1.20.5 from a copy of ../shared/flink-anchor with benches/flink/<q>.sql
 # added. Release build; best of REPEAT (default 2). Prints events per CPU-second, the ratio,
 # and Weir's peak RSS.
