@@ -56,6 +56,7 @@ fn matcher() -> Keyed<MatchRecognize> {
     let spec = MatchSpec {
         partition: vec![0],
         time: 1,
+        proctime: false,
         columns: vec![0, 2],
         pattern,
         measures: vec![col(first_a), col(last(c))],

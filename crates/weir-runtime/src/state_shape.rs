@@ -152,9 +152,10 @@ impl OperatorSpec {
                 columns(&spec.schema)
             ),
             OperatorSpec::MatchRecognize { spec, .. } => format!(
-                "match recognize partition {:?} time {} columns {:?} pattern {:?} measures {:?} [{}] -> [{}]",
+                "match recognize partition {:?} time {}{} columns {:?} pattern {:?} measures {:?} [{}] -> [{}]",
                 spec.partition,
                 spec.time,
+                if spec.proctime { " (processing)" } else { "" },
                 spec.columns,
                 spec.pattern,
                 spec.measures,

@@ -306,7 +306,8 @@ fn one_input(spec: &OperatorSpec, a: Nondeterminism, width: usize) -> Nondetermi
                 out.decide(format!("the matches of {display}"));
             }
             let any = m.columns.iter().any(|c| a.column(*c));
-            out.columns = m.partition.iter().map(|c| a.column(*c)).chain(m.measures.iter().map(|_| any)).collect();
+            let measures = m.measures.iter().map(|e| any || e.reads_clock());
+            out.columns = m.partition.iter().map(|c| a.column(*c)).chain(measures).collect();
         }
         OperatorSpec::OverAggregate { spec: o, display } => {
             if o.partition.iter().chain([&o.time]).any(|c| a.column(*c)) {

@@ -224,7 +224,8 @@ impl Compiler<'_> {
             }
             "MATCH_ROWTIME" if !at.define && args.is_empty() => Ok(MatchExpr::MatchRowtime),
             "CLASSIFIER" | "MATCH_NUMBER" => Err(refuse(format!("{name}() in MATCH_RECOGNIZE (as Flink)"))),
-            "MATCH_PROCTIME" => Err(refuse("MATCH_PROCTIME() in MATCH_RECOGNIZE (Weir matches in event time only)")),
+            "MATCH_PROCTIME" if !at.define && args.is_empty() => Ok(MatchExpr::MatchProctime),
+            "MATCH_PROCTIME" => Err(refuse("MATCH_PROCTIME in MATCH_RECOGNIZE's DEFINE (write it among the MEASURES)")),
             "MATCH_ROWTIME" => Err(refuse(format!(
                 "MATCH_ROWTIME{} in MATCH_RECOGNIZE{} (write MATCH_ROWTIME() among the MEASURES)",
                 if args.is_empty() { "()" } else { "(column)" },
@@ -271,7 +272,7 @@ impl Compiler<'_> {
                 .or_else(|| otherwise.as_ref().map(|o| self.type_of(o)))
                 .unwrap_or(DataType::Null),
             MatchExpr::Cast { to, .. } => to.clone(),
-            MatchExpr::MatchRowtime => DataType::Timestamp(TimeUnit::Millisecond, None),
+            MatchExpr::MatchRowtime | MatchExpr::MatchProctime => DataType::Timestamp(TimeUnit::Millisecond, None),
             MatchExpr::Classifier => DataType::Utf8,
         }
     }

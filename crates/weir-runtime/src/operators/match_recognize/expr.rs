@@ -93,6 +93,8 @@ pub enum MatchExpr {
     MatchRowtime,
     /// `CLASSIFIER()`: the variable of the last row.
     Classifier,
+    /// `MATCH_PROCTIME()`: the wall clock when the match is emitted (not deterministic).
+    MatchProctime,
 }
 
 /// What an expression reads: the rows mapped so far (newest first along `prev`), and the
@@ -131,6 +133,28 @@ impl Scope<'_> {
 }
 
 impl MatchExpr {
+    /// Whether its value depends on when it is evaluated (`MATCH_PROCTIME()`).
+    pub fn reads_clock(&self) -> bool {
+        match self {
+            MatchExpr::MatchProctime => true,
+            MatchExpr::Literal(_)
+            | MatchExpr::Column { .. }
+            | MatchExpr::MatchRowtime
+            | MatchExpr::Classifier
+            | MatchExpr::Aggregate { arg: None, .. } => false,
+            MatchExpr::Aggregate { arg: Some(e), .. }
+            | MatchExpr::Not(e)
+            | MatchExpr::Negate(e)
+            | MatchExpr::IsNull { expr: e, .. }
+            | MatchExpr::Cast { expr: e, .. } => e.reads_clock(),
+            MatchExpr::Binary { left, right, .. } => left.reads_clock() || right.reads_clock(),
+            MatchExpr::Case { branches, otherwise } => {
+                branches.iter().any(|(w, t)| w.reads_clock() || t.reads_clock())
+                    || otherwise.as_ref().is_some_and(|o| o.reads_clock())
+            }
+        }
+    }
+
     pub fn eval(&self, scope: &Scope<'_>) -> Result<ScalarValue> {
         self.eval_at(scope, None)
     }
@@ -196,6 +220,15 @@ impl MatchExpr {
             MatchExpr::MatchRowtime => {
                 ScalarValue::TimestampMillisecond(scope.rows(None).next().map(|(e, _)| e.time), None)
             }
+            MatchExpr::MatchProctime => ScalarValue::TimestampMillisecond(
+                Some(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as i64)
+                        .unwrap_or_default(),
+                ),
+                None,
+            ),
             MatchExpr::Classifier => {
                 ScalarValue::Utf8(scope.rows(None).next().and_then(|(_, v)| scope.names.get(v as usize).cloned()))
             }

@@ -11,7 +11,8 @@
 //! and emits what it held back, as Flink's timer does.
 //!
 //! Late rows are Flink's: a row at or behind the watermark when it comes is dropped and
-//! counted.
+//! counted. Ordered by processing time, rows go through the pattern as they come, in arrival
+//! order, and none is late.
 
 mod encode;
 pub mod expr;
@@ -43,8 +44,12 @@ const TABLES: [TableDecl; 3] = [
 #[derive(Debug, Clone)]
 pub struct MatchSpec {
     pub partition: Vec<usize>,
-    /// The event-time column rows are ordered by.
+    /// The time column rows are ordered by.
     pub time: usize,
+    /// Whether that is processing time (a `PROCTIME()` column): rows go through the pattern
+    /// as they come, in arrival order, as Flink's processing-time CEP; none waits or is late,
+    /// and `WITHIN` expires by the processing-time watermark.
+    pub proctime: bool,
     /// The input columns the expressions read, kept with each row: a
     /// [`expr::MatchExpr::Column`]'s `slot` indexes this. The partition columns are among them.
     pub columns: Vec<usize>,
@@ -129,8 +134,9 @@ impl KeyedLogic for MatchRecognize {
         "MatchRecognize".into()
     }
 
-    /// File each row that is not late under `time | partition key | arrival`.
-    fn process(&mut self, _input: usize, chunk: Chunk, _out: &mut Vec<Message>) -> Result<()> {
+    /// File each row that is not late under `time | partition key | arrival` (in processing
+    /// time: match the rows now).
+    fn process(&mut self, _input: usize, chunk: Chunk, out: &mut Vec<Message>) -> Result<()> {
         if !chunk.is_append_only() {
             return Err(WeirError::not_supported("MATCH_RECOGNIZE over an updating input"));
         }
@@ -145,7 +151,7 @@ impl KeyedLogic for MatchRecognize {
         };
         let kept: Vec<ArrayRef> = self.spec.columns.iter().map(|c| batch.column(*c).clone()).collect();
         let rows = self.rows.convert_columns(&kept)?;
-        let watermark = self.progress.watermark.0;
+        let watermark = if self.spec.proctime { i64::MIN } else { self.progress.watermark.0 };
         let mut entries = Vec::with_capacity(n);
         for i in 0..n {
             // A row without a time has no place in time order: late, as Flink drops it.
@@ -158,6 +164,11 @@ impl KeyedLogic for MatchRecognize {
             let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             entries.push(([&ordered(times.value(i))[..], key, &seq.to_be_bytes()].concat(), i));
         }
+        if self.spec.proctime {
+            let due: Vec<(u16, Vec<u8>, Vec<u8>)> =
+                entries.into_iter().map(|(k, i)| (groups[i], k, rows.row(i).data().to_vec())).collect();
+            return self.run(due, Vec::new(), None, out);
+        }
         let changes: Vec<Change<'_>> =
             entries.iter().map(|(k, i)| (groups[*i], k.as_slice(), Some(rows.row(*i).data()))).collect();
         self.tables.write(self.waiting, &changes)
@@ -166,7 +177,6 @@ impl KeyedLogic for MatchRecognize {
     /// Every partition's rows up to `watermark` through the pattern, in time order; then the
     /// time advanced for every partition that has rows or an expiry due.
     fn fire(&mut self, watermark: Watermark, out: &mut Vec<Message>) -> Result<()> {
-        let damaged = || WeirError::internal("MATCH_RECOGNIZE state is damaged");
         let (from, to) = (ordered(i64::MIN), ordered(watermark.0.saturating_add(1)));
         let due = self.tables.scan_times(self.waiting, &from, &to)?;
         let expiring = match self.spec.pattern.within {
@@ -177,6 +187,30 @@ impl KeyedLogic for MatchRecognize {
             return Ok(());
         }
         self.tables.delete_times(self.waiting, &from, &to)?;
+        self.run(due, expiring, Some(watermark.0), out)
+    }
+
+    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
+        (&mut self.tables, &mut self.progress)
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+}
+
+impl MatchRecognize {
+    /// The `due` rows `(group, time | key | arrival, row)` through their partitions' patterns
+    /// in that order, the partitions of `expiring` visited too; then, given a watermark, the
+    /// time advanced for each. Emits the matches found.
+    fn run(
+        &mut self,
+        due: Vec<(u16, Vec<u8>, Vec<u8>)>,
+        expiring: Vec<(u16, Vec<u8>, Vec<u8>)>,
+        watermark: Option<i64>,
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
+        let damaged = || WeirError::internal("MATCH_RECOGNIZE state is damaged");
         // Partitions in order of their first due row (then those only expiring).
         let mut index = interner::<&[u8], usize>();
         let mut work: Vec<Work<'_>> = Vec::new();
@@ -220,7 +254,9 @@ impl KeyedLogic for MatchRecognize {
                 let row = due[*i].2.clone().into_boxed_slice();
                 pattern.process(&mut machine, Rc::new(Event { time, seq, values, row }), &mut found)?;
             }
-            pattern.advance_time(&mut machine, watermark.0, &mut found)?;
+            if let Some(w) = watermark {
+                pattern.advance_time(&mut machine, w, &mut found)?;
+            }
             let after = pattern.expiry(&machine);
             if before != after {
                 if let Some(t) = before {
@@ -248,16 +284,6 @@ impl KeyedLogic for MatchRecognize {
         Ok(())
     }
 
-    fn state(&mut self) -> (&mut StateTables, &mut Progress) {
-        (&mut self.tables, &mut self.progress)
-    }
-
-    fn progress(&self) -> &Progress {
-        &self.progress
-    }
-}
-
-impl MatchRecognize {
     /// One row per match: its partition's columns, then each measure over its rows.
     fn output(&self, found: &[Rc<Node>]) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.schema.fields().len());
