@@ -37,7 +37,7 @@ pub use group_aggregate::{GroupAggregate, GroupSpec};
 pub use join::{Interval, JoinKind, JoinSpec, StreamJoin};
 pub(crate) use keyed::Keyed;
 pub use limit::Limit;
-pub use match_recognize::expr::{BinOp, MatchAgg, MatchExpr, Nav};
+pub use match_recognize::expr::{normalise, BinOp, Call, MatchAgg, MatchExpr, Nav};
 pub use match_recognize::nfa::{Pattern, Skip, Step};
 pub use match_recognize::{MatchRecognize, MatchSpec};
 pub use moments::Moment;

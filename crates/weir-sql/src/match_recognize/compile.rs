@@ -3,14 +3,19 @@
 //! navigation (`A.price`, `LAST(A.price, 1)`, `FIRST(…)`) and aggregates over a variable's
 //! rows made explicit, and each measure's type inferred.
 
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, TimeUnit};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::type_coercion::functions::fields_with_udf;
+use datafusion::logical_expr::{ReturnFieldArgs, ScalarUDF};
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, DuplicateTreatment, Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments,
     UnaryOperator, Value,
 };
-use weir_runtime::operators::{BinOp, MatchAgg, MatchExpr, Nav};
+use weir_runtime::operators::{BinOp, Call, MatchAgg, MatchExpr, Nav};
 
 fn refuse(what: impl Into<String>) -> DataFusionError {
     DataFusionError::NotImplemented(what.into())
@@ -27,6 +32,8 @@ pub struct Compiler<'a> {
     pub vars: &'a [String],
     /// Input columns read, by slot (grows as columns are met).
     pub columns: Vec<usize>,
+    /// The session's scalar functions, by name.
+    pub functions: &'a dyn Fn(&str) -> Option<Arc<ScalarUDF>>,
 }
 
 /// Where an expression sits.
@@ -231,10 +238,24 @@ impl Compiler<'_> {
                 if args.is_empty() { "()" } else { "(column)" },
                 if at.define { "'s DEFINE" } else { "" }
             ))),
-            _ => Err(refuse(format!(
-                "{name} in MATCH_RECOGNIZE (Weir evaluates FIRST, LAST, SUM, COUNT, AVG, MIN, MAX and MATCH_ROWTIME \
-                 there)"
-            ))),
+            _ => {
+                let Some(udf) = (self.functions)(&name.to_ascii_lowercase()) else {
+                    return Err(plan_err(format!("MATCH_RECOGNIZE: no function named '{name}'")));
+                };
+                if distinct {
+                    return Err(refuse(format!("{name} with DISTINCT in MATCH_RECOGNIZE")));
+                }
+                let args = (0..args.len()).map(|i| self.compile(expr_arg(i)?, at)).collect::<DfResult<Vec<_>>>()?;
+                let fields: Vec<FieldRef> =
+                    args.iter().map(|a| Arc::new(Field::new("arg", value_type(self.type_of(a)), true))).collect();
+                let arg_fields = fields_with_udf(&fields, udf.as_ref())?;
+                let literals: Vec<Option<&ScalarValue>> =
+                    args.iter().map(|a| if let MatchExpr::Literal(v) = a { Some(v) } else { None }).collect();
+                let return_field = udf
+                    .return_field_from_args(ReturnFieldArgs { arg_fields: &arg_fields, scalar_arguments: &literals })?;
+                let config = Arc::new(ConfigOptions::default());
+                Ok(MatchExpr::Function(Box::new(Call { udf, args, arg_fields, return_field, config })))
+            }
         }
     }
 
@@ -272,9 +293,22 @@ impl Compiler<'_> {
                 .or_else(|| otherwise.as_ref().map(|o| self.type_of(o)))
                 .unwrap_or(DataType::Null),
             MatchExpr::Cast { to, .. } => to.clone(),
+            MatchExpr::Function(c) => c.return_field.data_type().clone(),
             MatchExpr::MatchRowtime | MatchExpr::MatchProctime => DataType::Timestamp(TimeUnit::Millisecond, None),
             MatchExpr::Classifier => DataType::Utf8,
         }
+    }
+}
+
+/// The type of a value as expressions hold it ([`weir_runtime::operators::normalise`]).
+fn value_type(t: DataType) -> DataType {
+    match t {
+        t if t.is_integer() => DataType::Int64,
+        DataType::Float16 | DataType::Float32 | DataType::Decimal128(..) | DataType::Decimal256(..) => {
+            DataType::Float64
+        }
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        t => t,
     }
 }
 

@@ -205,7 +205,9 @@ impl RelationPlanner for MatchRecognizePlanner {
             }
         };
 
-        let mut compiler = Compiler { schema: &schema, vars: &vars, columns: partition.clone() };
+        let provider = context.context_provider();
+        let functions = |name: &str| provider.get_function_meta(name);
+        let mut compiler = Compiler { schema: &schema, vars: &vars, columns: partition.clone(), functions: &functions };
         let mut conditions: Vec<Option<MatchExpr>> = vec![None; vars.len()];
         for s in &symbols {
             let var = var_of(&s.symbol.value).ok_or_else(|| {

@@ -9,9 +9,12 @@
 //! meet two integer widths.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Volatility};
 use weir_core::{Result, WeirError};
 
 use super::nfa::{Event, Node};
@@ -95,6 +98,52 @@ pub enum MatchExpr {
     Classifier,
     /// `MATCH_PROCTIME()`: the wall clock when the match is emitted (not deterministic).
     MatchProctime,
+    /// Any other scalar function (`ABS`, `LOWER`, the program's), run by its own
+    /// implementation on one row's values, cast to the types it was planned for.
+    Function(Box<Call>),
+}
+
+/// A scalar function call as planned: the function, its arguments, their types after
+/// DataFusion's coercion, its result's type.
+#[derive(Clone)]
+pub struct Call {
+    pub udf: Arc<ScalarUDF>,
+    pub args: Vec<MatchExpr>,
+    pub arg_fields: Vec<FieldRef>,
+    pub return_field: FieldRef,
+    pub config: Arc<ConfigOptions>,
+}
+
+/// By name and arguments: state shapes and `EXPLAIN` compare it, and the function's own
+/// fields are not part of what it computes.
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call").field("name", &self.udf.name()).field("args", &self.args).finish()
+    }
+}
+
+impl Call {
+    fn eval(&self, values: Vec<ScalarValue>) -> Result<ScalarValue> {
+        let args = values
+            .into_iter()
+            .zip(&self.arg_fields)
+            .map(|(v, f)| {
+                let typed = if v.is_null() { ScalarValue::try_from(f.data_type())? } else { v.cast_to(f.data_type())? };
+                Ok(ColumnarValue::Scalar(typed))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let out = self.udf.invoke_with_args(ScalarFunctionArgs {
+            args,
+            arg_fields: self.arg_fields.clone(),
+            number_rows: 1,
+            return_field: self.return_field.clone(),
+            config_options: self.config.clone(),
+        })?;
+        Ok(normalise(match out {
+            ColumnarValue::Scalar(v) => v,
+            ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+        }))
+    }
 }
 
 /// What an expression reads: the rows mapped so far (newest first along `prev`), and the
@@ -137,6 +186,9 @@ impl MatchExpr {
     pub fn reads_clock(&self) -> bool {
         match self {
             MatchExpr::MatchProctime => true,
+            MatchExpr::Function(c) => {
+                c.udf.signature().volatility == Volatility::Volatile || c.args.iter().any(|a| a.reads_clock())
+            }
             MatchExpr::Literal(_)
             | MatchExpr::Column { .. }
             | MatchExpr::MatchRowtime
@@ -219,6 +271,10 @@ impl MatchExpr {
             MatchExpr::Cast { expr, to } => normalise(expr.eval_at(scope, at)?.cast_to(to)?),
             MatchExpr::MatchRowtime => {
                 ScalarValue::TimestampMillisecond(scope.rows(None).next().map(|(e, _)| e.time), None)
+            }
+            MatchExpr::Function(c) => {
+                let values = c.args.iter().map(|a| a.eval_at(scope, at)).collect::<Result<Vec<_>>>()?;
+                c.eval(values)?
             }
             MatchExpr::MatchProctime => ScalarValue::TimestampMillisecond(
                 Some(

@@ -1,0 +1,2 @@
+CREATE TABLE nexmark_q (s STRING, d INT, u STRING, r DOUBLE) WITH ('connector'='blackhole');
+INSERT INTO nexmark_q SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY sym ORDER BY ts MEASURES ABS(A.price - C.price) AS d, LOWER(LAST(A.sym)) AS u, ROUND(AVG(CAST(B.price AS DOUBLE)), 1) AS r ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A B+? C) DEFINE B AS ABS(B.price - A.price) <= 3, C AS ABS(C.price - A.price) > 3 AND MOD(C.id, 2) = 0) AS T;
