@@ -3,7 +3,9 @@
 //! commit; the topic, read `read_committed` and reduced to each key's last record (a
 //! tombstone deletes the key), holds exactly the rows of a run that was never killed.
 //! `debezium-json`: change events read as a changelog and written as one. A regular join of
-//! two Kafka topics, written as change events exactly once under SIGKILL in every phase.
+//! two Kafka topics, written as change events exactly once under SIGKILL in every phase. An
+//! anti join over an updating input (auctions leaving as their first high bid comes),
+//! upserted exactly once under SIGKILL in every phase.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,6 +34,23 @@ GROUP BY n;
 ",
         ck = checkpoints.display(),
         bids = bids_table(bootstrap, "bids", &rate),
+    )
+}
+
+/// Kafka `bids` -> each auction's bid count, kept only while the auction has no bid over
+/// 5,000,000 (`NOT EXISTS`: an anti join over an updating input, whose rows go when a high
+/// bid comes) -> upserted by auction into `out`.
+fn anti_job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
+    let sql = job(bootstrap, out, delivery, checkpoints, rate);
+    let (head, _) = sql.split_once(&format!("CREATE TABLE {out} ")).expect("the job's sink");
+    let (_, sink_options) = sql.split_once("  WITH ('connector' = 'upsert-kafka'").expect("the sink's options");
+    let (sink_options, _) = sink_options.split_once("INSERT INTO").expect("the INSERT");
+    format!(
+        "{head}CREATE TABLE {out} (auction BIGINT, n BIGINT, PRIMARY KEY (auction) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka'{sink_options}INSERT INTO {out}
+SELECT c.auction, c.n FROM (SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction) c
+WHERE NOT EXISTS (SELECT 1 FROM bids b WHERE b.auction = c.auction AND b.price > 5000000);
+"
     )
 }
 
@@ -81,6 +100,39 @@ async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
 
     let checkpoints = dir.join("checkpoints");
     let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&sql, phase, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
+    );
+    run_to_end(&sql);
+    let (got, _) = reduce(broker.read_committed_records("out"));
+    assert_eq!(got.len(), want.len(), "keys differ in number from the uninterrupted run");
+    assert!(got == want, "rows differ from the uninterrupted run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anti_join_over_an_updating_input_is_exactly_once_under_sigkill_in_every_phase() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 20_000).await;
+    broker.create_topic("reference", 2).await;
+    broker.create_topic("out", 2).await;
+    run_to_end(&write_sql(
+        &dir,
+        "reference.sql",
+        anti_job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
+    ));
+    let (want, tombstones) = reduce(broker.read_committed_records("reference"));
+    assert!(want.len() > 50, "reference has {} keys", want.len());
+    assert!(tombstones > 0, "no auction of the reference ever left");
+
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", anti_job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
     let faults = dir.join("faults");
     kill_in_phases(
         &PHASES,
