@@ -287,8 +287,7 @@ pub fn parse_script(text: &str) -> Result<Vec<ParsedStatement>> {
 pub fn parse_statement(tokens: Vec<TokenWithSpan>, text: String) -> Result<ParsedStatement> {
     let tokens = crate::collections::rewrite(tokens)?;
     let tokens = crate::predicates::rewrite(crate::json_construct::rewrite(tokens)?)?;
-    let tokens = crate::named_args::rewrite(tokens)?;
-    let tokens = crate::match_recognize::syntax::rewrite(tokens)?;
+    let tokens = crate::match_recognize::syntax::rewrite(crate::named_args::rewrite(tokens)?)?;
     let tokens = rewrite_temporal_tables(rewrite_window_tvfs(crate::hints::rewrite(tokens)?)?)?;
     let dialect = GenericDialect {};
     let start = tokens.first().map(|t| location(t.span.start)).unwrap_or(Location { line: 1, column: 1 });

@@ -74,8 +74,14 @@ fn reduce(records: Vec<(Option<String>, Option<String>)>) -> (BTreeMap<String, S
     (table, tombstones)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
+/// A job's SQL: bootstrap servers, sink topic, delivery guarantee, checkpoint directory,
+/// records per second (`None`: as fast as it goes).
+type JobOf = fn(&str, &str, &str, &Path, Option<u32>) -> String;
+
+/// `job_of` run over 20,000 bids uninterrupted into topic `reference`, then exactly once into
+/// `out` while SIGKILLed at least 3 times in every phase and 20 in all: the reference's
+/// table and tombstones, and the killed run's table.
+async fn reference_and_killed(job_of: JobOf) -> (BTreeMap<String, String>, usize, BTreeMap<String, String>) {
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     load_bids(&broker, 20_000).await;
@@ -84,9 +90,28 @@ async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
     run_to_end(&write_sql(
         &dir,
         "reference.sql",
-        job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
+        job_of(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
     ));
     let (want, tombstones) = reduce(broker.read_committed_records("reference"));
+    let checkpoints = dir.join("checkpoints");
+    let sql = write_sql(&dir, "job.sql", job_of(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
+    let faults = dir.join("faults");
+    kill_in_phases(
+        &PHASES,
+        Phase::Processing,
+        3,
+        20,
+        |phase| start(&sql, phase, &faults, "kafka"),
+        |phase| in_phase(phase, &faults, "kafka"),
+    );
+    run_to_end(&sql);
+    let (got, _) = reduce(broker.read_committed_records("out"));
+    (want, tombstones, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
+    let (want, tombstones, got) = reference_and_killed(job).await;
     assert!(want.len() > 5, "reference has {} keys", want.len());
     assert!(tombstones > 0, "no group of the reference was ever emptied");
     // Each key's value is the final row: {"n":…,"auctions":…,…}; the counts add up to the
@@ -97,53 +122,15 @@ async fn upsert_kafka_is_exactly_once_under_sigkill_in_every_phase() {
         .map(|n| n.parse::<u64>().expect("a count"))
         .sum();
     assert!(auctions > 100, "{auctions} auctions");
-
-    let checkpoints = dir.join("checkpoints");
-    let sql = write_sql(&dir, "job.sql", job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
-    let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        20,
-        |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &faults, "kafka"),
-    );
-    run_to_end(&sql);
-    let (got, _) = reduce(broker.read_committed_records("out"));
     assert_eq!(got.len(), want.len(), "keys differ in number from the uninterrupted run");
     assert!(got == want, "rows differ from the uninterrupted run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anti_join_over_an_updating_input_is_exactly_once_under_sigkill_in_every_phase() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
-    broker.create_topic("reference", 2).await;
-    broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(
-        &dir,
-        "reference.sql",
-        anti_job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
-    ));
-    let (want, tombstones) = reduce(broker.read_committed_records("reference"));
+    let (want, tombstones, got) = reference_and_killed(anti_job).await;
     assert!(want.len() > 50, "reference has {} keys", want.len());
     assert!(tombstones > 0, "no auction of the reference ever left");
-
-    let checkpoints = dir.join("checkpoints");
-    let sql = write_sql(&dir, "job.sql", anti_job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)));
-    let faults = dir.join("faults");
-    kill_in_phases(
-        &PHASES,
-        Phase::Processing,
-        3,
-        20,
-        |phase| start(&sql, phase, &faults, "kafka"),
-        |phase| in_phase(phase, &faults, "kafka"),
-    );
-    run_to_end(&sql);
-    let (got, _) = reduce(broker.read_committed_records("out"));
     assert_eq!(got.len(), want.len(), "keys differ in number from the uninterrupted run");
     assert!(got == want, "rows differ from the uninterrupted run");
 }
