@@ -295,7 +295,6 @@ impl Compiler<'_> {
             MatchExpr::Cast { to, .. } => to.clone(),
             MatchExpr::Function(c) => c.return_field.data_type().clone(),
             MatchExpr::MatchRowtime | MatchExpr::MatchProctime => DataType::Timestamp(TimeUnit::Millisecond, None),
-            MatchExpr::Classifier => DataType::Utf8,
         }
     }
 }

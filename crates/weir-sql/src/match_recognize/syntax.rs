@@ -20,15 +20,13 @@ pub struct Extras {
     pub reluctant: Vec<bool>,
     /// `WITHIN`, in milliseconds.
     pub within: Option<i64>,
-    /// Where `PATTERN` is: `line:column`.
-    pub at: (u64, u64),
 }
 
 impl Extras {
     pub fn encode(&self) -> String {
         let reluctant: String = self.reluctant.iter().map(|r| if *r { '1' } else { '0' }).collect();
         let within = self.within.map(|w| w.to_string()).unwrap_or_default();
-        format!("{reluctant};{within};{}:{}", self.at.0, self.at.1)
+        format!("{reluctant};{within}")
     }
 
     pub fn decode(text: &str) -> Option<Extras> {
@@ -38,8 +36,7 @@ impl Extras {
             "" => None,
             w => Some(w.parse().ok()?),
         };
-        let (line, column) = parts.next()?.split_once(':')?;
-        Some(Extras { reluctant, within, at: (line.parse().ok()?, column.parse().ok()?) })
+        Some(Extras { reluctant, within })
     }
 }
 
@@ -112,7 +109,6 @@ fn clause(tokens: &[TokenWithSpan], start: usize, out: &mut Vec<TokenWithSpan>) 
             first_keyword_at = Some(body.len());
         }
         if depth == 1 && is_word(&t.token, "PATTERN") {
-            extras.at = (t.span.start.line, t.span.start.column);
             body.push(t.clone());
             i = pattern(tokens, i + 1, &mut body, &mut extras)?;
             continue;
@@ -259,7 +255,7 @@ mod tests {
                    WITHIN INTERVAL '10' SECOND DEFINE A AS A.x > 1)";
         assert_eq!(
             rewritten(sql),
-            "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES '110;10000;1:65' AS __weir_mr, A.x AS ax \
+            "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES '110;10000' AS __weir_mr, A.x AS ax \
              PATTERN (A B* C{1,2} D?) DEFINE A AS A.x > 1)"
         );
     }
@@ -269,8 +265,8 @@ mod tests {
         let sql = "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) DEFINE A AS A.x > 1)";
         assert_eq!(
             rewritten(sql),
-            "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES ';;1:46' AS __weir_mr PATTERN (A B) DEFINE A AS A.x > 1)"
+            "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES ';' AS __weir_mr PATTERN (A B) DEFINE A AS A.x > 1)"
         );
-        assert_eq!(Extras::decode("110;10000;1:65").map(|e| e.within), Some(Some(10_000)));
+        assert_eq!(Extras::decode("110;10000").map(|e| e.within), Some(Some(10_000)));
     }
 }

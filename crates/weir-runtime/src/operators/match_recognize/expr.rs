@@ -94,8 +94,6 @@ pub enum MatchExpr {
     },
     /// `MATCH_ROWTIME()`: the time of the last row.
     MatchRowtime,
-    /// `CLASSIFIER()`: the variable of the last row.
-    Classifier,
     /// `MATCH_PROCTIME()`: the wall clock when the match is emitted (not deterministic).
     MatchProctime,
     /// Any other scalar function (`ABS`, `LOWER`, the program's), run by its own
@@ -151,7 +149,6 @@ impl Call {
 pub struct Scope<'a> {
     pub path: Option<&'a Node>,
     pub current: Option<(&'a Event, u16)>,
-    pub names: &'a [String],
 }
 
 impl Scope<'_> {
@@ -192,7 +189,6 @@ impl MatchExpr {
             MatchExpr::Literal(_)
             | MatchExpr::Column { .. }
             | MatchExpr::MatchRowtime
-            | MatchExpr::Classifier
             | MatchExpr::Aggregate { arg: None, .. } => false,
             MatchExpr::Aggregate { arg: Some(e), .. }
             | MatchExpr::Not(e)
@@ -285,9 +281,6 @@ impl MatchExpr {
                 ),
                 None,
             ),
-            MatchExpr::Classifier => {
-                ScalarValue::Utf8(scope.rows(None).next().and_then(|(_, v)| scope.names.get(v as usize).cloned()))
-            }
         })
     }
 }

@@ -295,7 +295,7 @@ impl MatchRecognize {
         for (j, measure) in self.spec.measures.iter().enumerate() {
             let values = found
                 .iter()
-                .map(|m| measure.eval(&Scope { path: Some(m), current: None, names: &self.spec.pattern.names }))
+                .map(|m| measure.eval(&Scope { path: Some(m), current: None }))
                 .collect::<Result<Vec<_>>>()?;
             columns.push(self.column(values.into_iter(), width + j)?);
         }

@@ -102,7 +102,7 @@ impl Pattern {
         let var = self.steps[step].var;
         match &self.conditions[var as usize] {
             None => Ok(true),
-            Some(c) => c.holds(&Scope { path, current: Some((event, var)), names: &self.names }),
+            Some(c) => c.holds(&Scope { path, current: Some((event, var)) }),
         }
     }
 
@@ -149,7 +149,9 @@ impl Pattern {
                     out.push(Partial { step: next, taken: count, path: Some(node), start });
                 }
             }
-            if !self.may_leave(step, taken, path, event)? {
+            // May it go on without taking the row? Not below its minimum, nor, greedy, on a
+            // row it just took (the condition is evaluated once).
+            if taken < s.min || (s.greedy && room && took) {
                 break;
             }
             (step, taken) = (step + 1, 0);
