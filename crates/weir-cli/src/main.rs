@@ -31,6 +31,10 @@ enum Command {
         /// Start jobs over, deleting their checkpoints, instead of resuming from the latest.
         #[arg(long)]
         from_scratch: bool,
+        /// Serve metrics (/metrics), the REST API and the dashboard on [ADDRESS:]PORT while
+        /// the jobs run (a bare port listens on loopback only).
+        #[arg(long, value_name = "[ADDR:]PORT")]
+        web: Option<String>,
     },
     /// Check that the jobs of a SQL file are exactly-once: run them once without failures and
     /// again with crashes (SIGKILL) in every phase of their checkpoints and commits, into
@@ -60,6 +64,9 @@ enum Command {
         /// takes its predecessor's place in the groups at once (Kafka's static membership).
         #[arg(long)]
         id: Option<String>,
+        /// Serve this worker's tasks' metrics, REST API and dashboard on [ADDRESS:]PORT.
+        #[arg(long, value_name = "[ADDR:]PORT")]
+        web: Option<String>,
     },
     /// Show the tasks of a SQL file's jobs run by workers: which worker runs each, the
     /// checkpoint it last committed, its consumer lag. Read from the Kafka cluster.
@@ -92,9 +99,11 @@ fn main() -> ExitCode {
         }
         match cli.command {
             None => repl::run(cli.history).await,
-            Some(Command::Run { file, from_scratch }) => run::run_file(&file, from_scratch).await,
-            Some(Command::Worker { file, id }) => run::worker_file(&file, false, id.as_deref()).await,
-            Some(Command::Status { file }) => run::worker_file(&file, true, None).await,
+            Some(Command::Run { file, from_scratch, web }) => run::run_file(&file, from_scratch, web.as_deref()).await,
+            Some(Command::Worker { file, id, web }) => {
+                run::worker_file(&file, false, id.as_deref(), web.as_deref()).await
+            }
+            Some(Command::Status { file }) => run::worker_file(&file, true, None, None).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
             Some(Command::Test { paths }) => match weir_cli::slt::run_paths(&paths).await {
                 Ok(summary) => {

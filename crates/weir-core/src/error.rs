@@ -23,6 +23,18 @@ pub enum ErrorKind {
     Fenced,
 }
 
+impl ErrorKind {
+    /// The kind as metrics and the REST API label it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorKind::User => "user",
+            ErrorKind::External => "external",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Fenced => "fenced",
+        }
+    }
+}
+
 /// A 1-based position in the SQL text the user gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {

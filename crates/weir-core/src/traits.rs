@@ -47,6 +47,18 @@ pub trait Source: Send {
         Vec::new()
     }
 
+    /// How much of a bounded input this task has read, of how much, in any unit (files: parts
+    /// in thousandths); `None` when it cannot tell (an unbounded stream).
+    fn progress(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// How far this task is behind each partition it reads (for metrics; called about once
+    /// a second while the job is watched, so it must not wait on the network).
+    fn partition_lag(&self) -> Vec<crate::metrics::PartitionLag> {
+        Vec::new()
+    }
+
     /// The partition the last batch came from (each batch comes from one).
     fn batch_partition(&self) -> Option<u32> {
         None

@@ -39,7 +39,10 @@ mod semi_join_tests;
 mod sort_tests;
 
 pub use exchange::{check_keyed_inputs, hash_partition, Partitioning};
-pub use job::{identities, sink_task_kind, spawn_job, JobHandle, JobOptions, JobState, JobStatus, SinkSpec};
+pub use job::{
+    identities, sink_task_kind, spawn_job, Edge, JobException, JobGraph, JobHandle, JobOptions, JobState, JobStatus,
+    SinkSpec, Vertex,
+};
 pub use key_hash::KEY_HASH;
 pub use merge::InputMerger;
 pub use plan::{LookupOf, Node, OperatorSpec, SinkTarget, StreamPlan};

@@ -53,7 +53,7 @@ pub async fn run(engine: &Engine, sql: &str, id: Option<&str>) -> Result<()> {
     let member = Member { name: member_name(id), instance: id.map(str::to_string) };
     let mut runs = Vec::new();
     for job in jobs {
-        runs.push(WorkerJob::new(job, engine.connectors(), &member)?);
+        runs.push(WorkerJob::new(job, engine.connectors(), &member, engine.watched())?);
     }
     // One job's failure stops the others too, each leaving nothing open behind it.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -207,6 +207,8 @@ struct WorkerJob {
     layout: Arc<Layout>,
     connectors: Arc<dyn ConnectorFactory>,
     member: Member,
+    /// Where this worker's tasks are shown (its web endpoint, if it runs one).
+    watched: weir::web::Jobs,
 }
 
 /// A task this worker runs: sub-topology id and partition.
@@ -242,10 +244,15 @@ struct Running {
 }
 
 impl WorkerJob {
-    fn new(job: PreparedJob, connectors: Arc<dyn ConnectorFactory>, member: &Member) -> Result<Self> {
+    fn new(
+        job: PreparedJob,
+        connectors: Arc<dyn ConnectorFactory>,
+        member: &Member,
+        watched: weir::web::Jobs,
+    ) -> Result<Self> {
         let layout = Layout::new(job)?;
         layout.ensure_topics()?;
-        Ok(Self { layout: Arc::new(layout), connectors, member: member.clone() })
+        Ok(Self { layout: Arc::new(layout), connectors, member: member.clone(), watched })
     }
 
     /// Run the job's tasks as the groups assign them, until they have all ended, the worker
@@ -597,6 +604,8 @@ impl WorkerJob {
             }),
         };
         let handle = spawn_job(id, name, vec![(sub.root.clone(), spec)], connectors, options)?;
+        // Its guarantee is the job's, as `EXPLAIN INSERT` of the file reports it.
+        self.watched.add(handle.clone(), "a worker's task (see EXPLAIN of the job)".to_string(), Vec::new());
         Ok(Some(Running { handle, name: run_name, seqs: run_seqs }))
     }
 }

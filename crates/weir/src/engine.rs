@@ -57,6 +57,9 @@ pub struct Engine {
     from_scratch: bool,
     /// A `weir verify` run: sinks written into scratch copies, sources bounded.
     scratch: Option<crate::scratch::Scratch>,
+    /// The jobs the web endpoint shows, and the endpoint once started.
+    watched: weir_web::Jobs,
+    web: std::sync::Mutex<Option<weir_web::WebServer>>,
 }
 
 /// An `INSERT` of a script, planned and not started ([`Engine::plan_inserts`]).
@@ -132,6 +135,48 @@ impl Engine {
             base_dir: None,
             from_scratch: false,
             scratch: None,
+            watched: weir_web::Jobs::default(),
+            web: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Serve `/metrics`, the REST API and the dashboard of this engine's jobs on `addr`
+    /// (`PORT` listens on loopback; `ADDRESS:PORT`; port 0 picks one), until the engine is
+    /// dropped. Returns the address it listens on. Once only: a second call is an error.
+    pub async fn serve_http(&self, addr: &str) -> Result<std::net::SocketAddr> {
+        let addr = weir_web::parse_addr(addr)?;
+        if let Some(running) = self.web.lock().ok().and_then(|w| w.as_ref().map(|w| w.local_addr())) {
+            return Err(WeirError::user(format!("the web endpoint already runs on {running}")));
+        }
+        let server = weir_web::serve(addr, self.watched.clone()).await?;
+        let at = server.local_addr();
+        if let Ok(mut web) = self.web.lock() {
+            *web = Some(server);
+        }
+        Ok(at)
+    }
+
+    /// The jobs the web endpoint shows: a program that runs jobs of its own (a worker's
+    /// tasks) adds them here.
+    pub fn watched(&self) -> weir_web::Jobs {
+        self.watched.clone()
+    }
+
+    /// Where the web endpoint listens, if it runs.
+    pub fn web_addr(&self) -> Option<std::net::SocketAddr> {
+        self.web.lock().ok()?.as_ref().map(|w| w.local_addr())
+    }
+
+    /// Show `job` on the web endpoint with its guarantee, and remember the guarantee for
+    /// `SHOW JOBS`.
+    fn watch(&self, state: &mut State, job: &JobHandle, report: Option<crate::guarantees::Report>) {
+        let (delivered, guarantee) = match &report {
+            Some(r) => (r.delivered.clone(), r.lines.clone()),
+            None => ("none (to the caller)".to_string(), Vec::new()),
+        };
+        self.watched.add(job.clone(), delivered, guarantee);
+        if let Some(report) = report {
+            state.guarantees.insert(job.id(), report);
         }
     }
 
@@ -467,6 +512,12 @@ impl Engine {
             Statement::Set { key: Some((key, at)), value } => {
                 state.settings.set(key, value.as_deref().unwrap_or_default(), Some(*at))?;
                 state.planner.state_ttl = state.settings.state_ttl();
+                if key.as_str() == "rest.port" {
+                    let host = state.settings.get("rest.bind-address").unwrap_or("127.0.0.1").to_string();
+                    let port = value.as_deref().unwrap_or_default();
+                    let addr = self.serve_http(&format!("{host}:{port}")).await.map_err(|e| e.at(Some(*at)))?;
+                    return Ok(Outcome::Done(format!("Set '{key}': serving http://{addr}/ (metrics at /metrics).")));
+                }
                 Ok(Outcome::Done(format!("Set '{key}'.")))
             }
             Statement::Reset { key } => {
@@ -539,13 +590,14 @@ impl Engine {
                 let branches = vec![(plan.root.clone(), spec)];
                 let job = spawn_job(id, name, branches, self.connectors.clone(), state.settings.job_options())?;
                 state.jobs.push(job.clone());
+                self.watch(&mut state, &job, None);
                 Ok(Outcome::Query(QueryStream::new(schema, plan.root.changelog(), tx, rx, job)))
             }
             Statement::Insert(q) => {
                 let plan = state.planner.plan(q, tokens, start).await?;
                 let report = self.check_insert(&state, &plan).await?;
                 let job = self.start_job(&mut state, vec![plan])?;
-                state.guarantees.insert(job.id(), report);
+                self.watch(&mut state, &job, Some(report));
                 self.job_outcome(state, job).await
             }
         }

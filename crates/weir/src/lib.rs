@@ -29,6 +29,8 @@ pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Mate
 pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;
+/// The web endpoint's pieces, for programs that show jobs of their own on it.
+pub use weir_web as web;
 
 /// What an embedding program implements to bring its own connectors
 /// ([`Engine::with_connectors`]), and the built-in ones to fall back on.

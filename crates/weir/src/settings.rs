@@ -20,6 +20,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
     (
+        "rest.port",
+        "",
+        "serve metrics (/metrics), the REST API and the dashboard on this port (Flink's key); empty: off",
+    ),
+    ("rest.bind-address", "127.0.0.1", "the address the web endpoint listens on (loopback unless told)"),
+    (
         "execution.savepoint.ignore-unclaimed-state",
         "false",
         "'true': a job restored from a checkpoint drops the state of operators its SQL no longer has, instead of \
@@ -175,6 +181,9 @@ impl Settings {
                 "setting 'pipeline.max-parallelism' must be a number from 1 to 32768, not '{value}'"
             ))
             .at(at));
+        }
+        if key == "rest.port" && value.parse::<u16>().is_err() {
+            return Err(WeirError::user(format!("setting 'rest.port' must be a port number, not '{value}'")).at(at));
         }
         if key == "restart.attempts" && value.parse::<u32>().is_err() {
             return Err(

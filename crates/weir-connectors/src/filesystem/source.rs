@@ -289,6 +289,24 @@ impl Source for FileSource {
         self.skipped_in_done_files + self.skipped_current
     }
 
+    /// Parts done, in thousandths, with the current byte range's share read.
+    fn progress(&self) -> Option<(u64, u64)> {
+        let total = self.parts.len() as u64 * 1000;
+        let done = match &self.current {
+            Some((index, reader)) => {
+                let share = match self.parts.get(*index).map(|(_, p)| p) {
+                    Some(Portion::Bytes { start, end }) if end > start => {
+                        reader.position().saturating_sub(*start).min(end - start) * 1000 / (end - start)
+                    }
+                    _ => 0,
+                };
+                *index as u64 * 1000 + share
+            }
+            None => self.next_part as u64 * 1000,
+        };
+        Some((done.min(total), total))
+    }
+
     /// `{"part": k, "at": n}`: parts before `k` are done; part `k` continues at `n` (a byte
     /// offset of a text file, rows into a Parquet portion).
     fn position(&self) -> Option<Vec<u8>> {

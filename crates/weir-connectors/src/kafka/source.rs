@@ -487,6 +487,34 @@ impl Source for KafkaSource {
         self.positions.keys().copied().collect()
     }
 
+    fn partition_lag(&self) -> Vec<weir_core::metrics::PartitionLag> {
+        // The client's own positions pass transaction markers, which never reach this task;
+        // ours do not. A record held for the next batch is not read yet: then ours counts.
+        let client: BTreeMap<(String, i32), i64> = match (&self.held, self.consumer.position()) {
+            (None, Ok(list)) => list
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+                    _ => None,
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        let mut lags = Vec::with_capacity(self.positions.len());
+        for (i, position) in &self.positions {
+            let Some((topic, partition)) = self.parts.get(*i as usize) else { continue };
+            let Some(end) = cached_end_offset(&self.consumer, topic, *partition) else { continue };
+            let theirs = client.get(&(topic.clone(), *partition)).copied().unwrap_or(-1);
+            let position = (*position).max(theirs);
+            if position < 0 {
+                continue;
+            }
+            lags.push(weir_core::metrics::PartitionLag { topic: topic.clone(), partition: *partition, position, end });
+        }
+        lags
+    }
+
     fn checkpoint_taken(&mut self, epoch: u64) {
         if let Some(pending) = &mut self.group_commits {
             pending.insert(epoch, self.positions.clone());
@@ -623,4 +651,24 @@ pub(crate) fn specific_offsets(table: &TableDef) -> Result<BTreeMap<i32, i64>> {
         }
     }
     Ok(ends)
+}
+
+/// A partition's end offset as the client last saw it in a fetch response (read_committed:
+/// the last stable offset), without asking the broker; `None` before the first fetch.
+fn cached_end_offset(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives; librdkafka reads the topic
+    // name and writes the two offsets, under its own lock (rdkafka 0.39 has no wrapper for
+    // this cached, non-blocking call).
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

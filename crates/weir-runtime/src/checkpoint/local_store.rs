@@ -306,6 +306,7 @@ impl CheckpointStore for LocalStore {
             duration_ms: started.elapsed().as_millis() as u64,
             bytes_written,
             bytes_referenced,
+            completed_at_ms: 0,
         })
     }
 

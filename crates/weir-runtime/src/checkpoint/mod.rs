@@ -82,6 +82,13 @@ pub struct OperatorState {
     pub bytes_referenced: u64,
 }
 
+impl OperatorState {
+    /// What the state takes in the checkpoint: its own bytes and the shared files it needs.
+    pub fn size(&self) -> u64 {
+        self.state.len() as u64 + self.bytes_copied + self.bytes_referenced
+    }
+}
+
 /// One task's state in a checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskState {
@@ -147,6 +154,40 @@ pub struct CheckpointStats {
     pub duration_ms: u64,
     pub bytes_written: u64,
     pub bytes_referenced: u64,
+    /// When it completed, in milliseconds since the Unix epoch: for people reading the
+    /// history, never for results.
+    pub completed_at_ms: u64,
+}
+
+/// A job's checkpoints so far, across its restarts: what its watchers see.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointHistory {
+    /// The last 100 completed, oldest first.
+    pub completed: Vec<CheckpointStats>,
+    /// All completed and all failed (written unsuccessfully, or given up after the timeout).
+    pub completed_count: u64,
+    pub failed_count: u64,
+    /// The last failure: the checkpoint's id and why.
+    pub last_failure: Option<(u64, String)>,
+}
+
+impl CheckpointHistory {
+    fn completed(&mut self, s: CheckpointStats) {
+        self.completed.push(s);
+        let excess = self.completed.len().saturating_sub(100);
+        self.completed.drain(..excess);
+        self.completed_count += 1;
+    }
+
+    fn failed(&mut self, id: u64, why: String) {
+        self.failed_count += 1;
+        self.last_failure = Some((id, why));
+    }
+}
+
+/// Milliseconds since the Unix epoch, for timestamps people read.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Where checkpoints are kept. Local directories today; object storage can implement the
@@ -228,7 +269,7 @@ pub async fn coordinate(
     committed: watch::Sender<u64>,
     mut acks: mpsc::UnboundedReceiver<Ack>,
     mut stop: mpsc::UnboundedReceiver<()>,
-    stats: std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
+    stats: std::sync::Arc<std::sync::Mutex<CheckpointHistory>>,
 ) -> Result<()> {
     let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
     let mut pending: BTreeMap<u64, BTreeMap<String, TaskState>> = BTreeMap::new();
@@ -264,6 +305,9 @@ pub async fn coordinate(
                         continue;
                     }
                     log::warn!("checkpoint {open} timed out after {:?}; abandoned", config.timeout);
+                    if let Ok(mut h) = stats.lock() {
+                        h.failed(open, format!("timed out after {:?}", config.timeout));
+                    }
                     started.remove(&open);
                     pending.remove(&open);
                 }
@@ -337,7 +381,7 @@ async fn complete(
     began: Option<tokio::time::Instant>,
     config: &CheckpointConfig,
     store: &std::sync::Arc<dyn CheckpointStore>,
-    stats: &std::sync::Arc<std::sync::Mutex<Vec<CheckpointStats>>>,
+    stats: &std::sync::Arc<std::sync::Mutex<CheckpointHistory>>,
     committed: &watch::Sender<u64>,
     keep: Vec<String>,
 ) -> Result<bool> {
@@ -357,10 +401,9 @@ async fn complete(
                 s.duration_ms = began.elapsed().as_millis() as u64;
             }
             log::info!("checkpoint {n} complete: {} bytes in {} ms", s.bytes_written, s.duration_ms);
-            if let Ok(mut all) = stats.lock() {
-                all.push(s);
-                let excess = all.len().saturating_sub(100);
-                all.drain(..excess);
+            s.completed_at_ms = now_ms();
+            if let Ok(mut history) = stats.lock() {
+                history.completed(s);
             }
             let _ = committed.send(n);
             Ok(true)
@@ -368,10 +411,16 @@ async fn complete(
         Ok(Err(e)) if e.kind == weir_core::ErrorKind::Fenced => Err(e),
         Ok(Err(e)) => {
             log::warn!("checkpoint {n} failed: {e}");
+            if let Ok(mut history) = stats.lock() {
+                history.failed(n, e.to_string());
+            }
             Ok(false)
         }
         Err(e) => {
             log::warn!("checkpoint {n} failed: {e}");
+            if let Ok(mut history) = stats.lock() {
+                history.failed(n, e.to_string());
+            }
             Ok(false)
         }
     }

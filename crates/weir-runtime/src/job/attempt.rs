@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use weir_core::metrics::TaskPlace;
 use weir_core::{ConnectorFactory, Message, OperatorMetrics, Result, Split, WeirError};
 
-use crate::checkpoint::{CheckpointStats, Trigger};
+use crate::checkpoint::{CheckpointHistory, Trigger};
 use crate::identity::{Branch, Identities, StatePart};
 use crate::plan::Node;
 
@@ -20,13 +21,14 @@ pub(super) struct Attempt {
     pub(super) tasks: Vec<(String, Task)>,
     pub(super) metrics: Vec<Arc<OperatorMetrics>>,
     pub(super) stop: Option<mpsc::UnboundedSender<()>>,
+    pub(super) graph: JobGraph,
 }
 
 pub(super) fn build_attempt(
     branches: &mut [(Node, SinkSpec<'static>)],
     connectors: &dyn ConnectorFactory,
     options: &JobOptions,
-    stats: &Arc<Mutex<Vec<CheckpointStats>>>,
+    stats: &Arc<Mutex<CheckpointHistory>>,
 ) -> Result<Attempt> {
     let checkpointing = options.checkpoint.clone();
     let restored_epoch = options.restore.as_ref().map(|r| r.epoch);
@@ -48,6 +50,7 @@ pub(super) fn build_attempt(
         scans: Vec::new(),
         met: Default::default(),
         ids: identities(branches),
+        graph: JobGraph::default(),
     };
     // Each INSERT's tasks, in order (a statement set has several): the sources they read are
     // opened last, once, for all of them.
@@ -55,6 +58,7 @@ pub(super) fn build_attempt(
         crate::exchange::check_keyed_inputs(root)?;
         builder.next_insert();
         let mut inputs: Vec<mpsc::Receiver<Message>> = builder.build(root, None)?.into_iter().flatten().collect();
+        let above = builder.graph.vertices.len().checked_sub(1);
         // The first INSERT's keys are those of a job of one INSERT.
         let (merge_key, old_sink_kind) = match k {
             0 => ("merge-to-sink".to_string(), "sink-task".to_string()),
@@ -65,13 +69,19 @@ pub(super) fn build_attempt(
         let part = builder.ids.sink(k).cloned().ok_or_else(|| WeirError::internal("a sink without its identity"))?;
         let sink_kind = sink_task_kind(&part);
         let restore_kind = if builder.by_place() { old_sink_kind } else { sink_kind.clone() };
+        let ship = if !sink.parallel && inputs.len() > 1 { "GLOBAL" } else { "FORWARD" };
         if !sink.parallel && inputs.len() > 1 {
             inputs = vec![builder.merge_into_one(&merge_key, &format!("merge to sink {}", sink.name), inputs)];
         }
         let count = inputs.len();
+        let vertex = builder.graph.vertex(format!("Sink: {}", sink.name), count, vec![part.id.clone()]);
+        if let Some(above) = above {
+            builder.graph.edge(above, vertex, ship);
+        }
         for (index, input) in inputs.into_iter().enumerate() {
             let task_sink = (sink.make)(Split { index, count })?;
-            let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name));
+            let place = TaskPlace { vertex, task: index, id: part.id.clone() };
+            let metrics = builder.metrics(format!("Sink: {} [{index}]", sink.name), place);
             let (checkpoint, restoring) =
                 builder.checkpoint_of_task((&sink_kind, &restore_kind), index, count, Some(&part));
             // With checkpoints a sink always restores: from the checkpoint, or from nothing
@@ -91,7 +101,9 @@ pub(super) fn build_attempt(
         let input =
             builder.merge_into_one(&format!("late-merge-{name}"), &format!("merge late rows to {name}"), receivers);
         let task_sink = connectors.sink(&table, table.schema.clone(), Split { index: 0, count: 1 })?;
-        let metrics = builder.metrics(format!("Sink: {name} (late rows)"));
+        let vertex = builder.graph.vertex(format!("Sink: {name} (late rows)"), 1, Vec::new());
+        let metrics =
+            builder.metrics(format!("Sink: {name} (late rows)"), TaskPlace { vertex, task: 0, id: String::new() });
         let key = format!("late-sink-{name}");
         let restored = builder.options.restore.as_ref().and_then(|r| r.tasks.get(&key).cloned());
         let restoring = restored.map_or(Restoring::Nothing, Restoring::Same);
@@ -125,7 +137,7 @@ pub(super) fn build_attempt(
         }
         None => None,
     };
-    Ok(Attempt { tasks: builder.tasks, metrics: builder.metrics, stop })
+    Ok(Attempt { tasks: builder.tasks, metrics: builder.metrics, stop, graph: builder.graph })
 }
 
 /// The identities of a job's parts, from its INSERTs' plans and sinks.
@@ -221,7 +233,7 @@ pub fn spawn_job(
     options: JobOptions,
 ) -> Result<JobHandle> {
     options.key_groups.check_parallelism(options.parallelism)?;
-    let checkpoint_stats = Arc::new(Mutex::new(Vec::new()));
+    let checkpoint_stats = Arc::new(Mutex::new(CheckpointHistory::default()));
     let first = build_attempt(&mut branches, connectors.as_ref(), &options, &checkpoint_stats)?;
     let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (state_tx, state_rx) = watch::channel(JobState::Running);
@@ -235,6 +247,9 @@ pub fn spawn_job(
         started: Instant::now(),
         finished: Mutex::new(None),
         checkpoints: checkpoint_stats.clone(),
+        exceptions: Mutex::new(Vec::new()),
+        graph: Mutex::new(first.graph.clone()),
+        started_at_ms: crate::checkpoint::now_ms(),
         stop: Mutex::new(first.stop.clone()),
         stop_requested: stop_requested.clone(),
         checkpointing: options.checkpoint.is_some(),
@@ -253,8 +268,10 @@ pub fn spawn_job(
                     let done = inner.restarts.load(std::sync::atomic::Ordering::SeqCst);
                     let restartable = done < options.restart_attempts && e.kind != weir_core::ErrorKind::Fenced;
                     let Some((config, store)) = options.checkpoint.as_ref().filter(|_| restartable) else {
+                        inner.failed(&e, false);
                         break JobState::Failed(e);
                     };
+                    inner.failed(&e, true);
                     log::warn!(
                         "job '{}' failed ({e}); restarting from its latest checkpoint in {backoff:?}",
                         inner.name
@@ -280,7 +297,10 @@ pub fn spawn_job(
                             }
                             attempt = next;
                         }
-                        Err(e) => break JobState::Failed(e),
+                        Err(e) => {
+                            inner.failed(&e, false);
+                            break JobState::Failed(e);
+                        }
                     }
                 }
             }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
+use weir_core::metrics::TaskPlace;
 use weir_core::{ConnectorFactory, Message, OperatorMetrics, Result, Split, WeirError};
 
 use crate::checkpoint::{Ack, CheckpointMode, TaskCheckpoint, TaskState, Trigger};
@@ -13,6 +14,7 @@ use crate::plan::{InstanceContext, Node, OperatorSpec};
 use crate::values::ValuesSource;
 use crate::CHANNEL_CAPACITY;
 
+use super::graph::{ship_of, JobGraph};
 use super::*;
 
 /// Builds the tasks of a plan.
@@ -39,6 +41,8 @@ pub(super) struct Builder<'a> {
     pub(super) met: std::collections::HashMap<String, usize>,
     /// The stable identities of the job's operators, scans and sinks.
     pub(super) ids: Identities,
+    /// The vertices and edges built so far, for watchers.
+    pub(super) graph: JobGraph,
 }
 
 /// One scan of a source table: read once by each of its tasks, which feed the chains of
@@ -153,8 +157,8 @@ impl Builder<'_> {
         self.options.checkpoint.as_ref().is_none_or(|(c, _)| c.mode == CheckpointMode::ExactlyOnce)
     }
 
-    pub(super) fn metrics(&mut self, name: String) -> Arc<OperatorMetrics> {
-        let m = Arc::new(OperatorMetrics::new(name));
+    pub(super) fn metrics(&mut self, name: String, place: TaskPlace) -> Arc<OperatorMetrics> {
+        let m = Arc::new(OperatorMetrics::at(name, place));
         self.metrics.push(m.clone());
         m
     }
@@ -216,8 +220,14 @@ impl Builder<'_> {
         };
         // Of each task's inputs, how many are the left input of a join (the rest are right).
         let mut left_inputs = usize::MAX;
+        // The vertices feeding this one, and how.
+        let mut fed_by: Vec<(usize, &'static str)> = Vec::new();
         let mut merge_inputs: Vec<Vec<mpsc::Receiver<Message>>> = match (gather, start) {
-            (Some(input), _) => vec![self.build(input, None)?.into_iter().flatten().collect()],
+            (Some(input), _) => {
+                let built = self.build(input, None)?;
+                fed_by.push((self.graph.vertices.len() - 1, "GLOBAL"));
+                vec![built.into_iter().flatten().collect()]
+            }
             (None, Node::Union { inputs, .. }) => {
                 // Input j's task i feeds union task i (a forward edge); an input with fewer
                 // tasks feeds them all to union task 0.
@@ -226,15 +236,24 @@ impl Builder<'_> {
                     for (i, rx) in self.build(input, None)?.into_iter().flatten().enumerate() {
                         per_task[i % parallelism].push(rx);
                     }
+                    fed_by.push((self.graph.vertices.len() - 1, "FORWARD"));
                 }
                 per_task
             }
-            (None, Node::Exchange { partitioning, input }) => self.build(input, Some((partitioning, parallelism)))?,
+            (None, Node::Exchange { partitioning, input }) => {
+                let built = self.build(input, Some((partitioning, parallelism)))?;
+                fed_by.push((self.graph.vertices.len() - 1, ship_of(partitioning)));
+                built
+            }
             (None, Node::Join { left, right, .. }) => {
                 // Both inputs come exchanged by their join keys (Exchange nodes); each join
                 // task reads the left receivers first, then the right ones.
                 let mut exchanged = |node: &Node| match node {
-                    Node::Exchange { partitioning, input } => self.build(input, Some((partitioning, parallelism))),
+                    Node::Exchange { partitioning, input } => {
+                        let built = self.build(input, Some((partitioning, parallelism)))?;
+                        fed_by.push((self.graph.vertices.len() - 1, ship_of(partitioning)));
+                        Ok(built)
+                    }
                     _ => Err(WeirError::internal("a join input is not exchanged")),
                 };
                 let lefts = exchanged(left)?;
@@ -258,6 +277,22 @@ impl Builder<'_> {
             Node::Source { table, projection, .. } if gather.is_none() => Some(self.scan_of(table, projection)),
             _ => None,
         };
+        // The vertex: its operators' names in flow order, and the identities of its state.
+        let mut names: Vec<String> = match start {
+            _ if gather.is_some() => Vec::new(),
+            Node::Source { table, .. } => vec![format!("Source: {}", table.name)],
+            Node::Values { .. } => vec!["Values".to_string()],
+            _ => Vec::new(),
+        };
+        names.extend(specs.iter().map(|s| s.describe()));
+        let mut stateful: Vec<String> =
+            scan.and_then(|at| self.ids.scan(&self.scans[at].key)).map(|p| p.id.clone()).into_iter().collect();
+        stateful.extend(specs.iter().filter_map(|s| self.ids.operator(s).map(|p| p.id.clone())));
+        let vertex = self.graph.vertex(names.join(" -> "), parallelism, stateful);
+        for (from, ship) in fed_by {
+            self.graph.edge(from, vertex, ship);
+        }
+        let scan_id = scan.and_then(|at| self.ids.scan(&self.scans[at].key)).map(|p| p.id.clone()).unwrap_or_default();
         // Output channels: one per task, or a task-by-next-task matrix for an exchange.
         let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
             None => Vec::with_capacity(parallelism),
@@ -291,9 +326,14 @@ impl Builder<'_> {
                 Node::Source { table, .. } => match scan.and_then(|at| self.scans[at].tasks.get(index)) {
                     // Read by an INSERT built before: one source, its metrics.
                     Some(task) => Some(task.metrics.clone()),
-                    None => Some(self.metrics(format!("Source: {} [{index}]", table.name))),
+                    None => Some(self.metrics(
+                        format!("Source: {} [{index}]", table.name),
+                        TaskPlace { vertex, task: index, id: scan_id.clone() },
+                    )),
                 },
-                Node::Values { .. } => Some(self.metrics("Values".to_string())),
+                Node::Values { .. } => {
+                    Some(self.metrics("Values".to_string(), TaskPlace { vertex, task: index, id: String::new() }))
+                }
                 _ => None,
             };
             let kind = format!("stage{stage}-task");
@@ -330,15 +370,20 @@ impl Builder<'_> {
                 if !states.is_empty() {
                     op.restore(&states).map_err(|e| e.context(format!("restoring {}", s.describe())))?;
                 }
+                let place = TaskPlace { vertex, task: index, id: part.clone().unwrap_or_default() };
                 // A stateless operator keeps nothing; its place names it all the same.
                 op_keys.push(part.unwrap_or_else(|| i.to_string()));
-                ops.push((op, self.metrics(format!("{} [{index}]", s.describe()))));
+                ops.push((op, self.metrics(format!("{} [{index}]", s.describe()), place)));
             }
+            // Waiting for room downstream slows the whole task: counted on its first operator
+            // (a source task's on its source, below).
+            let first_metrics =
+                ops.first().map(|(_, m): &(Box<dyn weir_core::Operator>, Arc<OperatorMetrics>)| m.clone());
             let chain = Chain {
                 ops,
                 op_keys,
                 output,
-                metrics: None,
+                metrics: first_metrics,
                 checkpoint,
                 extra: TaskState::default(),
                 late,

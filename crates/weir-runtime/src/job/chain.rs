@@ -156,11 +156,13 @@ impl Chain {
                 match msg {
                     Message::Chunk(c) => {
                         metrics.record_in(c.num_rows());
+                        let began = Instant::now();
                         if i == 0 && input > 0 {
                             op.process_input(input, c, &mut next)?;
                         } else {
                             op.process_chunk(c, &mut next)?;
                         }
+                        metrics.add_busy(began);
                     }
                     Message::Watermark(w) => {
                         metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);
@@ -170,6 +172,9 @@ impl Chain {
                         if self.checkpoint.is_some() {
                             let (_, state) = snapshot.get_or_insert_with(|| (b.epoch, std::mem::take(&mut self.extra)));
                             take_snapshot(op.as_mut(), &self.op_keys[i], state, &mut uploads)?;
+                            if let Some(o) = state.operators.get(&self.op_keys[i]) {
+                                metrics.state_bytes.store(o.size(), std::sync::atomic::Ordering::Relaxed);
+                            }
                         }
                         op.process_barrier(b, &mut next)?
                     }

@@ -7,7 +7,9 @@ use tokio::sync::{mpsc, watch};
 use weir_core::metrics::MetricsSnapshot;
 use weir_core::{OperatorMetrics, Result, WeirError};
 
-use crate::checkpoint::CheckpointStats;
+use crate::checkpoint::{CheckpointHistory, CheckpointStats};
+
+use super::JobGraph;
 
 #[derive(Debug, Clone)]
 pub enum JobState {
@@ -41,8 +43,26 @@ pub struct JobStatus {
     pub operators: Vec<MetricsSnapshot>,
     /// Completed checkpoints, oldest first (the last 100).
     pub checkpoints: Vec<CheckpointStats>,
+    /// All checkpoints completed and failed, and the last failure.
+    pub checkpoint_counts: CheckpointHistory,
     /// Restarts after failures.
     pub restarts: u32,
+    /// The failures of its attempts, oldest first (the last 20): what it restarted after,
+    /// or failed of.
+    pub exceptions: Vec<JobException>,
+    /// Its vertices and edges.
+    pub graph: JobGraph,
+    /// When it started, in milliseconds since the Unix epoch (for people).
+    pub started_at_ms: u64,
+}
+
+/// One failure of a job's attempt.
+#[derive(Debug, Clone)]
+pub struct JobException {
+    pub at_ms: u64,
+    pub error: WeirError,
+    /// The job restarted from its latest checkpoint after it.
+    pub restarted: bool,
 }
 
 impl JobStatus {
@@ -54,6 +74,14 @@ impl JobStatus {
     /// Rows that reached the job's sinks.
     pub fn rows_written(&self) -> u64 {
         self.operators.iter().filter(|o| o.name.starts_with("Sink: ")).map(|o| o.rows_in).sum()
+    }
+
+    /// How much of their input the sources that know its size have read, of how much
+    /// (`None`: none knows).
+    pub fn input_progress(&self) -> Option<(u64, u64)> {
+        let known = self.operators.iter().filter(|o| o.input_total > 0);
+        let (done, total) = known.fold((0, 0), |(d, t), o| (d + o.input_done.min(o.input_total), t + o.input_total));
+        (total > 0).then_some((done, total))
     }
 
     /// Malformed records skipped by all sources of the job.
@@ -71,7 +99,10 @@ pub(super) struct JobInner {
     pub(super) cancel: watch::Sender<bool>,
     pub(super) started: Instant,
     pub(super) finished: Mutex<Option<Duration>>,
-    pub(super) checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
+    pub(super) checkpoints: Arc<Mutex<CheckpointHistory>>,
+    pub(super) exceptions: Mutex<Vec<JobException>>,
+    pub(super) graph: Mutex<JobGraph>,
+    pub(super) started_at_ms: u64,
     /// Asks the current attempt's coordinator for a last checkpoint, after which it stops.
     pub(super) stop: Mutex<Option<mpsc::UnboundedSender<()>>>,
     pub(super) stop_requested: Arc<std::sync::atomic::AtomicBool>,
@@ -137,7 +168,27 @@ impl JobHandle {
             elapsed,
             operators: self.inner.metrics.lock().map(|m| m.iter().map(|m| m.snapshot()).collect()).unwrap_or_default(),
             restarts: self.inner.restarts.load(std::sync::atomic::Ordering::SeqCst),
-            checkpoints: self.inner.checkpoints.lock().map(|c| c.clone()).unwrap_or_default(),
+            checkpoints: self.inner.checkpoints.lock().map(|c| c.completed.clone()).unwrap_or_default(),
+            checkpoint_counts: self
+                .inner
+                .checkpoints
+                .lock()
+                .map(|c| CheckpointHistory { completed: Vec::new(), ..c.clone() })
+                .unwrap_or_default(),
+            exceptions: self.inner.exceptions.lock().map(|e| e.clone()).unwrap_or_default(),
+            graph: self.inner.graph.lock().map(|g| g.clone()).unwrap_or_default(),
+            started_at_ms: self.inner.started_at_ms,
+        }
+    }
+}
+
+impl JobInner {
+    /// Record an attempt's failure for watchers (the last 20 are kept).
+    pub(super) fn failed(&self, error: &WeirError, restarted: bool) {
+        if let Ok(mut list) = self.exceptions.lock() {
+            list.push(JobException { at_ms: crate::checkpoint::now_ms(), error: error.clone(), restarted });
+            let excess = list.len().saturating_sub(20);
+            list.drain(..excess);
         }
     }
 }

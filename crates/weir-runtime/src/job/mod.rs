@@ -11,6 +11,7 @@ mod attempt;
 mod branches;
 mod build;
 mod chain;
+mod graph;
 mod handle;
 mod tasks;
 
@@ -22,7 +23,8 @@ use std::time::Duration;
 use weir_core::{Result, Sink, Split};
 
 pub use attempt::{identities, sink_task_kind, spawn_job};
-pub use handle::{JobHandle, JobState, JobStatus};
+pub use graph::{Edge, JobGraph, Vertex};
+pub use handle::{JobException, JobHandle, JobState, JobStatus};
 
 // The submodules see each other's items through `super::*`.
 use branches::*;

@@ -51,6 +51,7 @@ pub(super) async fn run_source(
     let mut last_data = tokio::time::Instant::now();
     let mut idle = false;
     let mut sent_watermark = Watermark::MIN;
+    let mut lag_sampled: Option<tokio::time::Instant> = None;
     loop {
         if let Some(committed) = &mut committed {
             if committed.has_changed().unwrap_or(false) {
@@ -101,10 +102,20 @@ pub(super) async fn run_source(
                     }
                     // Seen here without being marked seen: taken at the top of the loop.
                     () = changed(trigger.as_ref()), if interruptible => break None,
+                    // A quiet source's lag is sampled too (it reaches 0 once caught up).
+                    () = sleep_until(lag_sampled.map(|at| at + Duration::from_secs(1))), if interruptible => break None,
                     () = changed(committed.as_ref()), if interruptible => break None,
                 }
             }
         };
+        // Partition lag for watchers, about once a second (it takes the client's locks).
+        if lag_sampled.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            lag_sampled = Some(tokio::time::Instant::now());
+            let lag = source.partition_lag();
+            if let Ok(mut p) = metrics.partitions.lock() {
+                *p = lag;
+            }
+        }
         let Some(next) = next else { continue };
         metrics.records_skipped.store(source.records_skipped(), std::sync::atomic::Ordering::Relaxed);
         match next? {
@@ -113,6 +124,10 @@ pub(super) async fn run_source(
                     last_data = tokio::time::Instant::now();
                     idle = false;
                     metrics.record_out(batch.num_rows());
+                    if let Some((done, total)) = source.progress() {
+                        metrics.input_done.store(done, std::sync::atomic::Ordering::Relaxed);
+                        metrics.input_total.store(total, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let chunk = match source.batch_ops() {
                         Some(ops) => Chunk::changes(batch, &ops),
                         None => Chunk::inserts(batch),
@@ -265,7 +280,10 @@ pub(super) async fn run_sink(
                     None => std::future::pending().await,
                 }
             } => {
+                let began = std::time::Instant::now();
                 sink.commit(n).await?;
+                metrics.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                metrics.last_commit_nanos.store(began.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
                 if stopping_at.is_some_and(|s| n >= s) {
                     // Stopped with a checkpoint: everything before it is published.
                     return Ok(());
@@ -288,7 +306,9 @@ pub(super) async fn run_sink(
         match msg {
             Message::Chunk(chunk) => {
                 metrics.record_in(chunk.num_rows());
+                let began = std::time::Instant::now();
                 sink.write_chunk(chunk).await?;
+                metrics.add_busy(began);
             }
             Message::Watermark(w) => {
                 metrics.watermark.store(w.0, std::sync::atomic::Ordering::Relaxed);

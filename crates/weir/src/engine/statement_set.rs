@@ -30,7 +30,7 @@ impl Engine {
             reports.push((sink_name(plan), report));
         }
         let job = self.start_job(state, planned.into_iter().map(|(p, _)| p).collect())?;
-        state.guarantees.insert(job.id(), Report::of_set(reports));
+        self.watch(state, &job, Some(Report::of_set(reports)));
         Ok(job)
     }
 
@@ -100,7 +100,7 @@ impl Engine {
             let plan = state.planner.plan(q, &insert.tokens, insert.location).await?;
             let report = self.check_insert(state, &plan).await?;
             let job = self.start_job(state, vec![plan])?;
-            state.guarantees.insert(job.id(), report);
+            self.watch(state, &job, Some(report));
             Ok(job)
         }
         .await;
