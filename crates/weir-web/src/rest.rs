@@ -79,9 +79,11 @@ pub(crate) fn job(jobs: &Jobs, job: &Watched) -> Value {
                 ops.iter().filter(|o| split_name(&o.name).0 == name).copied().collect()
             };
             let rates = |name: &str| of(name).iter().map(|o| jobs.rate(job.id, &o.name)).collect::<Vec<_>>();
-            let records_in: u64 = of(&first).iter().map(|o| o.rows_in).sum();
+            // A source vertex's rows in are the rows its source read.
+            let is_source = first.starts_with("Source: ") || first == "Values";
+            let records_in: u64 = of(&first).iter().map(|o| if is_source { o.rows_out } else { o.rows_in }).sum();
             let records_out: u64 = of(&last).iter().map(|o| o.rows_out).sum();
-            let in_rate: f64 = rates(&first).iter().map(|r| r.records_in).sum();
+            let in_rate: f64 = rates(&first).iter().map(|r| if is_source { r.records_out } else { r.records_in }).sum();
             let out_rate: f64 = rates(&last).iter().map(|r| r.records_out).sum();
             // Backpressure is counted on each task's first operator; the vertex shows its
             // most backpressured task, as Flink's UI does.

@@ -34,6 +34,7 @@ mod stop;
 mod table_sink;
 mod updating;
 mod verify;
+mod web;
 mod windows;
 mod workers;
 
