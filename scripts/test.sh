@@ -8,4 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 # The Kafka tests start their own broker through this script; install it first (pinned).
 scripts/kafka-broker.sh install >/dev/null
+# The web endpoint's tests: a real browser (Debian's chromium) and Prometheus' own parser.
+scripts/chromium.sh install >/dev/null
+scripts/parse-metrics.sh install
 cargo test --workspace --no-fail-fast

@@ -3,6 +3,7 @@
 
 mod outcome;
 mod print;
+mod progress;
 mod repl;
 mod run;
 mod updating;
@@ -73,6 +74,9 @@ enum Command {
     Status {
         /// The SQL file.
         file: PathBuf,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run sqllogictest files (.slt), or every .slt file under a directory.
     Test {
@@ -100,10 +104,8 @@ fn main() -> ExitCode {
         match cli.command {
             None => repl::run(cli.history).await,
             Some(Command::Run { file, from_scratch, web }) => run::run_file(&file, from_scratch, web.as_deref()).await,
-            Some(Command::Worker { file, id, web }) => {
-                run::worker_file(&file, false, id.as_deref(), web.as_deref()).await
-            }
-            Some(Command::Status { file }) => run::worker_file(&file, true, None, None).await,
+            Some(Command::Worker { file, id, web }) => run::worker_file(&file, id.as_deref(), web.as_deref()).await,
+            Some(Command::Status { file, json }) => run::status_file(&file, json).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,
             Some(Command::Test { paths }) => match weir_cli::slt::run_paths(&paths).await {
                 Ok(summary) => {

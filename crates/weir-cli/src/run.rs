@@ -1,12 +1,12 @@
 //! `weir run FILE.sql`.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 
 use weir::{Engine, WeirError};
 
 use crate::outcome::{execute, job_summary, Shown};
+use crate::progress::Progress;
 
 fn report(file: &Path, e: &WeirError) {
     match e.location {
@@ -65,70 +65,11 @@ pub async fn run_file(file: &Path, from_scratch: bool, web: Option<&str>) -> Exi
     }
     // Jobs run until their sources end; Ctrl-C cancels them. On a terminal, a progress line
     // meanwhile (piped output stays as it was).
-    let progress = (!jobs.is_empty() && std::io::stderr().is_terminal()).then(|| Progress::start(jobs.clone()));
-    let outcome = wait_all(&jobs, failed).await;
-    drop(progress);
-    outcome
+    let progress = Progress::start(&jobs);
+    wait_all(&jobs, failed, &progress).await
 }
 
-/// A line on stderr, redrawn twice a second: rows read and written, the read rate, and how
-/// far the sources that know their size are. Cleared when dropped.
-struct Progress(tokio::task::JoinHandle<()>);
-
-impl Progress {
-    fn start(jobs: Vec<weir::JobHandle>) -> Self {
-        Self(tokio::spawn(async move {
-            let began = std::time::Instant::now();
-            let mut last = (began, 0u64);
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
-            loop {
-                tick.tick().await;
-                let statuses: Vec<_> = jobs.iter().map(|j| j.status()).collect();
-                let read: u64 = statuses.iter().map(|s| s.rows_read()).sum();
-                let written: u64 = statuses.iter().map(|s| s.rows_written()).sum();
-                let now = std::time::Instant::now();
-                let secs = now.duration_since(last.0).as_secs_f64();
-                let rate = if secs > 0.0 { read.saturating_sub(last.1) as f64 / secs } else { 0.0 };
-                last = (now, read);
-                let (done, total) =
-                    statuses.iter().filter_map(|s| s.input_progress()).fold((0, 0), |a, p| (a.0 + p.0, a.1 + p.1));
-                let percent = match total {
-                    0 => String::new(),
-                    t => format!(" · {:.0}%", done as f64 * 100.0 / t as f64),
-                };
-                eprint!(
-                    "\r\x1b[2K{} rows read · {} written · {}/s{percent} · {:.0}s",
-                    thousands(read),
-                    thousands(written),
-                    thousands(rate as u64),
-                    began.elapsed().as_secs_f64()
-                );
-            }
-        }))
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.0.abort();
-        eprint!("\r\x1b[2K");
-    }
-}
-
-/// 1234567 → `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-async fn wait_all(jobs: &[weir::JobHandle], mut failed: bool) -> ExitCode {
+async fn wait_all(jobs: &[weir::JobHandle], mut failed: bool, progress: &Progress) -> ExitCode {
     for job in jobs {
         if failed {
             job.cancel();
@@ -138,7 +79,7 @@ async fn wait_all(jobs: &[weir::JobHandle], mut failed: bool) -> ExitCode {
             _ = tokio::signal::ctrl_c() => {
                 // Checkpointed jobs stop after a last checkpoint, so that running the file
                 // again resumes exactly there; a second Ctrl-C does not wait for it.
-                eprintln!("Stopping (a last checkpoint first; Ctrl-C again to stop at once)…");
+                progress.say("Stopping (a last checkpoint first; Ctrl-C again to stop at once)…");
                 jobs.iter().for_each(|j| j.stop_with_checkpoint());
                 for job in jobs {
                     tokio::select! {
@@ -148,15 +89,15 @@ async fn wait_all(jobs: &[weir::JobHandle], mut failed: bool) -> ExitCode {
                             break;
                         }
                     }
-                    eprintln!("{}", job_summary(job));
+                    progress.say(&job_summary(job));
                 }
                 return ExitCode::from(130);
             }
         };
         match result {
-            Ok(()) => eprintln!("{}", job_summary(job)),
+            Ok(()) => progress.say(&job_summary(job)),
             Err(e) => {
-                eprintln!("error: job '{}' failed: {e}", job.name());
+                progress.say(&format!("error: job '{}' failed: {e}", job.name()));
                 failed = true;
             }
         }
@@ -186,7 +127,7 @@ async fn serve(engine: &Engine, web: Option<&str>) -> Option<ExitCode> {
 
 /// `weir worker`: this process as one worker of the file's jobs (see `weir_workers`);
 /// `weir status`: what the workers of the file's jobs are doing.
-pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>, web: Option<&str>) -> ExitCode {
+pub async fn worker_file(file: &Path, id: Option<&str>, web: Option<&str>) -> ExitCode {
     let (sql, engine) = match open(file) {
         Ok(opened) => opened,
         Err(code) => return code,
@@ -194,10 +135,19 @@ pub async fn worker_file(file: &Path, status_only: bool, id: Option<&str>, web: 
     if let Some(code) = serve(&engine, web).await {
         return code;
     }
-    let outcome = match status_only {
-        true => weir_workers::status(&engine, &sql).await.map(|text| print!("{text}")),
-        false => weir_workers::run(&engine, &sql, id).await,
+    finish(file, weir_workers::run(&engine, &sql, id).await)
+}
+
+/// `weir status [--json]`.
+pub async fn status_file(file: &Path, json: bool) -> ExitCode {
+    let (sql, engine) = match open(file) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
+    finish(file, weir_workers::status(&engine, &sql, json).await.map(|text| print!("{text}")))
+}
+
+fn finish(file: &Path, outcome: weir::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

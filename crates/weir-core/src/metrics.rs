@@ -37,6 +37,9 @@ pub struct OperatorMetrics {
     pub backpressure_nanos: AtomicU64,
     /// Nanoseconds spent in the operator's own work on rows (a source: reading them).
     pub busy_nanos: AtomicU64,
+    /// A task with several inputs: nanoseconds from the first input's barrier to the last's,
+    /// at the last checkpoint (the inputs that delivered it are not read meanwhile).
+    pub alignment_nanos: AtomicU64,
     /// Bytes of the operator's state in its last checkpoint (RocksDB: its live SST files).
     pub state_bytes: AtomicU64,
     /// A sink: checkpoints whose output it has published, and how long the last took.
@@ -87,6 +90,7 @@ impl OperatorMetrics {
             backpressure_nanos: AtomicU64::new(0),
             busy_nanos: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            alignment_nanos: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             last_commit_nanos: AtomicU64::new(0),
             input_done: AtomicU64::new(0),
@@ -124,6 +128,7 @@ impl OperatorMetrics {
             backpressure_nanos: self.backpressure_nanos.load(Relaxed),
             busy_nanos: self.busy_nanos.load(Relaxed),
             state_bytes: self.state_bytes.load(Relaxed),
+            alignment_nanos: self.alignment_nanos.load(Relaxed),
             commits: self.commits.load(Relaxed),
             last_commit_nanos: self.last_commit_nanos.load(Relaxed),
             partitions: self.partitions.lock().map(|p| p.clone()).unwrap_or_default(),
@@ -149,6 +154,7 @@ pub struct MetricsSnapshot {
     pub backpressure_nanos: u64,
     pub busy_nanos: u64,
     pub state_bytes: u64,
+    pub alignment_nanos: u64,
     pub commits: u64,
     pub last_commit_nanos: u64,
     pub partitions: Vec<PartitionLag>,

@@ -46,6 +46,12 @@ struct Rates {
     rates: HashMap<(u64, String), Rate>,
 }
 
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Jobs({})", self.list.lock().map(|l| l.len()).unwrap_or(0))
+    }
+}
+
 impl Jobs {
     /// Show `handle` with its guarantee (see [`Watched`]); returns its id here.
     pub fn add(&self, handle: JobHandle, delivered: String, guarantee: Vec<String>) -> u64 {

@@ -118,3 +118,28 @@ fn not_found(path: &str) -> Response {
     let body = serde_json::json!({ "errors": [format!("Not found: {path}")] });
     (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_port_listens_on_loopback() {
+        assert_eq!(parse_addr("8081").ok(), "127.0.0.1:8081".parse().ok());
+        assert_eq!(parse_addr("0.0.0.0:9000").ok(), "0.0.0.0:9000".parse().ok());
+        assert_eq!(parse_addr("[::1]:9000").ok(), "[::1]:9000".parse().ok());
+        let e = parse_addr("localhost").expect_err("not an address");
+        assert_eq!(
+            e.to_string(),
+            "'localhost' is not a web address: give PORT or ADDRESS:PORT (e.g. 8081 or 0.0.0.0:8081)"
+        );
+    }
+
+    #[test]
+    fn task_names_give_the_operator_and_its_index() {
+        assert_eq!(prometheus::split_name("Sink: out [3]"), ("Sink: out", 3));
+        assert_eq!(prometheus::split_name("Values"), ("Values", 0));
+        assert_eq!(prometheus::split_name("Filter: a [b] [1]"), ("Filter: a [b]", 1));
+        assert_eq!(prometheus::split_name("Sink: late (late rows)"), ("Sink: late (late rows)", 0));
+    }
+}

@@ -41,12 +41,6 @@ impl prometheus_client::collector::Collector for Collector {
     }
 }
 
-impl std::fmt::Debug for Jobs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Jobs")
-    }
-}
-
 /// The text of `/metrics`.
 pub(crate) fn render(jobs: &Jobs) -> Result<String, std::fmt::Error> {
     let mut registry = prometheus_client::registry::Registry::with_prefix("weir");
@@ -143,6 +137,14 @@ fn families(jobs: &Jobs) -> Vec<Family> {
                     "Milliseconds the watermark is behind the wall clock.",
                     &labels,
                     (now - w).max(0) as f64,
+                );
+            }
+            if op.alignment_nanos > 0 {
+                add(
+                    "operator_checkpointAlignmentTime",
+                    "Milliseconds the task's last checkpoint barrier waited for its other inputs (Flink's name).",
+                    &labels,
+                    op.alignment_nanos as f64 / 1e6,
                 );
             }
             add("operator_numLateRecordsDropped", "Rows dropped as late.", &labels, op.late_rows as f64);

@@ -112,6 +112,7 @@ pub(crate) fn job(jobs: &Jobs, job: &Watched) -> Value {
                         "watermark": o.watermark, "late-records-dropped": o.late_rows,
                         "records-skipped": o.records_skipped, "state-size": o.state_bytes,
                         "commits": o.commits, "last-commit-ms": o.last_commit_nanos as f64 / 1e6,
+                        "alignment-ms": o.alignment_nanos as f64 / 1e6,
                     })
                 })
                 .collect();

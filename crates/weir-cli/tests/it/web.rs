@@ -36,7 +36,9 @@ fn scrape(addr: SocketAddr) -> Vec<Sample> {
 fn total(samples: &[Sample], name: &str, having: &[(&str, &str)]) -> Option<f64> {
     let matching: Vec<f64> = samples
         .iter()
-        .filter(|(n, labels, _)| n == name && having.iter().all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v)))
+        .filter(|(n, labels, _)| {
+            n == name && having.iter().all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
         .map(|(_, _, v)| *v)
         .collect();
     (!matching.is_empty()).then(|| matching.iter().sum())
@@ -132,7 +134,8 @@ async fn scraped_metrics_match_what_the_job_did() {
     )
     .await;
     // 200 rows pass the filter; they are visible once a checkpoint has committed them.
-    until("the sink's rows", Duration::from_secs(60), || (broker.read_committed("out").len() == 200).then_some(())).await;
+    until("the sink's rows", Duration::from_secs(60), || (broker.read_committed("out").len() == 200).then_some(()))
+        .await;
     // Caught up: each of the two partitions' lag is 0 (sampled about once a second).
     until("a lag of 0", Duration::from_secs(30), || {
         let s = scrape(addr);
@@ -168,7 +171,8 @@ async fn scraped_metrics_match_what_the_job_did() {
     assert_eq!(cps["counts"]["completed"], on_disk);
     assert_eq!(cps["latest"]["completed"]["id"], on_disk);
     let plan = json(addr, "/jobs/1");
-    let names: Vec<&str> = plan["vertices"].as_array().expect("vertices").iter().filter_map(|v| v["name"].as_str()).collect();
+    let names: Vec<&str> =
+        plan["vertices"].as_array().expect("vertices").iter().filter_map(|v| v["name"].as_str()).collect();
     let chain = "Source: bids -> Filter: bids.price >= 1000 -> Project: id, price -> Select: id, price";
     assert_eq!(names, [chain, "Sink: out"], "{plan}");
     assert_eq!(plan["vertices"][0]["metrics"]["read-records"], 300, "a source vertex's rows in are those it read");
@@ -268,7 +272,8 @@ async fn a_slow_operator_backpressures_the_ones_above_it() {
 /// (into `WEIR_SCREENSHOTS`, for the docs, when set).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_renders_in_a_real_browser() {
-    let out = std::process::Command::new(repo().join("scripts/chromium.sh")).arg("install").output().expect("chromium.sh");
+    let out =
+        std::process::Command::new(repo().join("scripts/chromium.sh")).arg("install").output().expect("chromium.sh");
     assert!(out.status.success(), "no chromium: {}", String::from_utf8_lossy(&out.stderr));
     let chromium = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let dir = tempdir();
@@ -356,6 +361,16 @@ async fn bad_requests_and_a_busy_port() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("cannot listen on"), "{stderr}");
+    // A worker too, before it joins any group.
+    let out = std::process::Command::new(crate::weir_bin())
+        .args(["worker", "--web", &addr.to_string()])
+        .arg(&sql)
+        .output()
+        .expect("weir worker");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
 
     for path in ["/nothing", "/jobs/7", "/jobs/x/checkpoints", "/jobs/1/nothing", "/assets/none.js"] {
         assert_eq!(get(addr, path).0, 404, "{path}");
@@ -379,4 +394,32 @@ async fn bad_requests_and_a_busy_port() {
     let (status, metrics) = get(addr, "/metrics");
     assert_eq!(status, 200);
     assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+}
+
+/// `weir run` on a terminal shows a progress line (drawn at once, then twice a second) and
+/// clears it; piped, stderr has only the usual summary.
+#[test]
+fn a_progress_line_on_a_terminal_and_none_when_piped() {
+    let dir = tempdir();
+    let sql = dir.join("job.sql");
+    std::fs::write(
+        &sql,
+        "CREATE TABLE gen (k BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '20000', 'seed' = '3');
+         CREATE TABLE sink (k BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO sink SELECT k FROM gen;",
+    )
+    .expect("write");
+    let mut command = std::process::Command::new(crate::weir_bin());
+    command.arg("run").arg(&sql);
+    let mut p = rexpect::session::spawn_command(command, Some(60_000)).expect("spawn weir");
+    p.exp_regex(r"\d[\d,]* rows read, \d[\d,]* written, \d[\d,]*/s, \d+s").expect("a progress line");
+    // The summary on a line of its own: the progress line is erased first.
+    p.exp_string("\r\x1b[2KJob 'insert-into-sink' finished: 20000 rows written").expect("the summary");
+    p.exp_eof().expect("exit");
+
+    let out = std::process::Command::new(crate::weir_bin()).arg("run").arg(&sql).output().expect("weir run");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("rows read,") && !stderr.contains('\x1b'), "{stderr}");
+    assert!(stderr.contains("20000 rows written"), "{stderr}");
 }

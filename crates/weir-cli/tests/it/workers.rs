@@ -231,19 +231,28 @@ async fn three_workers_write_what_one_process_writes() {
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
 }
 
-/// Who runs each task, as `weir status` reads it from the groups: task -> member name.
+/// Who runs each task, as `weir status --json` reads it from the groups: task -> member
+/// name. The text `weir status` prints lists the same tasks and owners.
 fn owners(sql: &Path) -> BTreeMap<String, String> {
-    let out = Command::new(weir_bin()).arg("status").arg(sql).output().expect("weir status");
+    let out = Command::new(weir_bin()).args(["status", "--json"]).arg(sql).output().expect("weir status");
     assert!(out.status.success(), "weir status failed: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("weir status --json prints JSON");
     let mut owners = BTreeMap::new();
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.len() >= 3 && words[0].contains('/') && words[0].chars().next().is_some_and(|c| c.is_ascii_digit()) {
-            owners.insert(format!("{}:{}", owners.len(), words[0]), words[1].to_string());
+    for job in status["jobs"].as_array().into_iter().flatten() {
+        for sub in job["sub_topologies"].as_array().into_iter().flatten() {
+            for task in sub["tasks"].as_array().into_iter().flatten() {
+                let id = task["task"].as_str().expect("a task id");
+                // "member (host)", or null while unassigned.
+                let owner = task["owner"].as_str().and_then(|o| o.split_whitespace().next()).unwrap_or("-");
+                owners.insert(format!("{}:{id}", owners.len()), owner.to_string());
+            }
         }
     }
-    assert!(!owners.is_empty(), "weir status listed no task:\n{text}");
+    assert!(!owners.is_empty(), "weir status listed no task:\n{status}");
+    let out = Command::new(weir_bin()).arg("status").arg(sql).output().expect("weir status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let listed = text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).count();
+    assert_eq!(listed, owners.len(), "the text lists other tasks than the JSON:\n{text}");
     owners
 }
 

@@ -199,6 +199,7 @@ pub(super) async fn run_merge(
     // Of each side of a join, the inputs still open.
     let left_inputs = left_inputs.min(inputs.len());
     let mut open = [left_inputs, inputs.len() - left_inputs];
+    let mut aligning: Option<std::time::Instant> = None;
     loop {
         // Poll the readable inputs, starting after the last one served so none starves.
         let timer = chain.next_timer();
@@ -235,9 +236,18 @@ pub(super) async fn run_merge(
                 return Ok(());
             }
         }
+        // Alignment: from the first input's barrier to the barrier going on.
+        if matches!(msg, Message::Barrier(_)) && aligning.is_none() {
+            aligning = Some(std::time::Instant::now());
+        }
         let mut out = Vec::new();
         merger.on_message(i, msg, &mut out);
         for msg in out {
+            if matches!(msg, Message::Barrier(_)) {
+                if let (Some(began), Some(m)) = (aligning.take(), &chain.metrics) {
+                    m.alignment_nanos.store(began.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             let is_end = matches!(msg, Message::End);
             if !chain.push_from(msg, side).await? {
                 return Ok(());
