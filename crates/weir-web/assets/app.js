@@ -92,7 +92,7 @@ function graph(job) {
       <text class="rate" x="${x(v.id) + 8}" y="${y(v.id) + 54}">in ${num(m["read-records-per-second"])}/s · out ${num(m["write-records-per-second"])}/s</text>
       <text x="${x(v.id) + 8}" y="${y(v.id) + 72}">busy ${num(m["busy-ms-per-second"] / 10)}% · state ${bytes(m["state-size"])}</text>
       <text x="${x(v.id) + 8}" y="${y(v.id) + 90}">watermark ${esc(watermark(m.watermark))}<title>${esc(m.watermark === null ? "no watermark yet" : ms(m["watermark-lag-ms"]) + " behind the wall clock")}</title></text>
-      <text class="muted" x="${x(v.id) + 8}" y="${y(v.id) + 108}">rows in ${num(m["read-records"])} · out ${num(m["write-records"])}</text></g>`;
+      <text class="muted rows" x="${x(v.id) + 8}" y="${y(v.id) + 108}">rows in ${num(m["read-records"])} · out ${num(m["write-records"])}</text></g>`;
   }
   return svg + "</svg>";
 }

@@ -36,22 +36,28 @@ pub(crate) fn list(jobs: &Jobs, detailed: bool) -> Value {
             if !detailed {
                 return json!({ "id": j.id.to_string(), "status": state(&s.state) });
             }
-            json!({
-                "jid": j.id.to_string(),
-                "name": s.name,
-                "state": state(&s.state),
-                "start-time": s.started_at_ms,
-                "duration": s.elapsed.as_millis() as u64,
-                "rows-read": s.rows_read(),
-                "rows-written": s.rows_written(),
-                "restarts": s.restarts,
-                "checkpoints": s.checkpoint_counts.completed_count,
-                "guarantee": j.delivered,
-                "error": error_of(&s),
-            })
+            let mut line = header(j, &s);
+            line["rows-read"] = json!(s.rows_read());
+            line["rows-written"] = json!(s.rows_written());
+            line["checkpoints"] = json!(s.checkpoint_counts.completed_count);
+            line
         })
         .collect();
     json!({ "jobs": all })
+}
+
+/// What every view of a job starts with.
+fn header(job: &Watched, s: &JobStatus) -> Value {
+    json!({
+        "jid": job.id.to_string(),
+        "name": s.name,
+        "state": state(&s.state),
+        "start-time": s.started_at_ms,
+        "duration": s.elapsed.as_millis() as u64,
+        "restarts": s.restarts,
+        "guarantee": job.delivered,
+        "error": error_of(s),
+    })
 }
 
 fn error_of(s: &JobStatus) -> Option<String> {
@@ -153,19 +159,11 @@ pub(crate) fn job(jobs: &Jobs, job: &Watched) -> Value {
             json!({ "id": v.id.to_string(), "parallelism": v.parallelism, "description": v.name, "inputs": inputs })
         })
         .collect();
-    json!({
-        "jid": job.id.to_string(),
-        "name": s.name,
-        "state": state(&s.state),
-        "start-time": s.started_at_ms,
-        "duration": s.elapsed.as_millis() as u64,
-        "now": now,
-        "restarts": s.restarts,
-        "error": error_of(&s),
-        "guarantee": job.delivered,
-        "vertices": vertices,
-        "plan": { "jid": job.id.to_string(), "name": s.name, "nodes": nodes },
-    })
+    let mut out = header(job, &s);
+    out["now"] = json!(now);
+    out["vertices"] = json!(vertices);
+    out["plan"] = json!({ "jid": job.id.to_string(), "name": s.name, "nodes": nodes });
+    out
 }
 
 /// `/jobs/{id}/checkpoints`: counts, the latest, and the history (the last 100).

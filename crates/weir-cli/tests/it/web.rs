@@ -320,13 +320,30 @@ async fn the_dashboard_renders_in_a_real_browser() {
     for expected in ["Source: bid", "GroupAggregate", "Sink: sink", "HASH", "id=\"checkpoints\"", "COMPLETED"] {
         assert!(first.contains(expected), "'{expected}' not on the job page:\n{first}");
     }
-    let rate = |dom: &str| -> Vec<String> {
-        dom.match_indices("class=\"rate\"").map(|(i, _)| dom[i..].chars().take(120).collect()).collect()
+    // Each vertex's text of a class: `in 16,375/s · out 16,375/s`, `rows in 163,760 · out …`.
+    let texts = |dom: &str, class: &str| -> Vec<String> {
+        let open = format!("class=\"{class}\"");
+        dom.match_indices(&open)
+            .filter_map(|(i, _)| {
+                let text = &dom[i..];
+                let start = text.find('>')? + 1;
+                Some(text[start..start + text[start..].find('<')?].to_string())
+            })
+            .collect()
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let second = browse(format!("http://{addr}/#/jobs/1"), None);
-    assert!(!rate(&first).is_empty(), "no rates drawn");
-    assert_ne!(rate(&first), rate(&second), "the rates did not change between two loads");
+    for dom in [&first, &second] {
+        let rates = texts(dom, "rate");
+        assert_eq!(rates.len(), 3, "a rate per vertex: {rates:?}");
+        // The source reads 20,000 events a second, of which about 92% are bids.
+        assert!(!rates[0].starts_with("in 0/s"), "the source's rate is drawn: {rates:?}");
+    }
+    let (rows_then, rows_now) = (texts(&first, "muted rows"), texts(&second, "muted rows"));
+    assert_eq!(rows_then.len(), 3, "{rows_then:?}");
+    // The figures are live: the source has read more since. (Its rate is paced, so two loads
+    // may well show the same rate.)
+    assert_ne!(rows_then[0], rows_now[0], "the figures did not change between two loads");
     browse(format!("http://{addr}/#/"), Some("dashboard-jobs.png"));
     browse(format!("http://{addr}/#/jobs/1"), Some("dashboard-job.png"));
     for shot in ["dashboard-jobs.png", "dashboard-job.png"] {
@@ -352,25 +369,18 @@ async fn bad_requests_and_a_busy_port() {
     // From the command line: one line, exit status 1, before any job.
     let sql = tempdir().join("job.sql");
     std::fs::write(&sql, "SELECT 1;").expect("write");
-    let out = std::process::Command::new(crate::weir_bin())
-        .args(["run", "--web", &addr.to_string()])
-        .arg(&sql)
-        .output()
-        .expect("weir run");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("cannot listen on"), "{stderr}");
     // A worker too, before it joins any group.
-    let out = std::process::Command::new(crate::weir_bin())
-        .args(["worker", "--web", &addr.to_string()])
-        .arg(&sql)
-        .output()
-        .expect("weir worker");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("cannot listen on"), "{stderr}");
+    for command in ["run", "worker"] {
+        let out = std::process::Command::new(crate::weir_bin())
+            .args([command, "--web", &addr.to_string()])
+            .arg(&sql)
+            .output()
+            .expect("weir");
+        assert_eq!(out.status.code(), Some(1), "weir {command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("cannot listen on"), "{stderr}");
+    }
 
     for path in ["/nothing", "/jobs/7", "/jobs/x/checkpoints", "/jobs/1/nothing", "/assets/none.js"] {
         assert_eq!(get(addr, path).0, 404, "{path}");

@@ -285,14 +285,14 @@ impl Builder<'_> {
             _ => Vec::new(),
         };
         names.extend(specs.iter().map(|s| s.describe()));
-        let mut stateful: Vec<String> =
-            scan.and_then(|at| self.ids.scan(&self.scans[at].key)).map(|p| p.id.clone()).into_iter().collect();
+        let scan_id = scan.and_then(|at| self.ids.scan(&self.scans[at].key)).map(|p| p.id.clone());
+        let mut stateful: Vec<String> = scan_id.iter().cloned().collect();
         stateful.extend(specs.iter().filter_map(|s| self.ids.operator(s).map(|p| p.id.clone())));
         let vertex = self.graph.vertex(names.join(" -> "), parallelism, stateful);
         for (from, ship) in fed_by {
             self.graph.edge(from, vertex, ship);
         }
-        let scan_id = scan.and_then(|at| self.ids.scan(&self.scans[at].key)).map(|p| p.id.clone()).unwrap_or_default();
+        let scan_id = scan_id.unwrap_or_default();
         // Output channels: one per task, or a task-by-next-task matrix for an exchange.
         let mut outputs: Vec<Vec<mpsc::Receiver<Message>>> = match exchange {
             None => Vec::with_capacity(parallelism),
@@ -377,8 +377,7 @@ impl Builder<'_> {
             }
             // Waiting for room downstream slows the whole task: counted on its first operator
             // (a source task's on its source, below).
-            let first_metrics =
-                ops.first().map(|(_, m): &(Box<dyn weir_core::Operator>, Arc<OperatorMetrics>)| m.clone());
+            let first_metrics = ops.first().map(|op| op.1.clone());
             let chain = Chain {
                 ops,
                 op_keys,
