@@ -95,14 +95,3 @@ fn thousands(n: u64) -> String {
     }
     out
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(super::thousands(0), "0");
-        assert_eq!(super::thousands(999), "999");
-        assert_eq!(super::thousands(1000), "1,000");
-        assert_eq!(super::thousands(1234567), "1,234,567");
-    }
-}

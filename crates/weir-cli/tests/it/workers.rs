@@ -232,7 +232,7 @@ async fn three_workers_write_what_one_process_writes() {
 }
 
 /// Who runs each task, as `weir status --json` reads it from the groups: task -> member
-/// name. The text `weir status` prints lists the same tasks and owners.
+/// name.
 fn owners(sql: &Path) -> BTreeMap<String, String> {
     let out = Command::new(weir_bin()).args(["status", "--json"]).arg(sql).output().expect("weir status");
     assert!(out.status.success(), "weir status failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -249,11 +249,18 @@ fn owners(sql: &Path) -> BTreeMap<String, String> {
         }
     }
     assert!(!owners.is_empty(), "weir status listed no task:\n{status}");
-    let out = Command::new(weir_bin()).arg("status").arg(sql).output().expect("weir status");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let listed = text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).count();
-    assert_eq!(listed, owners.len(), "the text lists other tasks than the JSON:\n{text}");
     owners
+}
+
+/// The text `weir status` prints lists as many tasks as its JSON, each with an owner.
+fn status_text_lists_every_task(sql: &Path, tasks: usize) {
+    let out = Command::new(weir_bin()).arg("status").arg(sql).output().expect("weir status");
+    assert!(out.status.success(), "weir status failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<&str> =
+        text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
+    assert_eq!(listed.len(), tasks, "the text lists other tasks than the JSON:\n{text}");
+    assert!(listed.iter().all(|l| l.split_whitespace().nth(1).is_some_and(|o| o != "-")), "{text}");
 }
 
 /// The member name of worker process `pid` in the groups.
@@ -402,6 +409,7 @@ async fn a_worker_added_mid_run_takes_tasks_and_nothing_is_lost() {
     wait_for_owners(&sql, Duration::from_secs(30), "two workers did not share the tasks", |o| {
         o.values().all(|w| w != "-") && o.values().collect::<std::collections::BTreeSet<_>>().len() == 2
     });
+    status_text_lists_every_task(&sql, owners(&sql).len());
     std::thread::sleep(Duration::from_secs(2));
     let third = Worker::start(&sql, &dir, 2, "w2", &[]);
     let pid = third.child.id();
