@@ -366,6 +366,15 @@ async fn bad_requests_and_a_busy_port() {
     assert!(e.to_string().contains("is not a web address"), "{e}");
     let e = engine.execute_all("SET 'rest.port' = 'eighty';").await.err().expect("not a port");
     assert!(e.to_string().contains("must be a port number"), "{e}");
+    let e = engine.serve_http("127.0.0.1:0").await.expect_err("a second endpoint");
+    assert_eq!(e.to_string(), format!("the web endpoint already runs on {addr}"));
+    // Flink's key starts it from SQL, on the address given.
+    let by_sql = Engine::new();
+    let done = by_sql.execute_all("SET 'rest.bind-address' = '127.0.0.1'; SET 'rest.port' = '0';").await.expect("SET");
+    let Some(Outcome::Done(message)) = done.last() else { panic!("SET gave no message") };
+    let served = by_sql.web_addr().expect("the endpoint runs");
+    assert_eq!(message, &format!("Set 'rest.port': serving http://{served}/ (metrics at /metrics)."));
+    assert_eq!(json(served, "/jobs"), serde_json::json!({ "jobs": [] }));
     // From the command line: one line, exit status 1, before any job.
     let sql = tempdir().join("job.sql");
     std::fs::write(&sql, "SELECT 1;").expect("write");
