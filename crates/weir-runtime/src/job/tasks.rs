@@ -290,10 +290,7 @@ pub(super) async fn run_sink(
                     None => std::future::pending().await,
                 }
             } => {
-                let began = std::time::Instant::now();
-                sink.commit(n).await?;
-                metrics.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                metrics.last_commit_nanos.store(began.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                commit(sink.as_mut(), n, &metrics).await?;
                 if stopping_at.is_some_and(|s| n >= s) {
                     // Stopped with a checkpoint: everything before it is published.
                     return Ok(());
@@ -349,7 +346,7 @@ pub(super) async fn run_sink(
                         }
                     }
                     let n = *committed.borrow_and_update();
-                    sink.commit(n).await?;
+                    commit(sink.as_mut(), n, &metrics).await?;
                 }
                 let Some(state) = sink.pre_commit_final().await? else {
                     sink.finish().await?;
@@ -363,7 +360,7 @@ pub(super) async fn run_sink(
                 let mut last = None;
                 while committed.changed().await.is_ok() {
                     let n = *committed.borrow_and_update();
-                    sink.commit(n).await?;
+                    commit(sink.as_mut(), n, &metrics).await?;
                     last = Some(n);
                 }
                 if last.is_none() {
@@ -377,4 +374,13 @@ pub(super) async fn run_sink(
         }
     }
     Err(WeirError::internal("the sink's input closed before the end of the stream"))
+}
+
+/// Publish what `sink` pre-committed for checkpoint `n`, counted for watchers.
+async fn commit(sink: &mut dyn Sink, n: u64, metrics: &OperatorMetrics) -> Result<()> {
+    let began = std::time::Instant::now();
+    sink.commit(n).await?;
+    metrics.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics.last_commit_nanos.store(began.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
 }
