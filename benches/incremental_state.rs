@@ -3,14 +3,18 @@
 //! each followed by a checkpoint. Prints per checkpoint the bytes copied against the bytes the
 //! checkpoint references (the full state), the time to begin it (flush + hard links: the part
 //! on the task's thread) and to upload it, and how many shared files pruning deletes when
-//! only the last two checkpoints are retained. Release build:
+//! only the last two checkpoints are retained. The shared files go to `DIR/shared`, or to
+//! the storage `SHARED` names (an object store's URL, configured by the usual environment
+//! variables, e.g. `AWS_ENDPOINT`), to compare the two. Release build:
 //!
-//!     cargo bench -p weir-state --bench incremental_state -- [KEYS] [ROUNDS] [DIR]
+//!     [SHARED=s3://bucket/path] cargo bench -p weir-state --bench incremental_state -- [KEYS] [ROUNDS] [DIR]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use weir_state::{prune_shared, StateStore, StoreSnapshot};
+use weir_storage::Storage;
 
 /// xorshift: values that do not compress, as real accumulator states mostly do not.
 fn value(key: u64, round: u64, out: &mut [u8]) {
@@ -42,7 +46,7 @@ fn write(store: &StateStore, keys: impl Iterator<Item = u64>, round: u64) {
     }
 }
 
-fn checkpoint(store: &mut StateStore, shared: &Path, own: &Path) -> (StoreSnapshot, f64, f64) {
+fn checkpoint(store: &mut StateStore, shared: &Arc<dyn Storage>, own: &Path) -> (StoreSnapshot, f64, f64) {
     let started = Instant::now();
     let (snapshot, files, upload) = store.begin_checkpoint(shared).expect("begin checkpoint");
     let begun = started.elapsed().as_secs_f64();
@@ -55,8 +59,8 @@ fn checkpoint(store: &mut StateStore, shared: &Path, own: &Path) -> (StoreSnapsh
     (snapshot, begun, started.elapsed().as_secs_f64())
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+fn stored_bytes(shared: &dyn Storage) -> u64 {
+    shared.list("").map(|l| l.files.iter().map(|f| f.size).sum()).unwrap_or(0)
 }
 
 fn main() {
@@ -65,7 +69,10 @@ fn main() {
     let rounds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     let dir = args.get(2).map(PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("weir-incremental-bench"));
     let _ = std::fs::remove_dir_all(&dir);
-    let shared = dir.join("shared");
+    let at = std::env::var("SHARED").unwrap_or_else(|_| dir.join("shared").to_string_lossy().into_owned());
+    let shared = weir_storage::open(&at, &Default::default()).expect("shared storage");
+    shared.delete_dir("").expect("empty shared storage");
+    println!("shared files in '{}'", shared.describe());
     let mut store = StateStore::open(dir.join("db")).expect("open");
     let started = Instant::now();
     write(&store, 0..keys, 0);
@@ -96,8 +103,11 @@ fn main() {
         if retained.len() > 2 {
             retained.remove(0);
         }
-        let deleted = prune_shared(&shared, &retained).expect("prune");
-        println!("  retained 2: pruned {deleted} shared files; shared dir {:.1} MB", dir_bytes(&shared) as f64 / 1e6);
+        let deleted = prune_shared(shared.as_ref(), &retained).expect("prune");
+        println!(
+            "  retained 2: pruned {deleted} shared files; shared files {:.1} MB",
+            stored_bytes(shared.as_ref()) as f64 / 1e6
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

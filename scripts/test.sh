@@ -2,7 +2,8 @@
 # Build Weir and run every test: unit tests, the sqllogictest suites in sql-tests/ and the
 # integration tests (CLI, shell through a pseudo-terminal, embedded API, Kafka against a
 # Kafka-protocol broker on loopback, PostgreSQL against throwaway servers that
-# scripts/postgres.sh starts as an unprivileged user).
+# scripts/postgres.sh starts as an unprivileged user, checkpoints in an S3-compatible store
+# that scripts/object-store.sh starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -11,4 +12,6 @@ scripts/kafka-broker.sh install >/dev/null
 # The web endpoint's tests: a real browser (Debian's chromium) and Prometheus' own parser.
 scripts/chromium.sh install >/dev/null
 scripts/parse-metrics.sh install
+# Checkpoints in an object store: an S3-compatible server (pinned by hash).
+scripts/object-store.sh install
 cargo test --workspace --no-fail-fast

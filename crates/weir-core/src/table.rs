@@ -125,6 +125,12 @@ impl TableDef {
         }
     }
 
+    /// The table's definition as it may be shown (`SHOW CREATE TABLE`, plans, the web API):
+    /// the values of secret options ([`is_secret_option`]) replaced by `******`.
+    pub fn shown_definition(&self) -> String {
+        mask_secrets(&self.definition, &self.options)
+    }
+
     /// The computed column at `index` of the schema, if it is one.
     pub fn computed_at(&self, index: usize) -> Option<&ComputedColumn> {
         self.computed.iter().find(|c| c.index == index)
@@ -224,4 +230,53 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
         other => return Err(WeirError::user(format!("'{text}': unknown time unit '{other}' (ms, s, min, h, d)"))),
     };
     Ok(std::time::Duration::from_millis(n.saturating_mul(millis)))
+}
+
+/// Whether a table option holds a secret: a password (`password`, `properties.sasl.password`,
+/// `properties.ssl.key.password`…), a JAAS configuration (which carries one), a private key,
+/// a token or secret, or a registry's `user:password`.
+pub fn is_secret_option(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "secret-key", "token", "user-info", "ssl.key.pem", "private-key"]
+        .iter()
+        .any(|end| key.ends_with(end))
+        || key.contains("jaas.config")
+}
+
+/// `text` with the values of `options`' secret options, as SQL string literals, replaced by
+/// `'******'`.
+pub fn mask_secrets(text: &str, options: &Options) -> String {
+    let mut shown = text.to_string();
+    for (key, value) in options.iter() {
+        if is_secret_option(key) && !value.is_empty() {
+            let literal = format!("'{}'", value.replace('\'', "''"));
+            shown = shown.replace(&literal, "'******'");
+        }
+    }
+    shown
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[test]
+    fn secret_option_values_are_masked_and_others_kept() {
+        let mut options = Options::default();
+        options.insert("connector".into(), "kafka".into(), None);
+        options.insert(
+            "properties.sasl.jaas.config".into(),
+            "org.apache.kafka.common.security.scram.ScramLoginModule required username='u' password='p';".into(),
+            None,
+        );
+        options.insert("properties.ssl.key.password".into(), "k3y".into(), None);
+        options.insert("password".into(), "it's".into(), None);
+        let text = "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', \
+            'properties.sasl.jaas.config' = 'org.apache.kafka.common.security.scram.ScramLoginModule required username=''u'' password=''p'';', \
+            'properties.ssl.key.password' = 'k3y', 'password' = 'it''s')";
+        let shown = mask_secrets(text, &options);
+        assert!(!shown.contains("k3y") && !shown.contains("ScramLoginModule") && !shown.contains("it''s"), "{shown}");
+        assert!(shown.contains("'connector' = 'kafka'") && shown.contains("'password' = '******'"), "{shown}");
+        assert!(is_secret_option("properties.sasl.password") && !is_secret_option("properties.sasl.mechanism"));
+    }
 }

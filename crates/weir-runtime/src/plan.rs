@@ -102,8 +102,8 @@ impl std::fmt::Debug for LookupOf {
 pub struct InstanceContext {
     /// Unique per operator instance of the job, stable across restarts.
     pub key: String,
-    /// `Some((local root, shared checkpoint directory))` with the RocksDB state backend.
-    pub rocksdb: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `Some((local root, the checkpoints' shared files))` with the RocksDB state backend.
+    pub rocksdb: Option<(std::path::PathBuf, std::sync::Arc<dyn weir_storage::Storage>)>,
     /// The job's key groups, and the ones this operator's task owns.
     pub key_groups: weir_state::KeyGroups,
     pub owned: std::ops::Range<u16>,

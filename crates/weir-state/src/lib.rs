@@ -23,9 +23,11 @@ pub use tables::{Backend, KeyGroups, RestoredMeta, StateTables, Table, TableDecl
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{Options, WriteBatch, DB};
 use weir_core::{Result, WeirError};
+use weir_storage::Storage;
 
 fn db_error(what: &str, e: rocksdb::Error) -> WeirError {
     WeirError::external(format!("state store: {what}: {e}"))
@@ -73,8 +75,10 @@ pub struct StateStore {
     /// Names this lineage gives its SST files in the shared directory: another process's
     /// files may carry the same RocksDB numbers with other contents.
     lineage: String,
-    /// SST files already in the shared directory: RocksDB name -> shared name.
-    uploaded: BTreeMap<String, String>,
+    /// SST files in the shared storage, or on their way there: RocksDB name -> shared name.
+    /// An upload that fails takes its files out again, so that the next checkpoint uploads
+    /// them.
+    uploaded: Uploaded,
     checkpoints: u64,
 }
 
@@ -129,29 +133,30 @@ impl StateStore {
         let path = path.into();
         let _ = std::fs::remove_dir_all(&path);
         let db = DB::open(&options(), &path).map_err(|e| db_error("open", e))?;
-        Ok(Self { db, path, lineage: new_lineage(), uploaded: BTreeMap::new(), checkpoints: 0 })
+        Ok(Self { db, path, lineage: new_lineage(), uploaded: Uploaded::default(), checkpoints: 0 })
     }
 
-    /// A store rebuilt from a checkpoint: its files copied from `shared` and `checkpoint`.
+    /// A store rebuilt from a checkpoint: its SST files fetched from `shared`, its small
+    /// files copied from `checkpoint`.
     pub fn restore(
         path: impl Into<PathBuf>,
         snapshot: &StoreSnapshot,
-        shared: &Path,
+        shared: &dyn Storage,
         checkpoint: &Path,
     ) -> Result<Self> {
         let path = path.into();
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|e| io("create", &path, e))?;
-        for (name, shared_name) in &snapshot.shared {
-            let from = shared.join(shared_name);
-            std::fs::copy(&from, path.join(name)).map_err(|e| io("copy", &from, e))?;
-        }
+        let fetch: Vec<(String, PathBuf)> =
+            snapshot.shared.iter().map(|(name, shared_name)| (shared_name.clone(), path.join(name))).collect();
+        shared.download(&fetch)?;
         for name in &snapshot.own {
             let from = checkpoint.join(name);
             std::fs::copy(&from, path.join(name)).map_err(|e| io("copy", &from, e))?;
         }
         let db = DB::open(&options(), &path).map_err(|e| db_error("open restored state", e))?;
-        Ok(Self { db, path, lineage: new_lineage(), uploaded: snapshot.shared.clone(), checkpoints: 0 })
+        let uploaded = Arc::new(std::sync::Mutex::new(snapshot.shared.clone()));
+        Ok(Self { db, path, lineage: new_lineage(), uploaded, checkpoints: 0 })
     }
 
     /// The keys of operator `operator`.
@@ -163,8 +168,8 @@ impl StateStore {
     /// flush, a RocksDB checkpoint of hard links (cheap, and it keeps the files alive
     /// whatever compaction does next), and reading the small per-checkpoint files (returned
     /// by name). Left to [`Upload::run`], which may run on another thread while the store
-    /// goes on: copying the SST files no earlier checkpoint holds into `shared`.
-    pub fn begin_checkpoint(&mut self, shared: &Path) -> Result<(StoreSnapshot, OwnFiles, Upload)> {
+    /// goes on: uploading the SST files no earlier checkpoint holds to `shared`.
+    pub fn begin_checkpoint(&mut self, shared: &Arc<dyn Storage>) -> Result<(StoreSnapshot, OwnFiles, Upload)> {
         self.db.flush().map_err(|e| db_error("flush", e))?;
         self.checkpoints += 1;
         let local = self.path.with_extension(format!("chk-{}", self.checkpoints));
@@ -174,20 +179,27 @@ impl StateStore {
             .map_err(|e| db_error("checkpoint", e))?;
         let mut snapshot = StoreSnapshot::default();
         let mut own = Vec::new();
-        let mut upload = Upload { local: local.clone(), shared: shared.to_path_buf(), copies: Vec::new() };
+        let mut upload = Upload {
+            local: local.clone(),
+            shared: shared.clone(),
+            copies: Vec::new(),
+            uploaded: self.uploaded.clone(),
+        };
+        let mut uploaded =
+            self.uploaded.lock().map_err(|_| WeirError::internal("state store: upload list poisoned"))?;
         let entries = std::fs::read_dir(&local).map_err(|e| io("list", &local, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| io("list", &local, e))?;
             let name = entry.file_name().to_string_lossy().to_string();
             let size = entry.metadata().map_err(|e| io("stat", &entry.path(), e))?.len();
             if name.ends_with(".sst") {
-                let shared_name = match self.uploaded.get(&name) {
+                let shared_name = match uploaded.get(&name) {
                     Some(existing) => existing.clone(),
                     None => {
                         let shared_name = format!("{}-{name}", self.lineage);
                         upload.copies.push((name.clone(), shared_name.clone()));
                         snapshot.bytes_copied += size;
-                        self.uploaded.insert(name.clone(), shared_name.clone());
+                        uploaded.insert(name.clone(), shared_name.clone());
                         shared_name
                     }
                 };
@@ -203,10 +215,14 @@ impl StateStore {
         }
         // Forget uploads of files RocksDB has compacted away.
         let live: BTreeSet<&String> = snapshot.shared.keys().collect();
-        self.uploaded.retain(|name, _| live.contains(name));
+        uploaded.retain(|name, _| live.contains(name));
+        drop(uploaded);
         Ok((snapshot, own, upload))
     }
 }
+
+/// A store's SST files in the shared storage, shared with its uploads.
+type Uploaded = Arc<std::sync::Mutex<BTreeMap<String, String>>>;
 
 /// A checkpoint's small per-checkpoint files (MANIFEST, CURRENT, OPTIONS): name and bytes.
 pub type OwnFiles = Vec<(String, Vec<u8>)>;
@@ -214,16 +230,18 @@ pub type OwnFiles = Vec<(String, Vec<u8>)>;
 /// Keys with their values, in key order.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The second half of a checkpoint: new SST files copied (and synced) into the shared
-/// directory. A checkpoint that uses them counts only once this has succeeded.
+/// The second half of a checkpoint: new SST files uploaded (durably) to the shared storage,
+/// in parallel where it allows. A checkpoint that uses them counts only once this has
+/// succeeded.
 #[derive(Debug)]
-#[must_use = "a checkpoint's SST files are only in the shared directory once its upload has run"]
+#[must_use = "a checkpoint's SST files are only in the shared storage once its upload has run"]
 pub struct Upload {
     /// The RocksDB checkpoint (hard links), deleted when done.
     local: PathBuf,
-    shared: PathBuf,
+    shared: Arc<dyn Storage>,
     /// RocksDB file name -> shared name.
     copies: Vec<(String, String)>,
+    uploaded: Uploaded,
 }
 
 impl Upload {
@@ -231,33 +249,31 @@ impl Upload {
         // Fault injection: a slow upload, so that a test can kill the process while the job
         // goes on and the checkpoint's files are not copied yet.
         weir_core::fault::pause("upload");
-        std::fs::create_dir_all(&self.shared).map_err(|e| io("create", &self.shared, e))?;
-        for (name, shared_name) in &self.copies {
-            copy_synced(&self.local.join(name), &self.shared.join(shared_name))?;
+        let files: Vec<(PathBuf, String)> =
+            self.copies.iter().map(|(name, shared_name)| (self.local.join(name), shared_name.clone())).collect();
+        let result = self.shared.upload(&files);
+        if result.is_err() {
+            // Not there after all: the next checkpoint uploads them again.
+            if let Ok(mut uploaded) = self.uploaded.lock() {
+                for (name, shared_name) in &self.copies {
+                    if uploaded.get(name) == Some(shared_name) {
+                        uploaded.remove(name);
+                    }
+                }
+            }
         }
         let _ = std::fs::remove_dir_all(&self.local);
-        Ok(())
+        result
     }
-}
-
-fn copy_synced(from: &Path, to: &Path) -> Result<()> {
-    std::fs::copy(from, to).map_err(|e| io("copy", from, e))?;
-    std::fs::File::open(to).and_then(|f| f.sync_all()).map_err(|e| io("sync", to, e))
 }
 
 /// Delete the shared files that none of `retained` refers to.
-pub fn prune_shared(shared: &Path, retained: &[StoreSnapshot]) -> Result<u64> {
+pub fn prune_shared(shared: &dyn Storage, retained: &[StoreSnapshot]) -> Result<u64> {
     let keep: BTreeSet<&String> = retained.iter().flat_map(|s| s.shared.values()).collect();
-    let mut deleted = 0;
-    let Ok(entries) = std::fs::read_dir(shared) else { return Ok(0) };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !keep.contains(&name) {
-            std::fs::remove_file(entry.path()).map_err(|e| io("delete", &entry.path(), e))?;
-            deleted += 1;
-        }
-    }
-    Ok(deleted)
+    let doomed: Vec<String> =
+        shared.list("")?.files.into_iter().map(|f| f.name).filter(|name| !keep.contains(name)).collect();
+    shared.delete(&doomed)?;
+    Ok(doomed.len() as u64)
 }
 
 /// One operator's keys in the store.
@@ -367,7 +383,7 @@ mod tests {
     }
 
     /// A whole checkpoint: begun, uploaded, its small files written into `checkpoint`.
-    fn checkpoint(store: &mut StateStore, shared: &Path, checkpoint: &Path) -> StoreSnapshot {
+    fn checkpoint(store: &mut StateStore, shared: &Arc<dyn Storage>, checkpoint: &Path) -> StoreSnapshot {
         let (snapshot, own, upload) = store.begin_checkpoint(shared).expect("begin checkpoint");
         upload.run().expect("upload");
         std::fs::create_dir_all(checkpoint).expect("checkpoint dir");
@@ -388,12 +404,35 @@ mod tests {
         }
     }
 
+    /// An upload that fails leaves no file counted as uploaded: the next checkpoint uploads
+    /// every file its state needs, and none is missing from the shared storage.
+    #[test]
+    fn files_of_a_failed_upload_are_uploaded_by_the_next_checkpoint() {
+        let dir = scratch("failed-upload");
+        // A file where the shared directory should be: the first upload fails.
+        std::fs::write(dir.join("shared"), b"not a directory").expect("blocker");
+        let shared: Arc<dyn Storage> = Arc::new(weir_storage::LocalDir::new(dir.join("shared")));
+        let mut store = StateStore::open(dir.join("db")).expect("open");
+        load(&store.table(1), 0..10_000, 0);
+        let (first, _, upload) = store.begin_checkpoint(&shared).expect("begin");
+        assert!(first.bytes_copied > 0 && !first.shared.is_empty());
+        assert!(upload.run().is_err(), "the upload should have failed");
+        std::fs::remove_file(dir.join("shared")).expect("unblock");
+        let (second, _, upload) = store.begin_checkpoint(&shared).expect("begin");
+        upload.run().expect("upload");
+        for name in second.shared.values() {
+            assert!(dir.join("shared").join(name).exists(), "{name} is referenced but was never uploaded");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// 1M keys of 100 bytes; 1% of them updated between checkpoints: each later checkpoint
     /// copies a few percent of the state, and a restored store reads the latest values.
     #[test]
     fn checkpoints_copy_only_new_files_and_restore_exactly() {
         let dir = scratch("incremental");
-        let shared = dir.join("shared");
+        let shared_dir = dir.join("shared");
+        let shared: Arc<dyn Storage> = Arc::new(weir_storage::LocalDir::new(&shared_dir));
         let mut store = StateStore::open(dir.join("db")).expect("open");
         load(&store.table(7), 0..1_000_000, 0);
         let first = checkpoint(&mut store, &shared, &dir.join("chk-1"));
@@ -417,13 +456,13 @@ mod tests {
         }
 
         // Keep the last two: files only the first two referenced go.
-        let before = std::fs::read_dir(&shared).expect("shared").count();
-        let deleted = prune_shared(&shared, &snapshots[2..]).expect("prune");
-        let after = std::fs::read_dir(&shared).expect("shared").count();
+        let before = std::fs::read_dir(&shared_dir).expect("shared").count();
+        let deleted = prune_shared(shared.as_ref(), &snapshots[2..]).expect("prune");
+        let after = std::fs::read_dir(&shared_dir).expect("shared").count();
         assert_eq!(before - deleted as usize, after);
         for s in &snapshots[2..] {
             for name in s.shared.values() {
-                assert!(shared.join(name).exists(), "{name} deleted while referenced");
+                assert!(shared_dir.join(name).exists(), "{name} deleted while referenced");
             }
         }
 
@@ -431,7 +470,7 @@ mod tests {
         let last = snapshots.last().expect("snapshot").clone();
         let description = StoreSnapshot::from_json(&last.to_json()).expect("round trip");
         let restored =
-            StateStore::restore(dir.join("db2"), &description, &shared, &dir.join("chk-4")).expect("restore");
+            StateStore::restore(dir.join("db2"), &description, shared.as_ref(), &dir.join("chk-4")).expect("restore");
         let keys: Vec<[u8; 8]> = [0u64, 97, 98, 99, 500_000, 999_999].iter().map(|i| i.to_be_bytes()).collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let got = restored.table(7).multi_get(&refs).expect("read");

@@ -26,8 +26,10 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use weir_core::{OperatorSnapshot, Result, WeirError};
+use weir_storage::Storage;
 
 use crate::{StateStore, StoreSnapshot};
 
@@ -123,17 +125,17 @@ pub struct Table(u16);
 #[derive(Debug, Clone)]
 pub enum Backend {
     Memory,
-    /// A RocksDB store in `local` (scratch, rebuilt from checkpoints); checkpoints copy its
-    /// SST files once into `shared`.
+    /// A RocksDB store in `local` (scratch, rebuilt from checkpoints); checkpoints upload its
+    /// SST files once to `shared`.
     RocksDb {
         local: PathBuf,
-        shared: PathBuf,
+        shared: Arc<dyn Storage>,
     },
 }
 
 enum Inner {
     Memory(BTreeMap<Vec<u8>, Vec<u8>>),
-    Rocks { store: StateStore, local: PathBuf, shared: PathBuf },
+    Rocks { store: StateStore, local: PathBuf, shared: Arc<dyn Storage> },
 }
 
 /// The state tables of one operator task.
@@ -600,7 +602,7 @@ impl StateTables {
                         // The empty store opened above holds the directory's lock.
                         *store = StateStore::open(local.join("empty"))?;
                     }
-                    stores.push((dir.clone(), restore_store(header, payload, &dir, shared, local)?));
+                    stores.push((dir.clone(), restore_store(header, payload, &dir, shared.as_ref(), local)?));
                 }
                 let mut stores = stores.into_iter();
                 if let Some((_, first)) = stores.next() {
@@ -697,7 +699,7 @@ fn restore_store(
     header: &serde_json::Value,
     payload: &[u8],
     dir: &Path,
-    shared: &Path,
+    shared: &dyn Storage,
     local: &Path,
 ) -> Result<StateStore> {
     let snap = StoreSnapshot::from_json(header["store"].as_str().ok_or_else(|| damaged("store"))?)?;

@@ -33,7 +33,7 @@ fn backends(dir: &Path) -> Vec<(&'static str, MakeBackend)> {
             "rocksdb",
             Box::new(move |task: &str| Backend::RocksDb {
                 local: rocks_root.join(format!("local-{task}")),
-                shared: rocks_root.join("shared"),
+                shared: std::sync::Arc::new(weir_storage::LocalDir::new(rocks_root.join("shared"))),
             }),
         ),
     ]

@@ -23,6 +23,10 @@ use super::sink::parse_commit_metadata;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long leaving a group may take before the worker goes on without waiting: librdkafka's
+/// consumer close can wait without end on a rebalance that never completes.
+const LEAVE_DEADLINE: Duration = Duration::from_secs(10);
+
 fn kafka(what: &str, e: rdkafka::error::KafkaError) -> WeirError {
     WeirError::external(format!("Kafka: {what}: {e}"))
 }
@@ -43,9 +47,12 @@ impl ClientContext for GroupContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         use rdkafka::types::RDKafkaErrorCode::{Fatal, FencedInstanceId, InvalidSessionTimeout};
         if matches!(error.rdkafka_error_code(), Some(FencedInstanceId | Fatal)) {
+            // Said as observed: the broker fenced this member. Who took its id is not known
+            // here (a replacement, or this worker's own rejoin after a pause past its session).
             let message = format!(
-                "another worker with this worker's id has taken its place in group '{}' ({reason}); this one stops",
-                self.group
+                "the broker fenced this worker's membership of group '{}' ({}: {reason}); this one stops",
+                self.group,
+                error.rdkafka_error_code().map_or_else(|| "fatal".to_string(), |c| format!("{c:?}"))
             );
             if let Ok(mut f) = self.fatal.lock() {
                 f.get_or_insert(message);
@@ -114,6 +121,9 @@ pub struct Membership {
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Closed when the group thread has left the group and closed its client.
+    left: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    group: String,
 }
 
 impl Membership {
@@ -158,6 +168,7 @@ impl Membership {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let group_name = group.to_string();
+        let (left_tx, left) = std::sync::mpsc::channel::<()>();
         // librdkafka runs the group protocol (heartbeats, rebalances) while it is polled.
         let thread = std::thread::Builder::new()
             .name(format!("weir group {group}"))
@@ -168,9 +179,21 @@ impl Membership {
                     }
                 }
                 consumer.unsubscribe();
+                // Fault injection: a close that hangs, as librdkafka's can.
+                weir_core::fault::pause("group_close");
+                drop(consumer);
+                drop(left_tx);
             })
             .map_err(|e| WeirError::internal(format!("cannot start a group thread: {e}")))?;
-        Ok(Self { assigned: rx, released: released_tx, fatal, stop, thread: Some(thread) })
+        Ok(Self {
+            assigned: rx,
+            released: released_tx,
+            fatal,
+            stop,
+            thread: Some(thread),
+            left: std::sync::Mutex::new(left),
+            group: group.to_string(),
+        })
     }
 
     /// Why this worker cannot be a member, if it cannot.
@@ -183,10 +206,42 @@ impl Drop for Membership {
     /// Leaving, the worker has stopped its tasks already: the revocation that closing the
     /// member brings need not wait for them.
     fn drop(&mut self) {
+        self.begin_leaving();
+        self.finish_leaving(std::time::Instant::now() + LEAVE_DEADLINE);
+    }
+}
+
+impl Membership {
+    /// Leave every group at once, all within one [`LEAVE_DEADLINE`].
+    pub fn leave_all(mut memberships: Vec<Membership>) {
+        memberships.iter().for_each(Membership::begin_leaving);
+        let deadline = std::time::Instant::now() + LEAVE_DEADLINE;
+        memberships.iter_mut().for_each(|m| m.finish_leaving(deadline));
+    }
+
+    fn begin_leaving(&self) {
         self.released.send_replace(u64::MAX);
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    }
+
+    /// A close stuck past `deadline` is left behind (the process exits all the same): the
+    /// group times the member out, as it would a dead one.
+    fn finish_leaving(&mut self, deadline: std::time::Instant) {
+        let Some(t) = self.thread.take() else { return };
+        let wait = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = match self.left.lock() {
+            Ok(left) => left.recv_timeout(wait),
+            Err(_) => Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
+        };
+        match left {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => log::warn!(
+                "leaving group '{}' took more than {LEAVE_DEADLINE:?} (the Kafka client's close is stuck); going on \
+                 without it",
+                self.group
+            ),
+            _ => {
+                let _ = t.join();
+            }
         }
     }
 }

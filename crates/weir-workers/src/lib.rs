@@ -271,7 +271,7 @@ impl WorkerJob {
         // Before the groups are left: the tasks' next owners must not start them while they
         // still run here.
         self.shut_down(&tasks).await;
-        drop(memberships);
+        Membership::leave_all(memberships);
         outcome
     }
 
@@ -506,12 +506,12 @@ impl WorkerJob {
             let (kafka, group, topics) = (layout.kafka.clone(), group.clone(), topics.clone());
             Arc::new(move || Ok(group::committed_checkpoint(&kafka, &group, &topics, p)?.map(|(e, _)| e)))
         };
-        let dir = layout.checkpoint.dir.join(format!("task-{}-{p}", sub.id));
-        let store = Arc::new(TaskStore::new(dir.clone(), committed.clone()));
+        let storage = layout.checkpoint.storage.scoped(&format!("task-{}-{p}", sub.id));
+        let store = Arc::new(TaskStore::new(storage.clone(), committed.clone()));
         // From here on a predecessor on another worker cannot complete a checkpoint.
         store.claim()?;
         let mut config = layout.checkpoint.clone();
-        config.dir = dir;
+        config.storage = storage;
         // The task's own plan: its part of the job, ending in a repartition topic or the sink.
         let sink_name = match &sub.output {
             Output::Repartition { topic, .. } => topic.clone(),

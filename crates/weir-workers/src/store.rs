@@ -7,19 +7,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weir_core::Result;
-use weir_runtime::checkpoint::{CheckpointStats, CheckpointStore, LocalStore, PlanState, Restored, TaskState};
+use weir_runtime::checkpoint::{CheckpointStats, CheckpointStore, Checkpoints, PlanState, Restored, TaskState};
 
 /// The task's committed checkpoint, from its consumer group.
 pub type Committed = Arc<dyn Fn() -> Result<Option<u64>> + Send + Sync>;
 
 pub struct TaskStore {
-    local: LocalStore,
+    local: Checkpoints,
     committed: Committed,
 }
 
 impl TaskStore {
-    pub fn new(dir: std::path::PathBuf, committed: Committed) -> Self {
-        Self { local: LocalStore::new(dir), committed }
+    pub fn new(storage: Arc<dyn weir_storage::Storage>, committed: Committed) -> Self {
+        Self { local: Checkpoints::new(storage), committed }
     }
 }
 

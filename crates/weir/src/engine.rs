@@ -421,7 +421,7 @@ impl Engine {
                 let (_, table) = state.planner.schema_of(name)?;
                 let key = weir_sql::catalog::normalize(name);
                 let text = match (kind, table) {
-                    (ObjectKind::Table, Some(t)) => t.definition.clone(),
+                    (ObjectKind::Table, Some(t)) => t.shown_definition(),
                     (ObjectKind::View, None) => {
                         state.planner.catalog.views.get(&key).map(|v| v.definition.clone()).unwrap_or_default()
                     }
@@ -624,8 +624,8 @@ impl Engine {
             .collect();
         let mut options = job.options;
         if let Some(config) = job.checkpoint {
-            use weir_runtime::checkpoint::{CheckpointStore, LocalStore};
-            let store: Arc<dyn CheckpointStore> = Arc::new(LocalStore::new(config.dir.clone()));
+            use weir_runtime::checkpoint::{CheckpointStore, Checkpoints};
+            let store: Arc<dyn CheckpointStore> = Arc::new(Checkpoints::new(config.storage.clone()));
             if self.from_scratch {
                 store.clear()?;
             }
@@ -638,7 +638,7 @@ impl Engine {
                         "job '{}' resumes from checkpoint {} in '{}'",
                         job.name,
                         restored.epoch,
-                        config.dir.display()
+                        config.storage.describe()
                     );
                     options.restore = Some(restored);
                 }

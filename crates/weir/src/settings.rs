@@ -15,10 +15,27 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "a source task with no data for this long (e.g. '5s') stops holding back watermarks; 0: never",
     ),
     ("checkpoint.interval", "0", "take a checkpoint this often (e.g. '10s'); 0: no checkpoints"),
-    ("checkpoint.dir", "", "where checkpoints are kept (a local directory); each job uses <dir>/<job name>"),
+    (
+        "checkpoint.dir",
+        "",
+        "where checkpoints are kept: a local directory (or file://), or an object store (s3://bucket/path, \
+         s3a://, gs://, az://); each job uses <dir>/<job name>",
+    ),
     ("checkpoint.mode", "exactly-once", "'exactly-once' (aligned barriers) or 'at-least-once'"),
     ("checkpoint.timeout", "10min", "a checkpoint not complete after this long is abandoned"),
     ("checkpoint.retained", "3", "completed checkpoints kept"),
+    (
+        "checkpoint.tolerable-failures",
+        "10",
+        "checkpoints that may fail in a row (a store down, a timeout) before the job fails and restarts from its \
+         latest checkpoint (Flink's default is 0)",
+    ),
+    (
+        "state.backend.local-recovery",
+        "true",
+        "with checkpoints in an object store: keep a local copy of the state files uploaded, so that a restart \
+         on this machine downloads only what the copy lacks",
+    ),
     (
         "rest.port",
         "",
@@ -78,6 +95,15 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The object stores' settings (`s3.access-key`…), in `weir_storage::options`.
+fn storage_keys() -> impl Iterator<Item = &'static str> {
+    weir_storage::options::SETTINGS.iter().map(|(k, _, _, _)| *k)
+}
+
+fn known(key: &str) -> bool {
+    SETTINGS.iter().any(|(k, _, _)| *k == key) || storage_keys().any(|k| k == key)
+}
+
 /// Flink's keys for Weir's settings, as a Flink job's `SET` statements write them: each
 /// becomes Weir's key, its value translated where Flink spells it otherwise.
 const FLINK_KEYS: &[(&str, &str)] = &[
@@ -88,6 +114,7 @@ const FLINK_KEYS: &[(&str, &str)] = &[
     ("state.checkpoints.dir", "checkpoint.dir"),
     ("execution.checkpointing.num-retained", "checkpoint.retained"),
     ("state.checkpoints.num-retained", "checkpoint.retained"),
+    ("execution.checkpointing.tolerable-failed-checkpoints", "checkpoint.tolerable-failures"),
     ("parallelism.default", "parallelism"),
     ("state.backend.type", "state.backend"),
     ("table.exec.source.idle-timeout", "source.idle-timeout"),
@@ -120,16 +147,7 @@ fn from_flink(key: &str, value: &str, at: Option<Location>) -> Result<Option<(St
     let value = match *weir {
         "checkpoint.mode" => value.to_ascii_lowercase().replace('_', "-"),
         "state.backend" if value.eq_ignore_ascii_case("hashmap") => "memory".to_string(),
-        "checkpoint.dir" => match value.strip_prefix("file://") {
-            Some(path) => path.to_string(),
-            None if value.contains("://") => {
-                return Err(WeirError::not_supported(format!(
-                    "'{key}' = '{value}': checkpoints go to a local directory (file://) yet"
-                ))
-                .at(at))
-            }
-            None => value.to_string(),
-        },
+        "checkpoint.dir" => value.strip_prefix("file://").unwrap_or(value).to_string(),
         _ => value.to_string(),
     };
     Ok(Some((weir.to_string(), value)))
@@ -151,8 +169,8 @@ impl Settings {
     pub fn set(&mut self, key: &str, value: &str, at: Option<Location>) -> Result<()> {
         let Some((key, value)) = from_flink(key, value, at)? else { return Ok(()) };
         let (key, value) = (key.as_str(), value.as_str());
-        if !SETTINGS.iter().any(|(k, _, _)| *k == key) {
-            let known: Vec<_> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
+        if !known(key) {
+            let known: Vec<_> = SETTINGS.iter().map(|(k, _, _)| *k).chain(storage_keys()).collect();
             return Err(WeirError::user(format!("unknown setting '{key}'; settings are: {}", known.join(", "))).at(at));
         }
         if key == "table.dml-sync" && !matches!(value, "true" | "false") {
@@ -185,10 +203,15 @@ impl Settings {
         if key == "rest.port" && value.parse::<u16>().is_err() {
             return Err(WeirError::user(format!("setting 'rest.port' must be a port number, not '{value}'")).at(at));
         }
-        if key == "restart.attempts" && value.parse::<u32>().is_err() {
-            return Err(
-                WeirError::user(format!("setting 'restart.attempts' must be a whole number, not '{value}'")).at(at)
-            );
+        if key == "checkpoint.dir" && value.contains("://") {
+            // The scheme is checked here; the store itself when a job starts.
+            weir_storage::check_scheme(value).map_err(|why| WeirError::user(format!("'{key}': {why}")).at(at))?;
+        }
+        if key == "state.backend.local-recovery" && !matches!(value, "true" | "false") {
+            return Err(WeirError::user(format!("setting '{key}' must be 'true' or 'false', not '{value}'")).at(at));
+        }
+        if matches!(key, "restart.attempts" | "checkpoint.tolerable-failures") && value.parse::<u32>().is_err() {
+            return Err(WeirError::user(format!("setting '{key}' must be a whole number, not '{value}'")).at(at));
         }
         if matches!(
             key,
@@ -301,7 +324,8 @@ impl Settings {
         };
         Ok(Some(CheckpointConfig {
             interval,
-            dir: std::path::Path::new(dir).join(job),
+            storage: self.checkpoint_storage(&weir_storage::join(dir, job))?,
+            tolerable_failures: self.value("checkpoint.tolerable-failures").parse().unwrap_or(10),
             mode: if self.value("checkpoint.mode") == "at-least-once" {
                 CheckpointMode::AtLeastOnce
             } else {
@@ -316,11 +340,29 @@ impl Settings {
         }))
     }
 
-    /// Every known setting with its current value.
+    /// The storage of checkpoints at `location`, with a local copy of its state files where it
+    /// is an object store (unless 'state.backend.local-recovery' is off).
+    fn checkpoint_storage(&self, location: &str) -> Result<std::sync::Arc<dyn weir_storage::Storage>> {
+        let storage = weir_storage::open(location, &self.values)?;
+        if !weir_storage::is_remote(location) || self.value("state.backend.local-recovery") == "false" {
+            return Ok(storage);
+        }
+        let root =
+            self.get("state.dir").map_or_else(|| std::env::temp_dir().join("weir-state"), std::path::PathBuf::from);
+        let copy = root.join("local-recovery").join(weir_runtime::checkpoint::fingerprint(location));
+        Ok(std::sync::Arc::new(weir_storage::LocalRecovery::new(storage, copy)))
+    }
+
+    /// Every known setting with its current value; secrets masked.
     pub fn all(&self) -> Vec<(String, String)> {
-        SETTINGS
-            .iter()
-            .map(|(k, default, _)| (k.to_string(), self.values.get(*k).cloned().unwrap_or_else(|| default.to_string())))
+        let defaults = SETTINGS.iter().map(|(k, d, _)| (*k, *d)).chain(storage_keys().map(|k| (k, "")));
+        defaults
+            .map(|(k, default)| {
+                let value = self.values.get(k).cloned().unwrap_or_else(|| default.to_string());
+                let shown =
+                    if weir_storage::options::is_secret(k) && !value.is_empty() { "******".into() } else { value };
+                (k.to_string(), shown)
+            })
             .collect()
     }
 }

@@ -16,7 +16,7 @@ use crate::kills::{in_phase, kill_in_phases, start, Phase, PHASES};
 /// Kafka `bids` -> bids per auction -> auctions per bid count, upserted by the count into
 /// `out`. As counts grow, auctions leave their count's group: groups empty (tombstones) and
 /// MIN/MAX take values back.
-fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
+pub(crate) fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Option<u32>) -> String {
     let rate = rate.map(|r| format!(", 'scan.records-per-second' = '{r}'")).unwrap_or_default();
     format!(
         "SET 'parallelism' = '2';
@@ -74,14 +74,14 @@ fn reduce(records: Vec<(Option<String>, Option<String>)>) -> (BTreeMap<String, S
     (table, tombstones)
 }
 
-/// A job's SQL: bootstrap servers, sink topic, delivery guarantee, checkpoint directory,
-/// records per second (`None`: as fast as it goes).
-type JobOf = fn(&str, &str, &str, &Path, Option<u32>) -> String;
-
 /// `job_of` run over 20,000 bids uninterrupted into topic `reference`, then exactly once into
 /// `out` while SIGKILLed at least 3 times in every phase and 20 in all: the reference's
 /// table and tombstones, and the killed run's table.
-async fn reference_and_killed(job_of: JobOf) -> (BTreeMap<String, String>, usize, BTreeMap<String, String>) {
+/// `job_of`: a job's SQL from bootstrap servers, sink topic, delivery guarantee, checkpoint
+/// directory, records per second (`None`: as fast as it goes).
+pub(crate) async fn reference_and_killed(
+    job_of: impl Fn(&str, &str, &str, &Path, Option<u32>) -> String,
+) -> (BTreeMap<String, String>, usize, BTreeMap<String, String>) {
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     load_bids(&broker, 20_000).await;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub enum Phase {
     /// Reading, computing, writing uncommitted output.
     Processing,
+    /// While a checkpoint's RocksDB files are uploaded, with the job processing on.
+    Uploading,
     /// After the sinks pre-committed and before the checkpoint's manifest exists.
     PreCommitted,
     /// After the checkpoint completed and before the sinks committed (published) its output.
@@ -33,6 +35,7 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
     let sink = sink.to_uppercase();
     match phase {
         Phase::Processing => &mut cmd,
+        Phase::Uploading => cmd.env("WEIR_FAULT_UPLOAD_MS", "300"),
         Phase::PreCommitted => cmd.env("WEIR_FAULT_MANIFEST_MS", "300"),
         Phase::Committing => cmd.env(format!("WEIR_FAULT_{sink}_COMMIT_MS"), "300"),
         Phase::DuringCommit => cmd.env(format!("WEIR_FAULT_{sink}_COMMITTED_MS"), "300"),
@@ -45,6 +48,7 @@ pub fn start(sql: &Path, phase: Phase, faults: &Path, sink: &str) -> Child {
 pub fn in_phase(phase: Phase, faults: &Path, sink: &str) -> bool {
     match phase {
         Phase::Processing => false,
+        Phase::Uploading => faults.join("upload").exists(),
         Phase::PreCommitted => faults.join("manifest").exists(),
         Phase::Committing => faults.join(format!("{sink}_commit")).exists(),
         Phase::DuringCommit => faults.join(format!("{sink}_committed")).exists(),

@@ -17,6 +17,7 @@ mod kafka_restarts;
 mod kafka_upsert;
 mod kills;
 mod match_recognize;
+mod object_store;
 mod over;
 mod parallel;
 mod partition_commit;

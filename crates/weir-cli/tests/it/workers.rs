@@ -317,10 +317,18 @@ impl Phase {
 }
 
 /// A worker started with `phase` slowed down, its fault markers in `<dir>/faults-<n>`.
-fn start_in(sql: &Path, dir: &Path, n: usize, id: &str, phase: Option<Phase>) -> (Worker, PathBuf) {
+fn start_in(
+    sql: &Path,
+    dir: &Path,
+    n: usize,
+    id: &str,
+    phase: Option<Phase>,
+    machine: &[(&str, String)],
+) -> (Worker, PathBuf) {
     let faults = dir.join(format!("faults-{n}"));
     std::fs::create_dir_all(&faults).expect("fault dir");
     let mut env = vec![("WEIR_FAULT_DIR", faults.display().to_string())];
+    env.extend(machine.iter().cloned());
     if let Some(p) = phase.filter(|p| p.hook().is_some()) {
         env.push((p.variable(), "400".into()));
     }
@@ -333,16 +341,48 @@ fn start_in(sql: &Path, dir: &Path, n: usize, id: &str, phase: Option<Phase>) ->
 /// a replacement under the dead worker's id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_ten_times_in_every_phase_loses_and_duplicates_nothing() {
+    worker_killed_ten_times(None).await;
+}
+
+/// The same with checkpoints in an object store and RocksDB state, and no directory shared
+/// by the workers: each has its own temporary directory (its "machine"), so a task that moves
+/// restores from the bucket alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_with_checkpoints_in_s3_and_no_shared_disk_lose_and_duplicate_nothing_through_kills() {
+    let store = crate::object_store::ObjectStore::start();
+    worker_killed_ten_times(Some(&store)).await;
+    let keys = store.keys("ck/");
+    assert!(keys.iter().any(|k| k.contains("/shared/") && k.ends_with(".sst")), "no RocksDB file in the bucket");
+}
+
+async fn worker_killed_ten_times(store: Option<&crate::object_store::ObjectStore>) {
     let _one = ONE_AT_A_TIME.lock().await;
     let dir = crate::slt::tempdir();
     let (broker, want) = with_reference(&dir).await;
-    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(70)));
-    let stable: Vec<Worker> = (0..2).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
+    let settings = match store {
+        None => worker_settings(&dir.join("ck")),
+        Some(store) => format!(
+            "{}\nSET 'state.backend' = 'rocksdb';\n{}",
+            worker_settings(&dir.join("ck"))
+                .replace(&format!("SET 'checkpoint.dir' = '{}';\n", dir.join("ck").display()), ""),
+            store.settings("ck")
+        ),
+    };
+    assert!(store.is_none() || !settings.contains(&dir.join("ck").display().to_string()), "{settings}");
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &settings, Some(70)));
+    // Without a shared disk, each worker process is on a "machine" of its own.
+    let machine = |n: usize| -> Vec<(&str, String)> {
+        match store {
+            None => vec![],
+            Some(_) => vec![("TMPDIR", dir.join(format!("machine-{n}")).display().to_string())],
+        }
+    };
+    let stable: Vec<Worker> = (0..2).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &machine(n))).collect();
     let phases = [Phase::Processing, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
     let mut kills: BTreeMap<Phase, u32> = BTreeMap::new();
     let mut reassigned = 0;
     let mut pending: Option<(Vec<String>, u32)> = None;
-    let (mut victim, mut faults) = start_in(&sql, &dir, 10, "w2", Some(phases[0]));
+    let (mut victim, mut faults) = start_in(&sql, &dir, 10, "w2", Some(phases[0]), &machine(10));
     for round in 0..10 {
         let phase = phases[round % phases.len()];
         let pid = victim.child.id();
@@ -373,7 +413,7 @@ async fn a_worker_killed_ten_times_in_every_phase_loses_and_duplicates_nothing()
         println!("round {round}: killed worker {pid} in {landed:?}; it ran {}", had.len());
         // The replacement: killed in the next round, the last one runs to the end.
         let next_phase = (round < 9).then(|| phases[(round + 1) % phases.len()]);
-        (victim, faults) = start_in(&sql, &dir, 11 + round, "w2", next_phase);
+        (victim, faults) = start_in(&sql, &dir, 11 + round, "w2", next_phase, &machine(11 + round));
         if next_phase == Some(Phase::Restoring) {
             pending = Some((had, pid));
         } else {
@@ -465,7 +505,10 @@ async fn a_paused_worker_resumed_after_its_tasks_moved_cannot_commit() {
     }
     let log = zombie.wait_failed(Duration::from_secs(30));
     println!("{}", log.lines().find(|l| l.contains("fenced this one")).unwrap_or_default());
-    assert!(log.contains("has taken its place"), "the resumed worker did not leave the groups:\n{log}");
+    assert!(
+        log.contains("the broker fenced this worker's membership of group"),
+        "the resumed worker did not leave the groups:\n{log}"
+    );
     for w in others {
         w.wait(Duration::from_secs(120));
     }
@@ -567,4 +610,30 @@ fn assert_refused(dir: &Path, cases: &[(String, &str)]) {
         assert!(!out.status.success(), "case {i} was not refused");
         assert!(stderr.contains(expected), "case {i}: expected '{expected}' in:\n{stderr}");
     }
+}
+
+/// A worker whose Kafka group client hangs as it closes (librdkafka's close can wait without
+/// end on a rebalance) still exits, successfully, once its tasks have ended: leaving the
+/// groups has a deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_group_client_hangs_on_close_still_exits() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 2_000).await;
+    crate::kafka_upsert::load_auctions(&broker, 2_000).await;
+    for t in ["counts", "joined", "windows"] {
+        broker.create_topic(t, 2).await;
+    }
+    let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), None));
+    let faults = dir.join("faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    // An hour: for the test, forever.
+    let env = [("WEIR_FAULT_DIR", faults.display().to_string()), ("WEIR_FAULT_GROUP_CLOSE_MS", "3600000".into())];
+    let worker = Worker::start(&sql, &dir, 0, "w0", &env);
+    let log = worker.log.clone();
+    worker.wait(Duration::from_secs(240));
+    assert!(faults.join("group_close").exists(), "the group client's close was not held");
+    let log = std::fs::read_to_string(log).expect("worker log");
+    assert!(log.contains("(the Kafka client's close is stuck); going on without it"), "{log}");
 }

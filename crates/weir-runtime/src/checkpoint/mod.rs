@@ -16,7 +16,6 @@
 //! stands for every later checkpoint.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -47,10 +46,13 @@ pub const MANIFEST_VERSION: u64 = 2;
 #[derive(Debug, Clone)]
 pub struct CheckpointConfig {
     pub interval: Duration,
-    pub dir: PathBuf,
+    /// Where the job's checkpoints are kept (`checkpoint.dir`, with the job's name).
+    pub storage: std::sync::Arc<dyn weir_storage::Storage>,
     pub mode: CheckpointMode,
     pub timeout: Duration,
     pub retained: usize,
+    /// Checkpoints that may fail in a row before the job fails.
+    pub tolerable_failures: u32,
     /// What the job's plan keeps, checked against a checkpoint before it is restored.
     pub plan: PlanState,
 }
@@ -117,6 +119,9 @@ pub struct Ack {
     pub epoch: Option<u64>,
     pub task: String,
     pub state: TaskState,
+    /// The task could not take its part of the checkpoint (an upload failed), and why: the
+    /// checkpoint fails at once rather than at its timeout.
+    pub declined: Option<String>,
 }
 
 /// A checkpoint read back for a restart.
@@ -190,8 +195,8 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Where checkpoints are kept. Local directories today; object storage can implement the
-/// same calls.
+/// Where checkpoints are kept: [`Checkpoints`] in a storage, or a worker's task store over
+/// it.
 pub trait CheckpointStore: Send + Sync {
     /// Write checkpoint `epoch` durably; it counts only once this returns.
     fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats>;
@@ -223,13 +228,9 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     h
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> WeirError {
-    WeirError::external(format!("checkpoint: cannot {what} '{}': {e}", path.display()))
-}
+mod store;
 
-mod local_store;
-
-pub use local_store::LocalStore;
+pub use store::Checkpoints;
 
 /// A request for barrier `epoch`; `stop`: the job stops once this checkpoint is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -254,7 +255,13 @@ impl TaskCheckpoint {
         if state.source.is_some() || state.sink.is_some() {
             state.owner = self.owner.clone();
         }
-        let _ = self.acks.send(Ack { epoch, task: self.key.clone(), state });
+        let _ = self.acks.send(Ack { epoch, task: self.key.clone(), state, declined: None });
+    }
+
+    /// This task's part of checkpoint `epoch` cannot be taken.
+    pub fn decline(&self, epoch: u64, why: String) {
+        let ack = Ack { epoch: Some(epoch), task: self.key.clone(), state: TaskState::default(), declined: Some(why) };
+        let _ = self.acks.send(ack);
     }
 }
 
@@ -279,6 +286,8 @@ pub async fn coordinate(
     let mut stopping = false;
     let mut stop_pending = false;
     let mut sources_gone = false;
+    // Checkpoints failed since the last that completed.
+    let mut failures_in_a_row = 0u32;
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
@@ -310,6 +319,8 @@ pub async fn coordinate(
                     }
                     started.remove(&open);
                     pending.remove(&open);
+                    failures_in_a_row += 1;
+                    too_many_failures(failures_in_a_row, &config, &stats)?;
                 }
                 if trigger.send(Trigger { epoch, stop: false }).is_err() {
                     // Every source has ended: no more barriers, but the tasks still running
@@ -328,7 +339,16 @@ pub async fn coordinate(
                         finished.insert(ack.task, ack.state);
                     }
                     Some(n) => {
-                        if started.contains_key(&n) {
+                        if let Some(why) = ack.declined.filter(|_| started.contains_key(&n)) {
+                            log::warn!("checkpoint {n} failed: task {} declined it: {why}", ack.task);
+                            if let Ok(mut h) = stats.lock() {
+                                h.failed(n, format!("task {} declined it: {why}", ack.task));
+                            }
+                            started.remove(&n);
+                            pending.remove(&n);
+                            failures_in_a_row += 1;
+                            too_many_failures(failures_in_a_row, &config, &stats)?;
+                        } else if started.contains_key(&n) {
                             pending.entry(n).or_default().insert(ack.task, ack.state);
                         }
                     }
@@ -346,7 +366,12 @@ pub async fn coordinate(
                         states.entry(task.clone()).or_insert_with(|| state.clone());
                     }
                     let keep: Vec<String> = finished.values().flat_map(|s| s.shared_files()).cloned().collect();
-                    complete(n, states, began, &config, &store, &stats, &committed, keep).await?;
+                    if complete(n, states, began, &config, &store, &stats, &committed, keep).await? {
+                        failures_in_a_row = 0;
+                    } else {
+                        failures_in_a_row += 1;
+                        too_many_failures(failures_in_a_row, &config, &stats)?;
+                    }
                 }
                 // Every task has ended: a final checkpoint of their final states, so that a
                 // restart resumes at the end and sinks commit what they pre-committed there.
@@ -369,6 +394,23 @@ pub async fn coordinate(
             }
         }
     }
+}
+
+/// A job whose checkpoints keep failing fails (and restarts from its latest checkpoint): its
+/// exactly-once output is not committed meanwhile, and its sources cannot move on.
+fn too_many_failures(
+    failures: u32,
+    config: &CheckpointConfig,
+    stats: &std::sync::Mutex<CheckpointHistory>,
+) -> Result<()> {
+    if failures <= config.tolerable_failures {
+        return Ok(());
+    }
+    let last = stats.lock().ok().and_then(|h| h.last_failure.clone()).map(|(_, why)| why).unwrap_or_default();
+    Err(WeirError::external(format!(
+        "{failures} checkpoints in a row failed, more than 'checkpoint.tolerable-failures' = {} allows; the last: {last}",
+        config.tolerable_failures
+    )))
 }
 
 /// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,

@@ -144,11 +144,11 @@ impl Builder<'_> {
     }
 
     /// RocksDB state: the local working root of this job, and the checkpoints' shared files.
-    pub(super) fn rocksdb_dirs(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    pub(super) fn rocksdb_dirs(&self) -> Option<(std::path::PathBuf, Arc<dyn weir_storage::Storage>)> {
         let local = self.options.rocksdb.clone()?;
-        let shared = match &self.options.checkpoint {
-            Some((config, _)) => config.dir.join("shared"),
-            None => local.join("shared"),
+        let shared: Arc<dyn weir_storage::Storage> = match &self.options.checkpoint {
+            Some((config, _)) => crate::checkpoint::Checkpoints::shared(&config.storage),
+            None => Arc::new(weir_storage::LocalDir::new(local.join("shared"))),
         };
         Some((local, shared))
     }

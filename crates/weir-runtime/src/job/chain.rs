@@ -39,7 +39,9 @@ pub(super) struct Chain {
     /// table's sink), if it has a late-data table.
     pub(super) late: Vec<Option<mpsc::Sender<Message>>>,
     /// The last checkpoint's uploads, then its acknowledgement, running off this task.
-    pub(super) acking: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// `true` once the checkpoint's files are in place and it is acknowledged; `false` if an
+    /// upload failed and the checkpoint was declined.
+    pub(super) acking: Option<tokio::task::JoinHandle<bool>>,
 }
 
 impl Chain {
@@ -226,16 +228,34 @@ impl Chain {
                 } else {
                     // Acknowledged once its files are in place, and after the checkpoint
                     // before it: processing goes on meanwhile.
+                    // A failed upload declines its checkpoint (the job goes on, and the next
+                    // checkpoint uploads the files again) and the one after it, whose files
+                    // may include the missing ones.
                     let (cp, previous) = (cp.clone(), self.acking.take());
                     self.acking = Some(tokio::spawn(async move {
-                        if let Some(previous) = previous {
-                            previous.await.map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))??;
+                        let previous_ok = match previous {
+                            Some(previous) => previous.await.unwrap_or(false),
+                            None => true,
+                        };
+                        let uploaded = match previous_ok {
+                            false => Err("the checkpoint before it could not upload its files".to_string()),
+                            true => {
+                                tokio::task::spawn_blocking(move || uploads.into_iter().try_for_each(|upload| upload()))
+                                    .await
+                                    .map_err(|e| e.to_string())
+                                    .and_then(|r| r.map_err(|e| e.to_string()))
+                            }
+                        };
+                        match uploaded {
+                            Ok(()) => {
+                                cp.ack(Some(epoch), state);
+                                true
+                            }
+                            Err(why) => {
+                                cp.decline(epoch, why);
+                                false
+                            }
                         }
-                        tokio::task::spawn_blocking(move || uploads.into_iter().try_for_each(|upload| upload()))
-                            .await
-                            .map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))??;
-                        cp.ack(Some(epoch), state);
-                        Ok(())
                     }));
                 }
             }
@@ -251,7 +271,10 @@ impl Chain {
     /// Wait for the last checkpoint's uploads and acknowledgement; their error, if any.
     pub(super) async fn acked(&mut self) -> Result<()> {
         match self.acking.take() {
-            Some(acking) => acking.await.map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))?,
+            Some(acking) => {
+                acking.await.map_err(|e| WeirError::internal(format!("checkpoint upload: {e}")))?;
+                Ok(())
+            }
             None => Ok(()),
         }
     }

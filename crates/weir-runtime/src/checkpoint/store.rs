@@ -1,101 +1,118 @@
-//! Checkpoints in a local directory.
+//! Checkpoints in a [`Storage`]: a local directory or an object store.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use weir_core::{Result, WeirError};
+use weir_storage::Storage;
 
 use super::*;
 use crate::identity::OldPart;
 
 /// Why a checkpoint is not restored.
 enum Unusable {
+    /// It has no manifest: it was never completed, so it does not exist.
+    Absent,
     /// Its files are missing or damaged: an older one may do.
     Damaged(String),
     /// It does not fit this plan (or this Weir).
     OtherPlan(String),
 }
 
-fn other_plan(epoch: u64, dir: &Path, why: &str) -> WeirError {
+fn other_plan(epoch: u64, at: &str, why: &str) -> WeirError {
     WeirError::user(format!(
-        "checkpoint {epoch} in '{}' cannot be restored into this job: {why}; start with --from-scratch to discard \
-         its state",
-        dir.display()
+        "checkpoint {epoch} in '{at}' cannot be restored into this job: {why}; start with --from-scratch to discard \
+         its state"
     ))
 }
 
-/// Checkpoints in a local directory: `chk-<n>/` holds one file per task state part and a
-/// `manifest.json` listing them with sizes and checksums. The manifest is written last, to a
-/// temporary name, synced and renamed: a checkpoint without it does not exist.
-pub struct LocalStore {
-    dir: PathBuf,
+const MANIFEST: &str = "manifest.json";
+
+/// Checkpoints in a storage: `chk-<n>/` holds one file per task state part and a
+/// `manifest.json` listing them with sizes and checksums; `shared/` holds RocksDB's SST
+/// files, each written once and referenced by every checkpoint that needs it. The manifest
+/// is written last, and only if it does not exist yet: a checkpoint without it does not
+/// exist, and no two instances of a job both complete the same one.
+pub struct Checkpoints {
+    storage: Arc<dyn Storage>,
     /// This instance, as written to the `owner` file by `claim`.
     instance: String,
 }
 
-impl LocalStore {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+impl Checkpoints {
+    pub fn new(storage: Arc<dyn Storage>) -> Self {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        Self { dir: dir.into(), instance: format!("{}-{nanos}", std::process::id()) }
+        Self { storage, instance: format!("{}-{nanos}", std::process::id()) }
     }
 
-    fn owner_file(&self) -> PathBuf {
-        self.dir.join("owner")
+    fn at(&self) -> String {
+        self.storage.describe()
     }
 
-    /// Refuse to complete a checkpoint if another instance has claimed the directory since.
+    /// Refuse to complete a checkpoint if another instance has claimed the storage since.
     fn check_owner(&self) -> Result<()> {
-        match std::fs::read_to_string(self.owner_file()) {
-            Ok(owner) if owner.trim() != self.instance => Err(WeirError::fenced(format!(
-                "checkpoint directory '{}' was taken over by another instance of this job ({}); this one stops",
-                self.dir.display(),
-                owner.trim()
+        match self.storage.get("owner")? {
+            Some(owner) if String::from_utf8_lossy(&owner).trim() != self.instance => Err(WeirError::fenced(format!(
+                "checkpoint storage '{}' was taken over by another instance of this job ({}); this one stops",
+                self.at(),
+                String::from_utf8_lossy(&owner).trim()
             ))),
             _ => Ok(()),
         }
     }
 
-    fn chk(&self, epoch: u64) -> PathBuf {
-        self.dir.join(format!("chk-{epoch:010}"))
+    fn chk(epoch: u64) -> String {
+        format!("chk-{epoch:010}")
     }
 
     /// Checkpoint directories, newest first.
     fn epochs(&self) -> Result<Vec<u64>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(io("list", &self.dir, e)),
-        };
-        let mut epochs: Vec<u64> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("chk-")).and_then(|n| n.parse().ok()))
+        let mut epochs: Vec<u64> = self
+            .storage
+            .list("")?
+            .dirs
+            .iter()
+            .filter_map(|n| n.strip_prefix("chk-").and_then(|n| n.parse().ok()))
             .collect();
         epochs.sort_unstable_by(|a, b| b.cmp(a));
         Ok(epochs)
+    }
+
+    /// When checkpoint `epoch`'s manifest was written, if it was.
+    fn completed_at(&self, epoch: u64) -> Result<Option<std::time::SystemTime>> {
+        let listing = self.storage.list(&Self::chk(epoch))?;
+        Ok(listing.files.iter().find(|f| f.name == MANIFEST).map(|f| f.modified))
     }
 
     /// Checkpoint `epoch`, which something outside the store (a task's Kafka commit) names
     /// as the one to restore.
     pub fn load(&self, epoch: u64, plan: &PlanState) -> Result<Restored> {
         self.read(epoch, plan).map_err(|why| match why {
-            Unusable::OtherPlan(why) => other_plan(epoch, &self.dir, &why),
+            Unusable::OtherPlan(why) => other_plan(epoch, &self.at(), &why),
+            Unusable::Absent => WeirError::user(format!(
+                "checkpoint {epoch} in '{}' cannot be restored (it has no manifest): is the checkpoint storage \
+                 shared by every worker?",
+                self.at()
+            )),
             Unusable::Damaged(why) => WeirError::user(format!(
-                "checkpoint {epoch} in '{}' cannot be restored ({why}): is the checkpoint store shared by every \
+                "checkpoint {epoch} in '{}' cannot be restored ({why}): is the checkpoint storage shared by every \
                  worker?",
-                self.dir.display()
+                self.at()
             )),
         })
     }
 
     fn read(&self, epoch: u64, plan: &PlanState) -> std::result::Result<Restored, Unusable> {
-        let dir = self.chk(epoch);
-        let text = std::fs::read_to_string(dir.join("manifest.json"))
-            .map_err(|e| Unusable::Damaged(format!("no manifest ({e})")))?;
+        let dir = Self::chk(epoch);
+        let text = match self.storage.get(&format!("{dir}/{MANIFEST}")) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(Unusable::Absent),
+            Err(e) => return Err(Unusable::Damaged(format!("manifest unreadable: {e}"))),
+        };
         let manifest: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Unusable::Damaged(format!("manifest unreadable: {e}")))?;
+            serde_json::from_slice(&text).map_err(|e| Unusable::Damaged(format!("manifest unreadable: {e}")))?;
         // A layout this Weir does not know is refused by its version, before anything in it
         // is read the wrong way.
         let version = manifest["version"].as_u64().unwrap_or(0);
@@ -146,7 +163,7 @@ impl LocalStore {
     /// The state files a manifest lists, checked, by task.
     fn read_parts(
         &self,
-        dir: &Path,
+        dir: &str,
         manifest: &serde_json::Value,
     ) -> std::result::Result<BTreeMap<String, TaskState>, String> {
         let mut tasks: BTreeMap<String, TaskState> = BTreeMap::new();
@@ -162,7 +179,11 @@ impl LocalStore {
             let (Some(name), Some(sum)) = (f["file"].as_str(), f["checksum"].as_str()) else {
                 return Err("manifest entry incomplete".into());
             };
-            let bytes = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+            let bytes = match self.storage.get(&format!("{dir}/{name}")) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => return Err(format!("{name}: missing")),
+                Err(e) => return Err(format!("{name}: {e}")),
+            };
             if format!("{:016x}", checksum(&bytes)) != sum {
                 return Err(format!("{name}: checksum mismatch"));
             }
@@ -199,48 +220,31 @@ impl LocalStore {
     }
 }
 
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-impl CheckpointStore for LocalStore {
+impl CheckpointStore for Checkpoints {
     fn claim(&self) -> Result<()> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| io("create", &self.dir, e))?;
-        let tmp = self.dir.join(format!("owner.{}.tmp", self.instance));
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
-        f.write_all(self.instance.as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
-        std::fs::rename(&tmp, self.owner_file()).map_err(|e| io("rename", &tmp, e))?;
-        sync_dir(&self.dir);
-        Ok(())
+        self.storage.put("owner", self.instance.as_bytes().to_vec())
     }
 
     fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
         let started = Instant::now();
-        let dir = self.chk(epoch);
-        // A directory left by an attempt that died before its manifest is garbage.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let dir = Self::chk(epoch);
         let mut files = Vec::new();
+        let mut parts: Vec<(String, Vec<u8>)> = Vec::new();
         let mut bytes_written = 0u64;
         let mut bytes_referenced = 0u64;
         let mut shared = std::collections::BTreeSet::new();
         // RocksDB files copied for (and referenced by) the operators' states.
         let (mut files_copied, mut files_referenced) = (0u64, 0u64);
         let mut stateless = Vec::new();
-        let mut write_part = |name: String, bytes: &[u8], entry: serde_json::Value| -> Result<()> {
-            let path = dir.join(&name);
-            let mut f = std::fs::File::create(&path).map_err(|e| io("create", &path, e))?;
-            f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io("write", &path, e))?;
+        let mut write_part = |name: String, bytes: &[u8], entry: serde_json::Value| {
             bytes_written += bytes.len() as u64;
             bytes_referenced += bytes.len() as u64;
             let mut entry = entry;
-            entry["file"] = name.into();
+            entry["file"] = name.clone().into();
             entry["bytes"] = bytes.len().into();
             entry["checksum"] = format!("{:016x}", checksum(bytes)).into();
             files.push(entry);
-            Ok(())
+            parts.push((format!("{dir}/{name}"), bytes.to_vec()));
         };
         for (i, (task, state)) in tasks.iter().enumerate() {
             if let Some(bytes) = &state.source {
@@ -248,7 +252,7 @@ impl CheckpointStore for LocalStore {
                     format!("state-{i}-source.bin"),
                     bytes,
                     serde_json::json!({ "task": task, "part": "source", "id": state.owner }),
-                )?;
+                );
             }
             for (op, o) in &state.operators {
                 files_copied += o.bytes_copied;
@@ -258,11 +262,11 @@ impl CheckpointStore for LocalStore {
                     "task": task, "part": "operator", "operator": op, "shared": o.shared_files,
                     "bytes_copied": o.bytes_copied, "bytes_referenced": o.bytes_referenced,
                 });
-                write_part(format!("state-{i}-op{op}.bin"), &o.state, entry)?;
+                write_part(format!("state-{i}-op{op}.bin"), &o.state, entry);
             }
             if let Some(bytes) = &state.sink {
                 let entry = serde_json::json!({ "task": task, "part": "sink", "id": state.owner });
-                write_part(format!("state-{i}-sink.bin"), bytes, entry)?;
+                write_part(format!("state-{i}-sink.bin"), bytes, entry);
             }
             if state.source.is_none() && state.operators.is_empty() && state.sink.is_none() {
                 // A stateless task is listed all the same: its acknowledgement is part of
@@ -270,6 +274,8 @@ impl CheckpointStore for LocalStore {
                 stateless.push(serde_json::json!({ "task": task, "part": "none" }));
             }
         }
+        // Parts left by an attempt that died before its manifest are overwritten.
+        self.storage.put_all(parts)?;
         files.extend(stateless);
         let shared: Vec<String> = shared.into_iter().collect();
         bytes_written += files_copied;
@@ -282,7 +288,7 @@ impl CheckpointStore for LocalStore {
         // changed is refused on restore only if it has state to lose.
         let held: std::collections::BTreeSet<&str> =
             tasks.values().flat_map(|t| t.operators.keys().map(String::as_str).chain(t.owner.as_deref())).collect();
-        let parts: Vec<serde_json::Value> = plan
+        let plan_parts: Vec<serde_json::Value> = plan
             .parts
             .iter()
             .map(|p| {
@@ -292,15 +298,14 @@ impl CheckpointStore for LocalStore {
             .collect();
         let manifest = serde_json::json!({
             "version": MANIFEST_VERSION, "epoch": epoch, "fingerprint": plan.fingerprint, "layout": plan.layout,
-            "key_hash": crate::KEY_HASH, "parts": parts, "files": files, "shared": shared,
+            "key_hash": crate::KEY_HASH, "parts": plan_parts, "files": files, "shared": shared,
         });
-        let tmp = dir.join("manifest.json.tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
-        f.write_all(manifest.to_string().as_bytes()).and_then(|_| f.sync_all()).map_err(|e| io("write", &tmp, e))?;
-        sync_dir(&dir);
-        std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| io("publish", &tmp, e))?;
-        sync_dir(&dir);
-        sync_dir(&self.dir);
+        if !self.storage.put_new(&format!("{dir}/{MANIFEST}"), manifest.to_string().into_bytes())? {
+            return Err(WeirError::fenced(format!(
+                "checkpoint {epoch} in '{}' was completed by another instance of this job; this one stops",
+                self.at()
+            )));
+        }
         Ok(CheckpointStats {
             id: epoch,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -313,20 +318,15 @@ impl CheckpointStore for LocalStore {
     fn latest(&self, plan: &PlanState) -> Result<Option<Restored>> {
         let mut refused = Vec::new();
         for epoch in self.epochs()? {
-            if !self.chk(epoch).join("manifest.json").exists() {
-                // Never completed: it does not exist.
-                continue;
-            }
             match self.read(epoch, plan) {
                 Ok(r) => return Ok(Some(r)),
+                // Never completed: it does not exist.
+                Err(Unusable::Absent) => continue,
                 // An older checkpoint of the same job would not fit either, and restoring it
                 // would write its output again.
-                Err(Unusable::OtherPlan(why)) => return Err(other_plan(epoch, &self.dir, &why)),
+                Err(Unusable::OtherPlan(why)) => return Err(other_plan(epoch, &self.at(), &why)),
                 Err(Unusable::Damaged(why)) => {
-                    log::warn!(
-                        "checkpoint {epoch} in '{}' is not usable ({why}); trying the one before",
-                        self.dir.display()
-                    );
+                    log::warn!("checkpoint {epoch} in '{}' is not usable ({why}); trying the one before", self.at());
                     refused.push(format!("{epoch}: {why}"));
                 }
             }
@@ -337,89 +337,83 @@ impl CheckpointStore for LocalStore {
         // Starting over silently could write the output twice.
         Err(WeirError::user(format!(
             "no usable checkpoint in '{}' ({}); start with --from-scratch to discard them",
-            self.dir.display(),
+            self.at(),
             refused.join("; ")
         )))
     }
 
     fn prune(&self, retained: usize, keep: &[String]) -> Result<()> {
-        self.prune_checkpoints(retained)?;
-        self.prune_shared(keep)
+        let complete = self.prune_checkpoints(retained)?;
+        self.prune_shared(&complete, keep)
     }
 
     fn clear(&self) -> Result<()> {
         for epoch in self.epochs()? {
-            let dir = self.chk(epoch);
-            std::fs::remove_dir_all(&dir).map_err(|e| io("delete", &dir, e))?;
+            self.storage.delete_dir(&Self::chk(epoch))?;
         }
-        let shared = self.dir.join("shared");
-        if shared.exists() {
-            std::fs::remove_dir_all(&shared).map_err(|e| io("delete", &shared, e))?;
-        }
-        Ok(())
+        self.storage.delete_dir("shared")
     }
 }
 
-impl LocalStore {
+impl Checkpoints {
+    /// The storage of the checkpoints' shared files (RocksDB's SST files).
+    pub fn shared(storage: &Arc<dyn Storage>) -> Arc<dyn Storage> {
+        storage.scoped("shared")
+    }
+
     /// Delete shared files no retained checkpoint refers to, nor `also`. Only files older than
-    /// the newest manifest go: newer ones may belong to a checkpoint being taken (one runs at
-    /// a time, and the next is triggered after the last manifest was written). A task that
-    /// ends takes its final snapshot outside that order, while a checkpoint may be in flight:
-    /// its files come in `also` until a manifest lists them.
-    fn prune_shared(&self, also: &[String]) -> Result<()> {
-        let shared_dir = self.dir.join("shared");
-        let Ok(entries) = std::fs::read_dir(&shared_dir) else { return Ok(()) };
+    /// the second newest manifest go: newer ones may belong to a checkpoint being taken (one
+    /// runs at a time, and the next is triggered after the last manifest was written). A task
+    /// that ends takes its final snapshot outside that order, while a checkpoint may be in
+    /// flight: its files come in `also` until a manifest lists them. `complete`: the retained
+    /// checkpoints with the times of their manifests, newest first.
+    fn prune_shared(&self, complete: &[(u64, std::time::SystemTime)], also: &[String]) -> Result<()> {
+        // The second newest manifest's time: a task that ended may have uploaded its final
+        // files just before the newest one while its acknowledgement was still on the way;
+        // by the next checkpoint the coordinator has it and passes its files in `also`.
+        let Some(&(_, newest)) = complete.get(1) else { return Ok(()) };
         let mut keep: std::collections::BTreeSet<String> = also.iter().cloned().collect();
-        let mut newest: Option<std::time::SystemTime> = None;
-        let mut seen = 0;
-        for epoch in self.epochs()? {
-            let manifest = self.chk(epoch).join("manifest.json");
-            let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
-            // The second newest manifest's time: a task that ended may have uploaded its
-            // final files just before the newest one while its acknowledgement was still on
-            // the way; by the next checkpoint the coordinator has it and passes its files in
-            // `also`.
-            if seen == 1 {
-                newest = std::fs::metadata(&manifest).and_then(|m| m.modified()).ok();
-            }
-            seen += 1;
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+        for (epoch, _) in complete {
+            let Some(text) = self.storage.get(&format!("{}/{MANIFEST}", Self::chk(*epoch)))? else { continue };
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) {
                 keep.extend(v["shared"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)));
             }
         }
-        let Some(newest) = newest else { return Ok(()) };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < newest);
-            if old && !keep.contains(&name) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        Ok(())
+        let doomed: Vec<String> = self
+            .storage
+            .list("shared")?
+            .files
+            .into_iter()
+            .filter(|f| f.modified < newest && !keep.contains(&f.name))
+            .map(|f| format!("shared/{}", f.name))
+            .collect();
+        self.storage.delete(&doomed)
     }
 
-    fn prune_checkpoints(&self, retained: usize) -> Result<()> {
-        let mut complete = 0;
+    /// Keep the newest `retained` complete checkpoints and any newer incomplete one (it may
+    /// be being written); returns the kept complete ones with their manifests' times.
+    fn prune_checkpoints(&self, retained: usize) -> Result<Vec<(u64, std::time::SystemTime)>> {
+        let mut complete = Vec::new();
         for epoch in self.epochs()? {
-            let dir = self.chk(epoch);
-            if dir.join("manifest.json").exists() {
-                complete += 1;
-                if complete <= retained {
+            match self.completed_at(epoch)? {
+                Some(at) if complete.len() < retained => {
+                    complete.push((epoch, at));
                     continue;
                 }
-            } else if complete == 0 {
                 // Newer than every complete one: may still be being written.
-                continue;
+                None if complete.is_empty() => continue,
+                _ => {}
             }
-            let _ = std::fs::remove_dir_all(&dir);
+            self.storage.delete_dir(&Self::chk(epoch))?;
         }
-        Ok(())
+        Ok(complete)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn plan(layout: &str) -> PlanState {
         PlanState { layout: layout.into(), ..Default::default() }
@@ -437,7 +431,7 @@ mod tests {
     #[test]
     fn a_damaged_or_unfinished_latest_checkpoint_falls_back_to_the_one_before() {
         let dir = scratch();
-        let store = LocalStore::new(&dir);
+        let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
         assert!(store.latest(&plan("plan")).expect("empty store").is_none());
         store.write(1, &plan("plan"), &state(b"one")).expect("write 1");
         store.write(2, &plan("plan"), &state(b"two")).expect("write 2");
@@ -489,7 +483,7 @@ mod tests {
     #[test]
     fn pruning_keeps_the_files_of_tasks_that_have_ended() {
         let dir = scratch();
-        let store = LocalStore::new(&dir);
+        let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
         let shared = dir.join("shared");
         std::fs::create_dir_all(&shared).expect("shared dir");
         let with_file = |file: &str| {
