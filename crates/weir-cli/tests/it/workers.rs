@@ -361,14 +361,18 @@ async fn worker_killed_ten_times(store: Option<&crate::object_store::ObjectStore
     let (broker, want) = with_reference(&dir).await;
     let settings = match store {
         None => worker_settings(&dir.join("ck")),
+        // Checkpoints every second: the emulated store serves every task's requests from
+        // one Python process.
         Some(store) => format!(
             "{}\nSET 'state.backend' = 'rocksdb';\n{}",
             worker_settings(&dir.join("ck"))
-                .replace(&format!("SET 'checkpoint.dir' = '{}';\n", dir.join("ck").display()), ""),
+                .replace(&format!("SET 'checkpoint.dir' = '{}';\n", dir.join("ck").display()), "")
+                .replace("SET 'checkpoint.interval' = '200ms';", "SET 'checkpoint.interval' = '1s';"),
             store.settings("ck")
         ),
     };
     assert!(store.is_none() || !settings.contains(&dir.join("ck").display().to_string()), "{settings}");
+    assert!(store.is_none() || settings.contains("'checkpoint.interval' = '1s'"), "{settings}");
     let sql = write_sql(&dir, "job.sql", jobs(&broker.bootstrap, "", &settings, Some(70)));
     // Without a shared disk, each worker process is on a "machine" of its own.
     let machine = |n: usize| -> Vec<(&str, String)> {

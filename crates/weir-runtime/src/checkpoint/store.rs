@@ -228,6 +228,9 @@ impl CheckpointStore for Checkpoints {
     fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats> {
         let started = Instant::now();
         let dir = Self::chk(epoch);
+        // Part names of this instance's own: an instance that writes the same checkpoint
+        // number (a fenced one, not stopped yet) never overwrites another's parts.
+        let tag = &self.instance;
         let mut files = Vec::new();
         let mut parts: Vec<(String, Vec<u8>)> = Vec::new();
         let mut bytes_written = 0u64;
@@ -249,7 +252,7 @@ impl CheckpointStore for Checkpoints {
         for (i, (task, state)) in tasks.iter().enumerate() {
             if let Some(bytes) = &state.source {
                 write_part(
-                    format!("state-{i}-source.bin"),
+                    format!("state-{tag}-{i}-source.bin"),
                     bytes,
                     serde_json::json!({ "task": task, "part": "source", "id": state.owner }),
                 );
@@ -262,11 +265,11 @@ impl CheckpointStore for Checkpoints {
                     "task": task, "part": "operator", "operator": op, "shared": o.shared_files,
                     "bytes_copied": o.bytes_copied, "bytes_referenced": o.bytes_referenced,
                 });
-                write_part(format!("state-{i}-op{op}.bin"), &o.state, entry);
+                write_part(format!("state-{tag}-{i}-op{op}.bin"), &o.state, entry);
             }
             if let Some(bytes) = &state.sink {
                 let entry = serde_json::json!({ "task": task, "part": "sink", "id": state.owner });
-                write_part(format!("state-{i}-sink.bin"), bytes, entry);
+                write_part(format!("state-{tag}-{i}-sink.bin"), bytes, entry);
             }
             if state.source.is_none() && state.operators.is_empty() && state.sink.is_none() {
                 // A stateless task is listed all the same: its acknowledgement is part of
@@ -300,11 +303,14 @@ impl CheckpointStore for Checkpoints {
             "version": MANIFEST_VERSION, "epoch": epoch, "fingerprint": plan.fingerprint, "layout": plan.layout,
             "key_hash": crate::KEY_HASH, "parts": plan_parts, "files": files, "shared": shared,
         });
-        if !self.storage.put_new(&format!("{dir}/{MANIFEST}"), manifest.to_string().into_bytes())? {
-            return Err(WeirError::fenced(format!(
-                "checkpoint {epoch} in '{}' was completed by another instance of this job; this one stops",
-                self.at()
-            )));
+        let manifest = manifest.to_string().into_bytes();
+        if !self.storage.put_new(&format!("{dir}/{MANIFEST}"), manifest.clone())? {
+            // An earlier instance completed this checkpoint and died before anything used it
+            // (a worker's task restores the checkpoint its Kafka commit names, which may be
+            // older): this instance, if it still owns the checkpoints, replaces it. One that
+            // no longer does stops.
+            self.check_owner()?;
+            self.storage.put(&format!("{dir}/{MANIFEST}"), manifest)?;
         }
         Ok(CheckpointStats {
             id: epoch,
@@ -442,7 +448,12 @@ mod tests {
         assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
 
         // A damaged state file: checksum mismatch, the one before is used.
-        let damaged = dir.join("chk-0000000002").join("state-0-source.bin");
+        let damaged = std::fs::read_dir(dir.join("chk-0000000002"))
+            .expect("checkpoint 2")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with("-0-source.bin"))
+            .expect("checkpoint 2's source part");
         std::fs::write(&damaged, b"tw0").expect("damage");
         let restored = store.latest(&plan("plan")).expect("latest").expect("a checkpoint");
         assert_eq!(restored.epoch, 1);
@@ -474,6 +485,32 @@ mod tests {
         assert!(!dir.join("chk-0000000001").exists() && dir.join("chk-0000000004").exists());
         store.clear().expect("clear");
         assert!(store.latest(&plan("plan")).expect("cleared").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A worker's task restores the checkpoint its Kafka commit names, which may be older than
+    /// one its dead predecessor completed: the new owner writes that number again, replacing
+    /// it; the predecessor, fenced, can complete no checkpoint, that one or any other.
+    #[test]
+    fn the_owner_replaces_a_checkpoint_an_earlier_instance_completed_and_the_earlier_one_is_fenced() {
+        let dir = scratch();
+        let storage: Arc<dyn weir_storage::Storage> = Arc::new(weir_storage::LocalDir::new(&dir));
+        let old = Checkpoints::new(storage.clone());
+        old.claim().expect("claim");
+        old.write(1, &plan("plan"), &state(b"old 1")).expect("write 1");
+        old.write(2, &plan("plan"), &state(b"old 2")).expect("write 2");
+        std::thread::sleep(Duration::from_millis(2));
+        let new = Checkpoints::new(storage.clone());
+        new.claim().expect("claim");
+        new.write(2, &plan("plan"), &state(b"new 2")).expect("the owner replaces checkpoint 2");
+        let restored = new.latest(&plan("plan")).expect("latest").expect("a checkpoint");
+        assert_eq!((restored.epoch, restored.tasks["stage0-task0"].source.clone()), (2, Some(b"new 2".to_vec())));
+        for epoch in [2, 3] {
+            let err = old.write(epoch, &plan("plan"), &state(b"zombie")).expect_err("fenced");
+            assert_eq!(err.kind, weir_core::ErrorKind::Fenced, "{}", err.message);
+        }
+        let restored = new.latest(&plan("plan")).expect("latest").expect("a checkpoint");
+        assert_eq!(restored.tasks["stage0-task0"].source, Some(b"new 2".to_vec()), "the zombie changed nothing");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
