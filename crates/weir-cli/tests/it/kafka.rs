@@ -580,7 +580,7 @@ async fn transactions_of_checkpoints_that_never_completed_are_aborted_on_restart
     let sql = job(&broker.bootstrap, "out", "exactly-once", &checkpoints, Some(700)).replace(
         "SET 'restart.attempts' = '0';",
         &format!(
-            "SET 'restart.attempts' = '0';\nSET 'state.backend' = 'rocksdb';\nSET 'state.dir' = '{}';\nSET 'checkpoint.timeout' = '300ms';",
+            "SET 'restart.attempts' = '0';\nSET 'state.backend' = 'rocksdb';\nSET 'state.dir' = '{}';\nSET 'checkpoint.timeout' = '300ms';\nSET 'checkpoint.tolerable-failures' = '100000';",
             dir.join("state").display()
         ),
     );
