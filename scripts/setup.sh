@@ -5,8 +5,9 @@
 set -euo pipefail
 
 # System packages the build needs: a C/C++ toolchain (librdkafka builds with it), libclang
-# for RocksDB's bindings; Python with venv for the tests' Kafka-protocol broker.
-APT_PACKAGES=(gcc g++ make pkg-config libclang-dev python3 python3-venv)
+# for RocksDB's bindings; OpenSSL's headers for librdkafka's TLS and SASL (SCRAM); Python with venv
+# for the tests' Kafka-protocol broker.
+APT_PACKAGES=(gcc g++ make pkg-config libclang-dev libssl-dev openssl python3 python3-venv)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

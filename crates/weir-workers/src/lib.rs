@@ -126,7 +126,7 @@ impl Layout {
             .find(|t| matches!(t.options.get("connector"), Some("kafka" | "upsert-kafka")))
             .cloned()
             .ok_or_else(|| WeirError::user(format!("job '{}' reads no Kafka table: workers read Kafka", job.name)))?;
-        let kafka = client_config(&template);
+        let kafka = client_config(&template)?;
         let subs = topology::cut(&job.name, root, &template)?;
         let partitions = job.options.parallelism;
         let mut tasks = BTreeMap::new();
@@ -192,15 +192,15 @@ impl Layout {
 
 /// The librdkafka settings of a table's `properties.*`, without those of one consumer or
 /// producer (a group, an isolation level, a transactional id).
-fn client_config(table: &TableDef) -> rdkafka::ClientConfig {
+fn client_config(table: &TableDef) -> Result<rdkafka::ClientConfig> {
     let mut config = rdkafka::ClientConfig::new();
     let own = ["group.id", "isolation.level", "transactional.id", "transaction.timeout.ms", "client.id"];
-    for (key, value) in table.options.iter() {
-        if let Some(property) = key.strip_prefix("properties.").filter(|p| !own.contains(p)) {
+    for (property, value) in weir_connectors::kafka::properties(table)? {
+        if !own.contains(&property.as_str()) {
             config.set(property, value);
         }
     }
-    config
+    Ok(config)
 }
 
 struct WorkerJob {

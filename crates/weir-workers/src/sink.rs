@@ -24,6 +24,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use weir_connectors::kafka::client::Cluster;
 use weir_connectors::kafka::{recovery, send, TopicWriter};
 use weir_core::{Chunk, Result, Sink, Watermark, WeirError};
 use weir_runtime::KeyGroups;
@@ -131,18 +132,19 @@ fn kafka(name: &str, what: &str, e: KafkaError) -> WeirError {
 /// test broker, a `read_committed` reader skipped committed records of a transaction that
 /// reused an id whose earlier transaction had been aborted by a fence.)
 pub fn fence(config: &rdkafka::ClientConfig, prefix: &str, from: u64, name: &str) -> Result<u64> {
-    recovery::end_earlier_attempts(&bootstrap(config), prefix, from, Duration::from_secs(60), TIMEOUT)
+    recovery::end_earlier_attempts(&cluster(config, name)?, prefix, from, Duration::from_secs(60), TIMEOUT)
         .map_err(|e| e.context(format!("{name}: fencing the ids '{prefix}-{from}' on")))
 }
 
-fn bootstrap(config: &rdkafka::ClientConfig) -> Vec<String> {
-    config.get("bootstrap.servers").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect()
+/// The cluster as the job's librdkafka clients reach it (its security settings included).
+fn cluster(config: &rdkafka::ClientConfig, name: &str) -> Result<Cluster> {
+    Cluster::from_config(config, name)
 }
 
 /// Initialize `<prefix>-<seq>`: abort what it holds open and fence its producer.
 fn init_id(config: &rdkafka::ClientConfig, prefix: &str, seq: u64, name: &str) -> Result<()> {
     let id = format!("{prefix}-{seq}");
-    weir_connectors::kafka::txn::init_producer_id(&bootstrap(config), &id, Duration::from_secs(60), TIMEOUT)
+    weir_connectors::kafka::txn::init_producer_id(&cluster(config, name)?, &id, Duration::from_secs(60), TIMEOUT)
         .map_err(|e| e.context(format!("{name}: fencing '{id}'")))?;
     Ok(())
 }

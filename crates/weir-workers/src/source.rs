@@ -38,10 +38,8 @@ impl RepartitionSource {
     pub fn new(table: &TableDef, partition: i32, upstream: usize) -> Result<Self> {
         let topic = table.options.get("topic").unwrap_or_default().to_string();
         let mut config = rdkafka::ClientConfig::new();
-        for (key, value) in table.options.iter() {
-            if let Some(property) = key.strip_prefix("properties.") {
-                config.set(property, value);
-            }
+        for (property, value) in weir_connectors::kafka::properties(table)? {
+            config.set(property, value);
         }
         config
             .set("group.id", format!("{topic}-reader"))

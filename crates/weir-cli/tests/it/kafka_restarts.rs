@@ -76,10 +76,12 @@ fn job(bootstrap: &str, out: &str, delivery: &str, checkpoints: &Path, rate: Opt
 
 /// Transactions the broker reports open under `prefix`.
 fn open_under(broker: &Broker, prefix: &str) -> Vec<String> {
-    let open =
-        weir_connectors::kafka::recovery::open_transactions(&[broker.bootstrap.clone()], Duration::from_secs(10))
-            .expect("list transactions")
-            .expect("the test broker lists transactions");
+    let open = weir_connectors::kafka::recovery::open_transactions(
+        &weir_connectors::kafka::client::Cluster::plaintext(&[broker.bootstrap.clone()]),
+        Duration::from_secs(10),
+    )
+    .expect("list transactions")
+    .expect("the test broker lists transactions");
     let mut ids: Vec<String> =
         open.into_iter().map(|t| t.transactional_id).filter(|id| id.starts_with(prefix)).collect();
     ids.sort();

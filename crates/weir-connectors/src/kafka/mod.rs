@@ -8,13 +8,14 @@
 //! [`txn`] and [`recovery`] for ending the transactions a crash left open.
 
 pub mod admin;
+pub mod client;
 mod codec;
+mod context;
 mod metadata;
 pub mod recovery;
 mod sink;
 mod source;
 pub mod txn;
-mod wire;
 mod writer;
 
 use std::time::Duration;
@@ -69,21 +70,52 @@ pub(crate) fn bootstrap(table: &TableDef) -> Result<String> {
     Ok(table.options.required(&table.name, "properties.bootstrap.servers")?.to_string())
 }
 
-/// librdkafka settings: `properties.*` options passed through, then `fixed` (what the
-/// connector's correctness depends on, which a user cannot override).
+/// The table's librdkafka properties: its `properties.*` options without the prefix. A
+/// Java client's `sasl.jaas.config` (what Flink users write for SASL PLAIN and SCRAM) becomes
+/// librdkafka's `sasl.username` and `sasl.password`, which librdkafka reads instead; one given
+/// explicitly wins.
+pub fn properties(table: &TableDef) -> Result<Vec<(String, String)>> {
+    let mut properties: Vec<(String, String)> = Vec::new();
+    let mut jaas = None;
+    for (key, value) in table.options.iter() {
+        match key.strip_prefix("properties.") {
+            Some("sasl.jaas.config") => jaas = Some(value),
+            Some(property) => properties.push((property.to_string(), value.to_string())),
+            None => {}
+        }
+    }
+    if let Some(jaas) = jaas {
+        let (username, password) = client::security::jaas_credentials(jaas).ok_or_else(|| {
+            WeirError::user(format!(
+                "table '{}': 'properties.sasl.jaas.config' needs username=\"…\" and password=\"…\" (a PlainLoginModule \
+                 or ScramLoginModule); or give 'properties.sasl.username' and 'properties.sasl.password'",
+                table.name
+            ))
+            .at(table.options.location("properties.sasl.jaas.config"))
+        })?;
+        for (key, value) in [("sasl.username", username), ("sasl.password", password)] {
+            if !properties.iter().any(|(k, _)| k == key) {
+                properties.push((key.to_string(), value));
+            }
+        }
+    }
+    Ok(properties)
+}
+
+/// librdkafka settings: the table's [`properties`], then `fixed` (what the connector's
+/// correctness depends on, which a user cannot override).
 pub(crate) fn client_config(table: &TableDef, fixed: &[(&str, &str)]) -> Result<ClientConfig> {
     let mut config = ClientConfig::new();
-    for (key, value) in table.options.iter() {
-        if let Some(property) = key.strip_prefix("properties.") {
-            if fixed.iter().any(|(k, _)| *k == property) {
-                return Err(WeirError::user(format!(
-                    "table '{}': option '{key}' is set by the connector and cannot be given",
-                    table.name
-                ))
-                .at(table.options.location(key)));
-            }
-            config.set(property, value);
+    for (property, value) in properties(table)? {
+        if fixed.iter().any(|(k, _)| *k == property) {
+            let key = format!("properties.{property}");
+            return Err(WeirError::user(format!(
+                "table '{}': option '{key}' is set by the connector and cannot be given",
+                table.name
+            ))
+            .at(table.options.location(&key)));
         }
+        config.set(property, value);
     }
     for (k, v) in fixed {
         config.set(*k, *v);
@@ -162,6 +194,7 @@ pub fn validate_upsert(table: &TableDef) -> Result<()> {
         return Err(WeirError::user(format!("table '{}' needs the option 'topic'", table.name)));
     }
     bootstrap(table)?;
+    properties(table)?;
     table.options.required(&table.name, "key.format")?;
     table.options.required(&table.name, "value.format")?;
     codec::Codec::from_table(table, "key.format")?;
@@ -212,6 +245,7 @@ pub fn validate(table: &TableDef) -> Result<()> {
     check_known(table, OPTIONS)?;
     topic(table)?;
     bootstrap(table)?;
+    properties(table)?;
     codec::Codec::from_table(
         table,
         if table.options.get("value.format").is_some() { "value.format" } else { "format" },

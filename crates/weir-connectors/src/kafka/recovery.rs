@@ -27,10 +27,11 @@
 
 use std::time::{Duration, Instant};
 
-use weir_core::{Result, WeirError};
+use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse, MetadataRequest};
+use weir_core::{ErrorKind, Result, WeirError};
 
+use super::client::{error_name, Cluster, Connection};
 use super::txn::init_producer_id;
-use super::wire::{call, put_uvarint, Reader};
 
 /// Probing stops after this many never-used ids in a row. One would do while restores only
 /// move forward; the rest cover a restore from an older checkpoint (the newest was damaged).
@@ -39,9 +40,11 @@ pub const FRESH_IDS_TO_STOP: u32 = 3;
 /// A probe that finds this many used ids in a row is not walking one job's ids.
 const MAX_PROBED: u64 = 1 << 20;
 
-const METADATA: i16 = 3;
-const API_VERSIONS: i16 = 18;
-const LIST_TRANSACTIONS: i16 = 66;
+/// Metadata from v1 (an empty topic list means none; v0 read it as all) to v12 (v13 adds an
+/// error code this reads no differently); ListTransactions v0 and v1 (v1 adds a duration
+/// filter, v2 a pattern: neither is used).
+const METADATA: std::ops::RangeInclusive<i16> = 1..=12;
+const LIST_TRANSACTIONS: std::ops::RangeInclusive<i16> = 0..=1;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 
 /// A transaction the cluster reports open (`Ongoing`, or between its end's two phases).
@@ -56,7 +59,7 @@ pub struct OpenTransaction {
 /// `next` of the checkpoint restored; 1 without one). Returns the first `s` the task may use:
 /// past every id initialized here. `txn_timeout` is the task's `transaction.timeout.ms`.
 pub fn end_earlier_attempts(
-    bootstrap: &[String],
+    cluster: &Cluster,
     base: &str,
     from: u64,
     txn_timeout: Duration,
@@ -65,7 +68,7 @@ pub fn end_earlier_attempts(
     let init = |s: u64| -> Result<i16> {
         let id = format!("{base}-{s}");
         let began = Instant::now();
-        let (_, epoch) = init_producer_id(bootstrap, &id, txn_timeout, timeout)?;
+        let (_, epoch) = init_producer_id(cluster, &id, txn_timeout, timeout)?;
         if began.elapsed() > Duration::from_secs(1) {
             log::warn!("Kafka: initializing '{id}' took {:?} (its transaction was still ending)", began.elapsed());
         }
@@ -85,7 +88,7 @@ pub fn end_earlier_attempts(
         next += 1;
     }
     log::debug!("Kafka: ids '{base}-{from}' to '{base}-{}' initialized by the probe", next - 1);
-    let Some(open) = open_transactions(bootstrap, timeout)? else {
+    let Some(open) = open_transactions(cluster, timeout)? else {
         log::debug!("Kafka: the cluster cannot list transactions; the probe alone ended those of '{base}-*'");
         return Ok(next);
     };
@@ -131,40 +134,36 @@ pub fn end_earlier_attempts(
 
 /// Every transaction the cluster reports open, from every broker; `None` if a broker cannot
 /// list transactions.
-pub fn open_transactions(bootstrap: &[String], timeout: Duration) -> Result<Option<Vec<OpenTransaction>>> {
-    let brokers = brokers(bootstrap, timeout)?;
+pub fn open_transactions(cluster: &Cluster, timeout: Duration) -> Result<Option<Vec<OpenTransaction>>> {
+    let brokers = brokers(cluster, timeout)?;
     let mut open = Vec::new();
     for broker in &brokers {
-        if !supports(broker, LIST_TRANSACTIONS, timeout)? {
+        let mut connection = cluster.connect(broker, timeout)?;
+        if !connection.supports::<ListTransactionsRequest>() {
             return Ok(None);
         }
-        open.extend(list_transactions(broker, timeout)?);
+        open.extend(list_transactions(&mut connection, timeout)?);
     }
     Ok(Some(open))
 }
 
-/// The cluster's brokers, as `host:port` (Metadata v1 for no topic), from the first bootstrap
-/// server that answers.
-fn brokers(bootstrap: &[String], timeout: Duration) -> Result<Vec<String>> {
+/// The cluster's brokers, as `host:port`, from the first bootstrap server that answers.
+fn brokers(cluster: &Cluster, timeout: Duration) -> Result<Vec<String>> {
     let mut last_error = String::from("no bootstrap server");
-    for server in bootstrap {
-        let response = match call(server, METADATA, 1, false, &0i32.to_be_bytes(), timeout) {
+    for server in cluster.bootstrap() {
+        let answer = cluster.connect(server, timeout).and_then(|mut c| {
+            let version = c.version::<MetadataRequest>(METADATA)?;
+            c.call(&MetadataRequest::default().with_topics(Some(Vec::new())), version)
+        });
+        let response = match answer {
             Ok(r) => r,
+            Err(e) if e.kind == ErrorKind::User => return Err(e),
             Err(e) => {
                 last_error = e.message;
                 continue;
             }
         };
-        let mut r = Reader::new(&response);
-        let count = r.i32()?;
-        let mut brokers = Vec::new();
-        for _ in 0..count.max(0) {
-            let _node = r.i32()?;
-            let host = r.string()?.unwrap_or_default();
-            let port = r.i32()?;
-            let _rack = r.string()?;
-            brokers.push(format!("{host}:{port}"));
-        }
+        let brokers: Vec<String> = response.brokers.iter().map(|b| format!("{}:{}", b.host.as_str(), b.port)).collect();
         if !brokers.is_empty() {
             return Ok(brokers);
         }
@@ -173,124 +172,76 @@ fn brokers(bootstrap: &[String], timeout: Duration) -> Result<Vec<String>> {
     Err(WeirError::external(format!("Kafka: cannot read the cluster's brokers: {last_error}")))
 }
 
-/// Whether `broker` answers `api_key` at version 0 (ApiVersions v0).
-fn supports(broker: &str, api_key: i16, timeout: Duration) -> Result<bool> {
-    supported_in(&call(broker, API_VERSIONS, 0, false, &[], timeout)?, api_key)
-}
-
-/// Whether an ApiVersions v0 response lists `api_key` from version 0.
-fn supported_in(response: &[u8], api_key: i16) -> Result<bool> {
-    let mut r = Reader::new(response);
-    if r.i16()? != 0 {
-        return Ok(false);
-    }
-    for _ in 0..r.i32()?.max(0) {
-        let (key, min, _max) = (r.i16()?, r.i16()?, r.i16()?);
-        if key == api_key {
-            return Ok(min == 0);
-        }
-    }
-    Ok(false)
-}
-
-/// The open transactions `broker` coordinates (ListTransactions v0, no filter: the states are
-/// filtered here, whatever names a broker version adds for a transaction that has ended).
-fn list_transactions(broker: &str, timeout: Duration) -> Result<Vec<OpenTransaction>> {
-    let mut body = Vec::new();
-    put_uvarint(&mut body, 1); // states filter: empty
-    put_uvarint(&mut body, 1); // producer id filter: empty
-    body.push(0); // no tagged fields
+/// The open transactions a broker coordinates (no state filter: the states are filtered
+/// here, whatever names a broker version adds for a transaction that has ended).
+fn list_transactions(connection: &mut Connection, timeout: Duration) -> Result<Vec<OpenTransaction>> {
+    let version = connection.version::<ListTransactionsRequest>(LIST_TRANSACTIONS)?;
     let deadline = Instant::now() + timeout;
     loop {
-        let response = call(broker, LIST_TRANSACTIONS, 0, true, &body, timeout)?;
-        match open_in(&response)? {
+        let response = connection.call(&ListTransactionsRequest::default(), version)?;
+        match open_in(response) {
             Ok(open) => return Ok(open),
             Err(COORDINATOR_LOAD_IN_PROGRESS) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(code) => {
                 return Err(WeirError::external(format!(
-                    "Kafka: broker {broker} cannot list transactions (error code {code})"
+                    "Kafka: broker {} cannot list transactions: {}",
+                    connection.broker(),
+                    error_name(code)
                 )))
             }
         }
     }
 }
 
-/// The open transactions of a ListTransactions v0 response, or its error code.
-fn open_in(response: &[u8]) -> Result<std::result::Result<Vec<OpenTransaction>, i16>> {
-    let mut r = Reader::new(response);
-    let _throttle = r.i32()?;
-    let code = r.i16()?;
-    if code != 0 {
-        return Ok(Err(code));
+/// The open transactions of a ListTransactions response, or its error code.
+fn open_in(response: ListTransactionsResponse) -> std::result::Result<Vec<OpenTransaction>, i16> {
+    if response.error_code != 0 {
+        return Err(response.error_code);
     }
-    for _ in 0..r.compact_len()?.unwrap_or(0) {
-        r.compact_string()?;
-    }
-    let mut open = Vec::new();
-    for _ in 0..r.compact_len()?.unwrap_or(0) {
-        let transactional_id = r.compact_string()?.unwrap_or_default();
-        let producer_id = r.i64()?;
-        let state = r.compact_string()?.unwrap_or_default();
-        r.skip_tags()?;
-        if !matches!(state.as_str(), "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead") {
-            open.push(OpenTransaction { transactional_id, producer_id, state });
-        }
-    }
-    Ok(Ok(open))
+    Ok(response
+        .transaction_states
+        .into_iter()
+        .filter(|t| !matches!(t.transaction_state.as_str(), "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead"))
+        .map(|t| OpenTransaction {
+            transactional_id: t.transactional_id.0.to_string(),
+            producer_id: t.producer_id.0,
+            state: t.transaction_state.to_string(),
+        })
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use kafka_protocol::protocol::Decodable;
 
-    fn compact(out: &mut Vec<u8>, s: &str) {
-        put_uvarint(out, s.len() as u64 + 1);
-        out.extend_from_slice(s.as_bytes());
-    }
+    /// A ListTransactions v0 response as a broker sends it (after the header): throttle 0,
+    /// no error, one unknown state filter ("Bogus"), three transactions, no tagged fields.
+    const LISTING_V0: &[u8] = &[
+        0, 0, 0, 0, 0, 0, 2, 6, b'B', b'o', b'g', b'u', b's', 4, //
+        6, b'a', b'-', b'0', b'-', b'1', 0, 0, 0, 0, 0, 0, 0, 7, 8, b'O', b'n', b'g', b'o', b'i', b'n', b'g',
+        0, //
+        6, b'a', b'-', b'0', b'-', b'2', 0, 0, 0, 0, 0, 0, 0, 8, 15, b'C', b'o', b'm', b'p', b'l', b'e', b't', b'e',
+        b'C', b'o', b'm', b'm', b'i', b't', 0, //
+        6, b'a', b'-', b'0', b'-', b'3', 0, 0, 0, 0, 0, 0, 0, 9, 13, b'P', b'r', b'e', b'p', b'a', b'r', b'e', b'A',
+        b'b', b'o', b'r', b't', 0, //
+        0,
+    ];
 
     #[test]
     fn a_listing_keeps_the_open_transactions_only() {
-        let mut b = 0i32.to_be_bytes().to_vec(); // throttle
-        b.extend_from_slice(&0i16.to_be_bytes());
-        put_uvarint(&mut b, 2); // one unknown state filter
-        compact(&mut b, "Bogus");
-        put_uvarint(&mut b, 4); // three transactions
-        for (id, pid, state) in
-            [("a-0-1", 7i64, "Ongoing"), ("a-0-2", 8, "CompleteCommit"), ("a-0-3", 9, "PrepareAbort")]
-        {
-            compact(&mut b, id);
-            b.extend_from_slice(&pid.to_be_bytes());
-            compact(&mut b, state);
-            b.push(0);
-        }
-        b.push(0);
-        let open = open_in(&b).expect("parsed").expect("no error");
+        let response = ListTransactionsResponse::decode(&mut Bytes::from_static(LISTING_V0), 0).expect("decoded");
+        let open = open_in(response).expect("no error");
         let ids: Vec<(&str, i64)> = open.iter().map(|t| (t.transactional_id.as_str(), t.producer_id)).collect();
         assert_eq!(ids, [("a-0-1", 7), ("a-0-3", 9)]);
-        // An error code is returned as such; a response cut short is an error.
-        let mut e = 0i32.to_be_bytes().to_vec();
-        e.extend_from_slice(&14i16.to_be_bytes());
-        assert_eq!(open_in(&e).expect("parsed"), Err(14));
-        assert!(open_in(&b[..b.len() - 5]).is_err());
-    }
-
-    #[test]
-    fn a_broker_without_list_transactions_gets_the_probe_alone() {
-        let versions = |keys: &[(i16, i16)]| {
-            let mut b = 0i16.to_be_bytes().to_vec();
-            b.extend_from_slice(&(keys.len() as i32).to_be_bytes());
-            for (key, min) in keys {
-                b.extend_from_slice(&key.to_be_bytes());
-                b.extend_from_slice(&min.to_be_bytes());
-                b.extend_from_slice(&3i16.to_be_bytes());
-            }
-            b
-        };
-        assert!(supported_in(&versions(&[(22, 0), (66, 0)]), LIST_TRANSACTIONS).expect("parsed"));
-        assert!(!supported_in(&versions(&[(22, 0), (26, 0)]), LIST_TRANSACTIONS).expect("parsed"));
-        assert!(!supported_in(&versions(&[(66, 1)]), LIST_TRANSACTIONS).expect("parsed"));
-        assert!(!supported_in(&35i16.to_be_bytes(), LIST_TRANSACTIONS).expect("an error code"));
+        // An error code is returned as such; a response cut short does not decode.
+        let mut loading = LISTING_V0.to_vec();
+        loading[5] = 14;
+        let response = ListTransactionsResponse::decode(&mut Bytes::from(loading), 0).expect("decoded");
+        assert_eq!(open_in(response).map(|_| ()), Err(14));
+        assert!(ListTransactionsResponse::decode(&mut Bytes::from_static(&LISTING_V0[..40]), 0).is_err());
     }
 }

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use weir_core::two_phase::{Committer, Earlier, TwoPhaseCommitSink};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
+use super::client::Cluster;
 use super::recovery;
 use super::txn::{self, PreCommitted};
 use super::writer::TopicWriter;
@@ -108,7 +109,8 @@ struct Transaction {
 
 pub struct KafkaSink {
     table: String,
-    bootstrap: Vec<String>,
+    /// How exactly-once recovery reaches the cluster: as the table's librdkafka clients do.
+    cluster: Option<Cluster>,
     delivery: Delivery,
     config: rdkafka::ClientConfig,
     prefix: String,
@@ -152,7 +154,10 @@ impl KafkaSink {
         let writer = TopicWriter::new(table, &schema)?;
         Ok(Self {
             table: table.name.clone(),
-            bootstrap: super::bootstrap(table)?.split(',').map(|s| s.trim().to_string()).collect(),
+            cluster: match delivery {
+                Delivery::ExactlyOnce => Some(Cluster::of_table(table)?),
+                _ => None,
+            },
             delivery,
             config,
             prefix: table.options.get("sink.transactional-id-prefix").unwrap_or_default().to_string(),
@@ -169,6 +174,12 @@ impl KafkaSink {
     }
 
     /// The task's transactional ids are `<base>-<s>`.
+    fn cluster(&self) -> Result<Cluster> {
+        self.cluster
+            .clone()
+            .ok_or_else(|| WeirError::internal("transaction recovery in a sink that is not exactly-once"))
+    }
+
     fn id_base(&self) -> String {
         format!("{}-{}", self.prefix, self.task)
     }
@@ -424,8 +435,8 @@ impl Committer for KafkaSink {
                 next_seq = old.recovery.next;
             }
             for (e, id) in old.pre_commits {
-                let (bootstrap, timeout, name) = (self.bootstrap.clone(), FLUSH_TIMEOUT, id.transactional_id.clone());
-                let outcome = tokio::task::spawn_blocking(move || txn::commit(&bootstrap, &id, timeout))
+                let (cluster, timeout, name) = (self.cluster()?, FLUSH_TIMEOUT, id.transactional_id.clone());
+                let outcome = tokio::task::spawn_blocking(move || txn::commit(&cluster, &id, timeout))
                     .await
                     .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;
                 weir_core::fault::pause("kafka_restore_commit");
@@ -441,10 +452,10 @@ impl Committer for KafkaSink {
             }
         }
         // 2. End what attempts after it left open, fence them, and start past every id used.
-        let (bootstrap, base, txn_timeout) = (self.bootstrap.clone(), self.id_base(), self.txn_timeout);
+        let (cluster, base, txn_timeout) = (self.cluster()?, self.id_base(), self.txn_timeout);
         let began = Instant::now();
         let first = tokio::task::spawn_blocking(move || {
-            recovery::end_earlier_attempts(&bootstrap, &base, next_seq, txn_timeout, FLUSH_TIMEOUT)
+            recovery::end_earlier_attempts(&cluster, &base, next_seq, txn_timeout, FLUSH_TIMEOUT)
         })
         .await
         .map_err(|e| WeirError::internal(format!("transaction recovery: {e}")))??;

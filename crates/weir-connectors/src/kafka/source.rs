@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use super::context::Watched;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -70,7 +72,7 @@ pub(crate) fn kafka_error(what: &str, e: KafkaError) -> WeirError {
 }
 
 pub struct KafkaSource {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Watched>,
     topic: String,
     schema: SchemaRef,
     decoder: Decoder,
@@ -117,7 +119,9 @@ impl KafkaSource {
         if table.options.get("properties.isolation.level").is_none() {
             config.set("isolation.level", "read_committed");
         }
-        let consumer: BaseConsumer = config.create().map_err(|e| kafka_error("cannot create a consumer", e))?;
+        let context = Watched::default();
+        let consumer: BaseConsumer<Watched> =
+            config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a consumer", e))?;
         // One topic, or every topic whose name matches 'topic-pattern' (when the job starts).
         let pattern = match table.options.get("topic-pattern") {
             None => None,
@@ -126,9 +130,8 @@ impl KafkaSource {
                     .at(table.options.location("topic-pattern"))
             })?),
         };
-        let metadata = consumer
-            .fetch_metadata(if pattern.is_some() { None } else { Some(topic.as_str()) }, METADATA_TIMEOUT)
-            .map_err(|e| kafka_error(&format!("cannot read the metadata of topic '{topic}'"), e))?;
+        let metadata = metadata(&consumer, &context, if pattern.is_some() { None } else { Some(topic.as_str()) })
+            .map_err(|e| e.context(format!("Kafka: cannot read the metadata of topic '{topic}'")))?;
         let mut all: Vec<(String, i32)> = metadata
             .topics()
             .iter()
@@ -655,7 +658,35 @@ pub(crate) fn specific_offsets(table: &TableDef) -> Result<BTreeMap<i32, i64>> {
 
 /// A partition's end offset as the client last saw it in a fetch response (read_committed:
 /// the last stable offset), without asking the broker; `None` before the first fetch.
-fn cached_end_offset(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+/// The cluster's metadata, asked for in steps so that a refusal (credentials, certificates)
+/// ends the wait at once, reported as what it is.
+fn metadata(
+    consumer: &BaseConsumer<Watched>,
+    context: &Watched,
+    topic: Option<&str>,
+) -> Result<rdkafka::metadata::Metadata> {
+    let began = std::time::Instant::now();
+    loop {
+        match consumer.fetch_metadata(topic, Duration::from_secs(1)) {
+            Ok(metadata) => return Ok(metadata),
+            Err(e) => {
+                // librdkafka delivers its error events through the consumer's queue: serve it
+                // (nothing is assigned yet, so no record can come).
+                if consumer.poll(Duration::ZERO).is_some() {
+                    log::debug!("Kafka: an event before any assignment");
+                }
+                if let Some(refusal) = context.refusal() {
+                    return Err(WeirError::user(refusal));
+                }
+                if began.elapsed() >= METADATA_TIMEOUT {
+                    return Err(WeirError::external(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+fn cached_end_offset(consumer: &BaseConsumer<Watched>, topic: &str, partition: i32) -> Option<i64> {
     let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: the client pointer is valid while `consumer` lives; librdkafka reads the topic
