@@ -109,6 +109,27 @@ impl Objects {
     }
 }
 
+impl Objects {
+    /// `op` on every item, [`CONCURRENCY`] at a time, on the storage runtime; the first error
+    /// ends it.
+    fn each<I, F, Fut>(&self, items: Vec<I>, op: F) -> Result<()>
+    where
+        I: Send + 'static,
+        F: Fn(Objects, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let this = self.clone();
+        block(async move {
+            futures::stream::iter(items)
+                .map(|item| op(this.clone(), item))
+                .buffer_unordered(CONCURRENCY)
+                .try_collect::<Vec<()>>()
+                .await?;
+            Ok(())
+        })
+    }
+}
+
 impl Storage for Objects {
     fn describe(&self) -> String {
         match self.prefix.is_empty() {
@@ -127,19 +148,11 @@ impl Storage for Objects {
     }
 
     fn put_all(&self, files: Vec<(String, Vec<u8>)>) -> Result<()> {
-        let this = self.clone();
-        block(async move {
-            futures::stream::iter(files)
-                .map(|(name, bytes)| {
-                    let this = this.clone();
-                    async move {
-                        let path = this.path(&name);
-                        this.store.put(&path, PutPayload::from(bytes)).await.map_err(|e| this.fail("write", &name, e))
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<_>>()
-                .await?;
+        self.each(files, |this, (name, bytes)| async move {
+            this.store
+                .put(&this.path(&name), PutPayload::from(bytes))
+                .await
+                .map_err(|e| this.fail("write", &name, e))?;
             Ok(())
         })
     }
@@ -175,33 +188,18 @@ impl Storage for Objects {
     }
 
     fn upload(&self, files: &[(PathBuf, String)]) -> Result<()> {
-        let (this, files) = (self.clone(), files.to_vec());
-        block(async move {
-            futures::stream::iter(files)
-                .map(|(from, name)| {
-                    let this = this.clone();
-                    async move {
-                        let mut file = tokio::fs::File::open(&from).await.map_err(|e| this.fail("upload", &name, e))?;
-                        // Multipart above one part's size, one put below.
-                        let mut writer = object_store::buffered::BufWriter::with_capacity(
-                            this.store.clone(),
-                            this.path(&name),
-                            PART_BYTES,
-                        );
-                        let copied = tokio::io::copy(&mut file, &mut writer).await;
-                        match copied {
-                            Ok(_) => writer.shutdown().await.map_err(|e| this.fail("upload", &name, e)),
-                            Err(e) => {
-                                let _ = writer.abort().await;
-                                Err(this.fail("upload", &name, e))
-                            }
-                        }
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<_>>()
-                .await?;
-            Ok(())
+        self.each(files.to_vec(), |this, (from, name)| async move {
+            let mut file = tokio::fs::File::open(&from).await.map_err(|e| this.fail("upload", &name, e))?;
+            // Multipart above one part's size, one put below.
+            let mut writer =
+                object_store::buffered::BufWriter::with_capacity(this.store.clone(), this.path(&name), PART_BYTES);
+            match tokio::io::copy(&mut file, &mut writer).await {
+                Ok(_) => writer.shutdown().await.map_err(|e| this.fail("upload", &name, e)),
+                Err(e) => {
+                    let _ = writer.abort().await;
+                    Err(this.fail("upload", &name, e))
+                }
+            }
         })
     }
 
@@ -217,27 +215,16 @@ impl Storage for Objects {
     }
 
     fn download(&self, files: &[(String, PathBuf)]) -> Result<()> {
-        let (this, files) = (self.clone(), files.to_vec());
-        block(async move {
-            futures::stream::iter(files)
-                .map(|(name, to)| {
-                    let this = this.clone();
-                    async move {
-                        let fail = |e: &dyn std::fmt::Display| this.fail("download", &name, e);
-                        let got = this.store.get(&this.path(&name)).await.map_err(|e| fail(&e))?;
-                        let mut stream = got.into_stream();
-                        let mut file = tokio::fs::File::create(&to).await.map_err(|e| fail(&e))?;
-                        while let Some(chunk) = stream.next().await {
-                            let chunk = chunk.map_err(|e| fail(&e))?;
-                            file.write_all(&chunk).await.map_err(|e| fail(&e))?;
-                        }
-                        file.sync_all().await.map_err(|e| fail(&e))
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<_>>()
-                .await?;
-            Ok(())
+        self.each(files.to_vec(), |this, (name, to)| async move {
+            let fail = |e: &dyn std::fmt::Display| this.fail("download", &name, e);
+            let got = this.store.get(&this.path(&name)).await.map_err(|e| fail(&e))?;
+            let mut stream = got.into_stream();
+            let mut file = tokio::fs::File::create(&to).await.map_err(|e| fail(&e))?;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| fail(&e))?;
+                file.write_all(&chunk).await.map_err(|e| fail(&e))?;
+            }
+            file.sync_all().await.map_err(|e| fail(&e))
         })
     }
 
@@ -263,22 +250,11 @@ impl Storage for Objects {
     }
 
     fn delete(&self, names: &[String]) -> Result<()> {
-        let (this, names) = (self.clone(), names.to_vec());
-        block(async move {
-            futures::stream::iter(names)
-                .map(|name| {
-                    let this = this.clone();
-                    async move {
-                        match this.store.delete(&this.path(&name)).await {
-                            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                            Err(e) => Err(this.fail("delete", &name, e)),
-                        }
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<_>>()
-                .await?;
-            Ok(())
+        self.each(names.to_vec(), |this, name| async move {
+            match this.store.delete(&this.path(&name)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(this.fail("delete", &name, e)),
+            }
         })
     }
 

@@ -71,6 +71,8 @@ impl Front {
                 let accepting = async {
                     loop {
                         let Ok((tcp, _)) = listener.accept().await else { continue };
+                        // Frames go out as they are written (no Nagle delay on small ones).
+                        let _ = tcp.set_nodelay(true);
                         let (acceptor, shared) = (acceptor.clone(), shared.clone());
                         tokio::spawn(async move {
                             // A client that fails the handshake or authentication is dropped.
@@ -206,9 +208,12 @@ async fn read_frame(s: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Bytes> 
     Ok(Bytes::from(frame))
 }
 
+/// A frame in one write: size and body in one TLS record and one segment.
 async fn write_frame(s: &mut (impl AsyncWrite + Unpin), frame: &[u8]) -> std::io::Result<()> {
-    s.write_i32(frame.len() as i32).await?;
-    s.write_all(frame).await?;
+    let mut framed = Vec::with_capacity(4 + frame.len());
+    framed.extend_from_slice(&(frame.len() as i32).to_be_bytes());
+    framed.extend_from_slice(frame);
+    s.write_all(&framed).await?;
     s.flush().await
 }
 
@@ -226,6 +231,7 @@ fn response<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: 
 /// One client connection, served in order, as a broker serves one request at a time.
 async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, shared: &Shared) -> std::io::Result<()> {
     let mut broker = tokio::net::TcpStream::connect(&shared.upstream).await?;
+    broker.set_nodelay(true)?;
     let mut authenticated = shared.demands.mechanisms.is_empty();
     let mut mechanism: Option<&'static str> = None;
     let mut scram: Option<ScramServer> = None;
@@ -267,12 +273,12 @@ async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, shared: &Shared)
                         SaslAuthenticateResponse::default()
                             .with_auth_bytes(reply.clone().map(Bytes::from).unwrap_or_default())
                     }
-                    Err(()) => SaslAuthenticateResponse::default()
-                        .with_error_code(58)
-                        .with_error_message(Some(StrBytes::from_string(format!(
+                    Err(()) => SaslAuthenticateResponse::default().with_error_code(58).with_error_message(Some(
+                        StrBytes::from_string(format!(
                         "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
                         mechanism.unwrap_or("?")
-                    )))),
+                    )),
+                    )),
                 };
                 write_frame(&mut client, &response(key, version, id, &answer)).await?;
                 if step.is_err() {

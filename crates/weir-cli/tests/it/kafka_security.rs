@@ -17,9 +17,9 @@ use crate::kafka_front::{Demands, Front};
 use crate::kills::assert_same_rows;
 use crate::weir_bin;
 
-const PASSWORD: &str = "s3cret-pa55";
+pub(crate) const PASSWORD: &str = "s3cret-pa55";
 
-fn sasl_ssl(client_certificate: bool) -> Demands {
+pub(crate) fn sasl_ssl(client_certificate: bool) -> Demands {
     Demands {
         tls: true,
         client_certificate,
@@ -192,6 +192,15 @@ async fn a_job_with_a_wrong_password_fails_with_one_line() {
         "{log}"
     );
     assert!(!log.contains("not-the-password"), "the password was printed: {log}");
+
+    // EXPLAIN shows the tables, never their secrets.
+    let explain =
+        secured_job(&front, "out", &dir.join("checkpoints")).replace("INSERT INTO out", "EXPLAIN INSERT INTO out");
+    let out =
+        Command::new(weir_bin()).arg("run").arg(write_sql(&dir, "explain.sql", explain)).output().expect("weir run");
+    let shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && shown.contains("out"), "{shown}");
+    assert!(!shown.contains(PASSWORD), "EXPLAIN printed the password: {shown}");
 
     let bad = "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'topic' = 't',
         'properties.bootstrap.servers' = 'localhost:1', 'format' = 'json',

@@ -231,6 +231,30 @@ async fn three_workers_write_what_one_process_writes() {
     assert_eq!(got.joined.values().sum::<i64>(), BIDS, "joined rows lost or duplicated");
 }
 
+/// The same three jobs over SASL_SSL (the test front, SCRAM-SHA-256): the workers' group
+/// membership, repartition topics, admin calls and fencing, the sinks' transactions and
+/// `weir status` all connect with the tables' security settings; the output is one process's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_over_sasl_ssl_write_what_one_process_writes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = crate::slt::tempdir();
+    let (broker, want) = with_reference(&dir).await;
+    let front = crate::kafka_front::Front::start(&broker.bootstrap, &dir, crate::kafka_security::sasl_ssl(false));
+    let plain = format!("'properties.bootstrap.servers' = '{}'", broker.bootstrap);
+    let secured = front.properties("SCRAM-SHA-256", "weir", crate::kafka_security::PASSWORD);
+    let sql = jobs(&broker.bootstrap, "", &worker_settings(&dir.join("ck")), Some(1500)).replace(&plain, &secured);
+    assert_eq!(sql.matches("SASL_SSL").count(), 5, "every table through the front");
+    let sql = write_sql(&dir, "job.sql", sql);
+    let workers: Vec<Worker> = (0..2).map(|n| Worker::start(&sql, &dir, n, &format!("w{n}"), &[])).collect();
+    wait_for_owners(&sql, Duration::from_secs(60), "every task assigned", |o| o.values().all(|w| w != "-"));
+    status_text_lists_every_task(&sql, owners(&sql).len());
+    for w in workers {
+        w.wait(Duration::from_secs(120));
+    }
+    let got = Expected::read(&broker, "");
+    got.assert_same(&want, &dir, "the workers' output over SASL_SSL differs from one process's");
+}
+
 /// Who runs each task, as `weir status --json` reads it from the groups: task -> member
 /// name.
 fn owners(sql: &Path) -> BTreeMap<String, String> {

@@ -286,8 +286,7 @@ pub async fn coordinate(
     let mut stopping = false;
     let mut stop_pending = false;
     let mut sources_gone = false;
-    // Checkpoints failed since the last that completed.
-    let mut failures_in_a_row = 0u32;
+    let mut failures = Failures { in_a_row: 0, config: &config, stats: &stats };
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
@@ -313,14 +312,9 @@ pub async fn coordinate(
                         next_trigger = tokio::time::Instant::now() + config.interval;
                         continue;
                     }
-                    log::warn!("checkpoint {open} timed out after {:?}; abandoned", config.timeout);
-                    if let Ok(mut h) = stats.lock() {
-                        h.failed(open, format!("timed out after {:?}", config.timeout));
-                    }
                     started.remove(&open);
                     pending.remove(&open);
-                    failures_in_a_row += 1;
-                    too_many_failures(failures_in_a_row, &config, &stats)?;
+                    failures.failed(open, Some(format!("timed out after {:?}; abandoned", config.timeout)))?;
                 }
                 if trigger.send(Trigger { epoch, stop: false }).is_err() {
                     // Every source has ended: no more barriers, but the tasks still running
@@ -340,14 +334,9 @@ pub async fn coordinate(
                     }
                     Some(n) => {
                         if let Some(why) = ack.declined.filter(|_| started.contains_key(&n)) {
-                            log::warn!("checkpoint {n} failed: task {} declined it: {why}", ack.task);
-                            if let Ok(mut h) = stats.lock() {
-                                h.failed(n, format!("task {} declined it: {why}", ack.task));
-                            }
                             started.remove(&n);
                             pending.remove(&n);
-                            failures_in_a_row += 1;
-                            too_many_failures(failures_in_a_row, &config, &stats)?;
+                            failures.failed(n, Some(format!("task {} declined it: {why}", ack.task)))?;
                         } else if started.contains_key(&n) {
                             pending.entry(n).or_default().insert(ack.task, ack.state);
                         }
@@ -367,10 +356,10 @@ pub async fn coordinate(
                     }
                     let keep: Vec<String> = finished.values().flat_map(|s| s.shared_files()).cloned().collect();
                     if complete(n, states, began, &config, &store, &stats, &committed, keep).await? {
-                        failures_in_a_row = 0;
+                        failures.in_a_row = 0;
                     } else {
-                        failures_in_a_row += 1;
-                        too_many_failures(failures_in_a_row, &config, &stats)?;
+                        // `complete` recorded why.
+                        failures.failed(n, None)?;
                     }
                 }
                 // Every task has ended: a final checkpoint of their final states, so that a
@@ -396,21 +385,34 @@ pub async fn coordinate(
     }
 }
 
-/// A job whose checkpoints keep failing fails (and restarts from its latest checkpoint): its
-/// exactly-once output is not committed meanwhile, and its sources cannot move on.
-fn too_many_failures(
-    failures: u32,
-    config: &CheckpointConfig,
-    stats: &std::sync::Mutex<CheckpointHistory>,
-) -> Result<()> {
-    if failures <= config.tolerable_failures {
-        return Ok(());
+/// Checkpoints failed since the last that completed. A job whose checkpoints keep failing
+/// fails (and restarts from its latest checkpoint): its exactly-once output is not committed
+/// meanwhile, and its sources cannot move on.
+struct Failures<'a> {
+    in_a_row: u32,
+    config: &'a CheckpointConfig,
+    stats: &'a std::sync::Mutex<CheckpointHistory>,
+}
+
+impl Failures<'_> {
+    /// Checkpoint `n` failed: for `why` (logged and recorded; `None`: recorded already).
+    fn failed(&mut self, n: u64, why: Option<String>) -> Result<()> {
+        if let Some(why) = why {
+            log::warn!("checkpoint {n} failed: {why}");
+            if let Ok(mut h) = self.stats.lock() {
+                h.failed(n, why);
+            }
+        }
+        self.in_a_row += 1;
+        if self.in_a_row <= self.config.tolerable_failures {
+            return Ok(());
+        }
+        let last = self.stats.lock().ok().and_then(|h| h.last_failure.clone()).map(|(_, why)| why).unwrap_or_default();
+        Err(WeirError::external(format!(
+            "{} checkpoints in a row failed, more than 'checkpoint.tolerable-failures' = {} allows; the last: {last}",
+            self.in_a_row, self.config.tolerable_failures
+        )))
     }
-    let last = stats.lock().ok().and_then(|h| h.last_failure.clone()).map(|(_, why)| why).unwrap_or_default();
-    Err(WeirError::external(format!(
-        "{failures} checkpoints in a row failed, more than 'checkpoint.tolerable-failures' = {} allows; the last: {last}",
-        config.tolerable_failures
-    )))
 }
 
 /// Write checkpoint `n` (off the async threads; the job goes on meanwhile), prune old ones,

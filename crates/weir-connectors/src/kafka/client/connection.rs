@@ -155,8 +155,11 @@ impl Connection {
         let external = |e: std::io::Error| WeirError::external(format!("Kafka broker {broker}: {e}"));
         let io = self.stream.io();
         let size = i32::try_from(body.len()).map_err(|_| WeirError::internal("a request over 2 GiB"))?;
-        io.write_all(&size.to_be_bytes()).map_err(external)?;
-        io.write_all(body).map_err(external)?;
+        // One write: over TLS, one record.
+        let mut framed = Vec::with_capacity(4 + body.len());
+        framed.extend_from_slice(&size.to_be_bytes());
+        framed.extend_from_slice(body);
+        io.write_all(&framed).map_err(external)?;
         io.flush().map_err(external)?;
         let mut size = [0u8; 4];
         io.read_exact(&mut size).map_err(external)?;
