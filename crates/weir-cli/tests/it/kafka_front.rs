@@ -20,7 +20,7 @@ use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, ResponseHeader, SaslAuthenticateRequest,
+    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
     SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -37,6 +37,9 @@ pub struct Demands {
     pub mechanisms: Vec<&'static str>,
     /// Users and their passwords.
     pub users: Vec<(&'static str, &'static str)>,
+    /// Versions the front says the broker speaks, in place of the broker's own (an older
+    /// broker's, say): API, lowest, highest.
+    pub versions: Vec<(ApiKey, i16, i16)>,
 }
 
 pub struct Front {
@@ -285,10 +288,32 @@ async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, shared: &Shared)
                     return Ok(());
                 }
             }
+            // A request above the versions the front says the broker speaks: an older
+            // broker answers ApiVersions in v0 with UNSUPPORTED_VERSION and its versions
+            // (KIP-511), and closes the connection on anything else.
+            _ if above(&shared.demands.versions, key, version) => {
+                if key != ApiKey::ApiVersions {
+                    return Ok(());
+                }
+                let mut ask = BytesMut::new();
+                RequestHeader::default()
+                    .with_request_api_key(key as i16)
+                    .with_correlation_id(id)
+                    .encode(&mut ask, 1)
+                    .map_err(|_| std::io::ErrorKind::InvalidData)?;
+                write_frame(&mut broker, &ask).await?;
+                let answer = read_frame(&mut broker).await?;
+                let mut listed = with_versions(answer, 0, &shared.demands.versions).ok_or(std::io::ErrorKind::InvalidData)?;
+                let header = ResponseHeader::decode(&mut listed, 0).map_err(|_| std::io::ErrorKind::InvalidData)?;
+                let body = ApiVersionsResponse::decode(&mut listed, 0).map_err(|_| std::io::ErrorKind::InvalidData)?;
+                let refusal = response(key, 0, header.correlation_id, &body.with_error_code(35));
+                write_frame(&mut client, &refusal).await?;
+            }
             ApiKey::ApiVersions => {
                 write_frame(&mut broker, &frame).await?;
                 let answer = read_frame(&mut broker).await?;
-                write_frame(&mut client, &with_sasl_versions(answer.clone(), version).unwrap_or(answer)).await?;
+                let rewritten = with_versions(answer.clone(), version, &shared.demands.versions);
+                write_frame(&mut client, &rewritten.unwrap_or(answer)).await?;
             }
             // A broker closes a connection that sends anything else before authenticating.
             _ if !authenticated => return Ok(()),
@@ -306,18 +331,24 @@ async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, shared: &Shared)
     }
 }
 
-/// An ApiVersions response that also lists SaslHandshake v0–1 and SaslAuthenticate v0–2.
-fn with_sasl_versions(mut frame: Bytes, version: i16) -> Option<Bytes> {
+/// An ApiVersions response that also lists SaslHandshake v0–1 and SaslAuthenticate v0–2, and
+/// `versions` in place of the broker's.
+fn with_versions(mut frame: Bytes, version: i16, versions: &[(ApiKey, i16, i16)]) -> Option<Bytes> {
     let header = ResponseHeader::decode(&mut frame, ApiKey::ApiVersions.response_header_version(version)).ok()?;
     let mut body = ApiVersionsResponse::decode(&mut frame, version).ok()?;
     if body.error_code != 0 {
         return None;
     }
-    for (key, max) in [(ApiKey::SaslHandshake, 1), (ApiKey::SaslAuthenticate, 2)] {
-        body.api_keys.retain(|k| k.api_key != key as i16);
-        body.api_keys.push(ApiVersion::default().with_api_key(key as i16).with_min_version(0).with_max_version(max));
+    let sasl = [(ApiKey::SaslHandshake, 0, 1), (ApiKey::SaslAuthenticate, 0, 2)];
+    for (key, min, max) in sasl.iter().chain(versions) {
+        body.api_keys.retain(|k| k.api_key != *key as i16);
+        body.api_keys.push(ApiVersion::default().with_api_key(*key as i16).with_min_version(*min).with_max_version(*max));
     }
     Some(response(ApiKey::ApiVersions, version, header.correlation_id, &body))
+}
+
+fn above(versions: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
+    versions.iter().any(|(k, _, max)| *k == key && version > *max)
 }
 
 /// A Metadata or FindCoordinator response with every broker address replaced by the front's.

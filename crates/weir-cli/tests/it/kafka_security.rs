@@ -25,6 +25,7 @@ pub(crate) fn sasl_ssl(client_certificate: bool) -> Demands {
         client_certificate,
         mechanisms: vec!["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
         users: vec![("weir", PASSWORD)],
+        versions: Vec::new(),
     }
 }
 
@@ -210,4 +211,41 @@ async fn a_job_with_a_wrong_password_fails_with_one_line() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(log.contains("'properties.sasl.jaas.config' needs username") && log.contains("bad.sql:3:"), "{log}");
+}
+
+/// Weir's own requests at whatever versions the broker speaks: here a broker that speaks only
+/// the oldest ones each request can use (FindCoordinator v1, InitProducerId v0, EndTxn v0,
+/// Metadata v1, ListTransactions v0, ApiVersions v0-v2), where the test broker itself answers
+/// FindCoordinator v4 and EndTxn v3 (flexible versions, batched coordinator lookups). The
+/// sink's recovery commits and fences there as well.
+#[test]
+fn recovery_requests_speak_an_old_brokers_versions() {
+    use kafka_protocol::messages::ApiKey;
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    let old = vec![
+        (ApiKey::FindCoordinator, 0, 1),
+        (ApiKey::InitProducerId, 0, 0),
+        (ApiKey::EndTxn, 0, 0),
+        (ApiKey::Metadata, 0, 1),
+        (ApiKey::ListTransactions, 0, 0),
+        (ApiKey::ApiVersions, 0, 2),
+    ];
+    let front = Front::start(&broker.bootstrap, &dir, Demands { versions: old, ..sasl_ssl(false) });
+    let c = cluster(&front, &front.bootstrap, &[]).expect("settings");
+    let timeout = Duration::from_secs(10);
+    let (producer, epoch) = weir_connectors::kafka::txn::init_producer_id(&c, "old-1", timeout, timeout).expect("init");
+    assert_eq!(epoch, 0, "a fresh id");
+    let (again, epoch) = weir_connectors::kafka::txn::init_producer_id(&c, "old-1", timeout, timeout).expect("init");
+    assert_eq!((again, epoch), (producer, 1), "initialized again: the same producer, fenced by a new epoch");
+    assert_eq!(open_transactions(&c, timeout).expect("listed"), Some(Vec::new()));
+    // Committing a transaction that was never begun under the current epoch is answered, not
+    // failed: the broker says the producer moved on or the state is wrong.
+    let txn = weir_connectors::kafka::txn::PreCommitted {
+        transactional_id: "old-1".into(),
+        producer_id: producer,
+        producer_epoch: 0,
+    };
+    let outcome = weir_connectors::kafka::txn::commit(&c, &txn, timeout).expect("answered");
+    assert!(matches!(outcome, weir_connectors::kafka::txn::Outcome::Superseded(_)), "{outcome:?}");
 }
