@@ -20,8 +20,8 @@ use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
-    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use ring::{digest, hmac, pbkdf2};
@@ -303,7 +303,8 @@ async fn serve(mut client: impl AsyncRead + AsyncWrite + Unpin, shared: &Shared)
                     .map_err(|_| std::io::ErrorKind::InvalidData)?;
                 write_frame(&mut broker, &ask).await?;
                 let answer = read_frame(&mut broker).await?;
-                let mut listed = with_versions(answer, 0, &shared.demands.versions).ok_or(std::io::ErrorKind::InvalidData)?;
+                let mut listed =
+                    with_versions(answer, 0, &shared.demands.versions).ok_or(std::io::ErrorKind::InvalidData)?;
                 let header = ResponseHeader::decode(&mut listed, 0).map_err(|_| std::io::ErrorKind::InvalidData)?;
                 let body = ApiVersionsResponse::decode(&mut listed, 0).map_err(|_| std::io::ErrorKind::InvalidData)?;
                 let refusal = response(key, 0, header.correlation_id, &body.with_error_code(35));
@@ -342,7 +343,8 @@ fn with_versions(mut frame: Bytes, version: i16, versions: &[(ApiKey, i16, i16)]
     let sasl = [(ApiKey::SaslHandshake, 0, 1), (ApiKey::SaslAuthenticate, 0, 2)];
     for (key, min, max) in sasl.iter().chain(versions) {
         body.api_keys.retain(|k| k.api_key != *key as i16);
-        body.api_keys.push(ApiVersion::default().with_api_key(*key as i16).with_min_version(*min).with_max_version(*max));
+        body.api_keys
+            .push(ApiVersion::default().with_api_key(*key as i16).with_min_version(*min).with_max_version(*max));
     }
     Some(response(ApiKey::ApiVersions, version, header.correlation_id, &body))
 }

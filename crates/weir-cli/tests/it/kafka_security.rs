@@ -30,8 +30,8 @@ pub(crate) fn sasl_ssl(client_certificate: bool) -> Demands {
 }
 
 /// The windowed job of `crate::kafka::job`, with both tables reaching the cluster through
-/// `front`: the source with SCRAM-SHA-512 and librdkafka's names, the sink with
-/// SCRAM-SHA-256 in a Java client's `sasl.jaas.config`, as a Flink user writes it.
+/// `front` with SCRAM-SHA-512: the source with librdkafka's names, the sink with a Java
+/// client's `sasl.jaas.config`, as a Flink user writes it.
 fn secured_job(front: &Front, out: &str, checkpoints: &Path) -> String {
     let ca = front.certs.join("ca.pem");
     format!(
@@ -47,7 +47,7 @@ CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMEST
 CREATE TABLE {out} (auction BIGINT, window_start TIMESTAMP(3), cnt BIGINT, total BIGINT)
   WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'json', 'key.fields' = 'auction',
         'properties.bootstrap.servers' = '{bootstrap}', 'properties.security.protocol' = 'SASL_SSL',
-        'properties.sasl.mechanism' = 'SCRAM-SHA-256', 'properties.ssl.ca.location' = '{ca}',
+        'properties.sasl.mechanism' = 'SCRAM-SHA-512', 'properties.ssl.ca.location' = '{ca}',
         'properties.sasl.jaas.config' = 'org.apache.kafka.common.security.scram.ScramLoginModule required username=\"weir\" password=\"{PASSWORD}\";',
         'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = 'weir-{out}');
 INSERT INTO {out}
@@ -172,27 +172,43 @@ fn a_client_certificate_is_presented_when_demanded() {
     assert_eq!(open_transactions(&c, timeout).expect("with a client certificate"), Some(Vec::new()));
 }
 
-/// A job whose Kafka password is wrong fails with one line naming the table's cluster and the
-/// authentication, without the password; one whose settings cannot work is refused at
-/// `CREATE TABLE` with the option's position.
+/// A job whose Kafka password is wrong, whose CA did not sign the broker's certificate, or
+/// that reaches the broker by a name its certificate is not for, fails at once with one line
+/// naming the table and the cause, without the password; one whose settings cannot work is
+/// refused at `CREATE TABLE` with the option's position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_with_a_wrong_password_fails_with_one_line() {
+async fn a_job_with_wrong_credentials_or_certificates_fails_with_one_line() {
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     broker.create_topic("bids", 1).await;
     broker.create_topic("out", 1).await;
     let front = Front::start(&broker.bootstrap, &dir, sasl_ssl(false));
-    let job = secured_job(&front, "out", &dir.join("checkpoints")).replace(PASSWORD, "not-the-password");
-    let sql = write_sql(&dir, "job.sql", job);
-    let out = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("weir run");
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "ran with a wrong password: {log}");
-    assert_eq!(log.trim().lines().count(), 1, "one line: {log}");
-    assert!(
-        log.contains("cannot read the metadata of topic 'bids'") && log.contains("SASL authentication error"),
-        "{log}"
-    );
-    assert!(!log.contains("not-the-password"), "the password was printed: {log}");
+    let job = secured_job(&front, "out", &dir.join("checkpoints"));
+    let ca = front.certs.join("ca.pem").display().to_string();
+    let other_ca = front.certs.join("client.pem").display().to_string();
+    let cases = [
+        ("password", job.replace(PASSWORD, "not-the-password"), "SASL authentication error"),
+        ("ca", job.replace(&ca, &other_ca), "invalid peer certificate: UnknownIssuer"),
+        (
+            "hostname",
+            job.replace(&front.bootstrap, &format!("127.0.0.1:{}", front.port)),
+            "not valid for name \"127.0.0.1\"",
+        ),
+    ];
+    for (case, sql, cause) in cases {
+        let sql = write_sql(&dir, &format!("{case}.sql"), sql);
+        let out = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("weir run");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{case}: ran: {log}");
+        assert_eq!(log.trim().lines().count(), 1, "{case}: one line: {log}");
+        assert!(log.contains("table 'bids': cannot read the metadata of Kafka topic 'bids'"), "{case}: {log}");
+        assert!(log.contains(cause), "{case}: {log}");
+        assert!(
+            !log.contains(PASSWORD) && !log.contains("not-the-password"),
+            "{case}: the password was printed: {log}"
+        );
+        println!("{case}: {log}");
+    }
 
     // EXPLAIN shows the tables, never their secrets.
     let explain =

@@ -251,6 +251,10 @@ async fn workers_over_sasl_ssl_write_what_one_process_writes() {
     for w in workers {
         w.wait(Duration::from_secs(120));
     }
+    for n in 0..2 {
+        let log = std::fs::read_to_string(dir.join(format!("worker-{n}.log"))).expect("worker log");
+        assert!(!log.contains(crate::kafka_security::PASSWORD), "worker {n} printed the password:\n{log}");
+    }
     let got = Expected::read(&broker, "");
     got.assert_same(&want, &dir, "the workers' output over SASL_SSL differs from one process's");
 }

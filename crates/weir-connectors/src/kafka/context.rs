@@ -21,6 +21,12 @@ impl Watched {
     pub fn refusal(&self) -> Option<String> {
         self.0.lock().ok().and_then(|r| r.clone())
     }
+
+    fn refused(&self, why: &str) {
+        if let Ok(mut refusal) = self.0.lock() {
+            refusal.get_or_insert_with(|| why.to_string());
+        }
+    }
 }
 
 /// An error that retrying does not fix.
@@ -39,7 +45,13 @@ fn about_a_refusal(line: &str) -> bool {
 impl ClientContext for Watched {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, line: &str) {
         match level {
-            _ if about_a_refusal(line) => log::debug!(target: "librdkafka", "librdkafka: {fac} {line}"),
+            _ if about_a_refusal(line) => {
+                log::debug!(target: "librdkafka", "librdkafka: {fac} {line}");
+                // Its error event can come late (or once for many failed connections): the
+                // log line is enough. Without librdkafka's thread prefix.
+                let why = line.strip_prefix("[thrd:").and_then(|l| l.split_once("]: ")).map_or(line, |(_, rest)| rest);
+                self.refused(why);
+            }
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
                 log::error!(target: "librdkafka", "librdkafka: {fac} {line}")
             }
@@ -52,11 +64,11 @@ impl ClientContext for Watched {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if is_refusal(&error) {
+        // librdkafka reports a certificate that does not verify as a transport failure: its
+        // reason says what it was.
+        if is_refusal(&error) || about_a_refusal(reason) {
             log::debug!("librdkafka: {error}: {reason}");
-            if let Ok(mut refusal) = self.0.lock() {
-                refusal.get_or_insert_with(|| reason.to_string());
-            }
+            self.refused(reason);
         } else if self.refusal().is_none() {
             // "All brokers down" after a refusal is its consequence: not said twice.
             log::error!("librdkafka: {error}: {reason}");
