@@ -31,6 +31,13 @@ pub const SETTINGS: &[(&str, &str, bool, &str)] = &[
     ("azure.account-name", "azure_storage_account_name", false, "Azure Blob: the storage account"),
     ("azure.account-key", "azure_storage_account_key", true, "Azure Blob: the account's access key"),
     ("azure.sas-token", "azure_storage_sas_key", true, "Azure Blob: a shared access signature"),
+    (
+        "azure.endpoint",
+        "azure_storage_endpoint",
+        false,
+        "Azure Blob: the account's endpoint, for an emulator or another cloud, e.g. \
+         'http://127.0.0.1:10000/devstoreaccount1' (default: https://<account>.blob.core.windows.net)",
+    ),
 ];
 
 /// Whether a setting's value is secret: never shown in listings, logs or errors.
@@ -64,7 +71,7 @@ pub(crate) fn object_store_config(
                 "false" => "true".to_string(),
                 _ => return Err(format!("'{key}' must be 'true' or 'false', not '{value}'")),
             },
-            "s3.endpoint" => {
+            "s3.endpoint" | "azure.endpoint" => {
                 c.allow_http = value.starts_with("http://");
                 value.clone()
             }

@@ -12,7 +12,7 @@ use weir::ErrorKind;
 use weir_connectors::kafka::client::Cluster;
 use weir_connectors::kafka::recovery::open_transactions;
 
-use crate::kafka::{load_bids, run_to_end, write_sql, Broker};
+use crate::kafka::{write_sql, Broker};
 use crate::kafka_front::{Demands, Front};
 use crate::kills::assert_same_rows;
 use crate::weir_bin;
@@ -68,19 +68,7 @@ GROUP BY auction, window_start, window_end;
 /// broker itself then sees exactly the rows of a plain run that was never killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_over_sasl_ssl_under_sigkill() {
-    let dir = crate::slt::tempdir();
-    let broker = Broker::start(&dir);
-    load_bids(&broker, 20_000).await;
-    broker.create_topic("reference", 2).await;
-    broker.create_topic("out", 2).await;
-    run_to_end(&write_sql(
-        &dir,
-        "reference.sql",
-        crate::kafka::job(&broker.bootstrap, "reference", "none", &dir.join("ref-ck"), None),
-    ));
-    let want = broker.read_committed("reference");
-    assert!(want.len() > 1000, "reference has {} rows", want.len());
-
+    let (dir, broker, want) = crate::kafka::with_reference().await;
     let front = Front::start(&broker.bootstrap, &dir, sasl_ssl(false));
     let sql = write_sql(&dir, "job.sql", secured_job(&front, "out", &dir.join("checkpoints")));
     let kills = crate::kills::kill_in_every_phase(&sql, &dir.join("faults"), "kafka", 12);
