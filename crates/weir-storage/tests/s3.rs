@@ -48,7 +48,6 @@ impl Drop for Server {
     }
 }
 
-
 #[test]
 fn every_call_works_against_an_s3_compatible_server() {
     let server = Server::start();

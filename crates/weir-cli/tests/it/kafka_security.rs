@@ -71,7 +71,7 @@ async fn exactly_once_over_sasl_ssl_under_sigkill() {
     let (dir, broker, want) = crate::kafka::with_reference().await;
     let front = Front::start(&broker.bootstrap, &dir, sasl_ssl(false));
     let sql = write_sql(&dir, "job.sql", secured_job(&front, "out", &dir.join("checkpoints")));
-    let kills = crate::kills::kill_in_every_phase(&sql, &dir.join("faults"), "kafka", 12);
+    let kills = crate::kills::kill_in_every_phase(&sql, &dir.join("faults"), "kafka", 20);
     let out = Command::new(weir_bin()).arg("run").arg(&sql).output().expect("weir run");
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");

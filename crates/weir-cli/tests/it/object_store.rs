@@ -141,7 +141,8 @@ fn a_rocksdb_window_job_with_checkpoints_in_s3_is_exactly_once_under_sigkill_and
     let dir = crate::slt::tempdir();
     let store = ObjectStore::start();
     let reference = dir.join("reference.sql");
-    std::fs::write(&reference, window_job(&store.settings("reference"), &dir, "reference", "reference-state", 1)).expect("sql");
+    std::fs::write(&reference, window_job(&store.settings("reference"), &dir, "reference", "reference-state", 1))
+        .expect("sql");
     let mut outputs = run(&reference);
     let want = published(&dir.join("reference"));
     assert!(want.len() > 1000, "reference has {} rows", want.len());
@@ -221,13 +222,24 @@ const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UV
 fn a_rocksdb_window_job_with_checkpoints_in_azure_blob_is_exactly_once_under_sigkill_and_restores_on_a_new_machine() {
     let dir = crate::slt::tempdir();
     let store = Azurite::start();
-    let mut outputs = run(&write(&dir, "reference.sql", window_job(&store.settings("reference"), &dir, "reference", "reference-state", 1)));
+    let mut outputs = run(&write(
+        &dir,
+        "reference.sql",
+        window_job(&store.settings("reference"), &dir, "reference", "reference-state", 1),
+    ));
     let want = published(&dir.join("reference"));
     assert!(want.len() > 1000, "reference has {} rows", want.len());
     let sql = write(&dir, "job.sql", window_job(&store.settings("out"), &dir, "out", "state", 2));
     let faults = dir.join("faults");
     let phases = [Phase::Processing, Phase::Uploading, Phase::PreCommitted, Phase::Committing, Phase::Restoring];
-    kill_in_phases(&phases, Phase::Processing, 2, 10, |p| start(&sql, p, &faults, "file"), |p| in_phase(p, &faults, "file"));
+    kill_in_phases(
+        &phases,
+        Phase::Processing,
+        2,
+        10,
+        |p| start(&sql, p, &faults, "file"),
+        |p| in_phase(p, &faults, "file"),
+    );
     assert!(!files_under(&dir).iter().any(|f| f.ends_with("manifest.json")), "a checkpoint was written locally");
     std::fs::remove_dir_all(dir.join("state")).expect("forget the local state");
     outputs.push_str(&run(&sql));
