@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use weir_storage::Storage;
-
 mod common;
 
 /// Azurite's published account key (the same on every installation).
