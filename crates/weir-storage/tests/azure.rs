@@ -1,5 +1,5 @@
 //! The object store storage against Azure Blob Storage's emulator (Azurite, started by
-//! `scripts/azurite.sh`): every call of [`Storage`] through `az://`, with the account's
+//! `scripts/azurite.sh`): every call of `weir_storage::Storage` through `az://`, with the account's
 //! endpoint and key as settings, and the key kept out of errors.
 
 use std::collections::BTreeMap;
