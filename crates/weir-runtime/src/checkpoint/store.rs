@@ -349,8 +349,8 @@ impl CheckpointStore for Checkpoints {
     }
 
     fn prune(&self, retained: usize, keep: &[String]) -> Result<()> {
-        let complete = self.prune_checkpoints(retained)?;
-        self.prune_shared(&complete, keep)
+        let (complete, second_newest) = self.prune_checkpoints(retained)?;
+        self.prune_shared(&complete, second_newest, keep)
     }
 
     fn clear(&self) -> Result<()> {
@@ -372,12 +372,19 @@ impl Checkpoints {
     /// runs at a time, and the next is triggered after the last manifest was written). A task
     /// that ends takes its final snapshot outside that order, while a checkpoint may be in
     /// flight: its files come in `also` until a manifest lists them. `complete`: the retained
-    /// checkpoints with the times of their manifests, newest first.
-    fn prune_shared(&self, complete: &[(u64, std::time::SystemTime)], also: &[String]) -> Result<()> {
+    /// checkpoints with the times of their manifests, newest first; `second_newest`: the time
+    /// of the second newest complete checkpoint's manifest, retained or just deleted (with
+    /// `checkpoint.retained` = 1 it is never retained, and shared files must still go).
+    fn prune_shared(
+        &self,
+        complete: &[(u64, std::time::SystemTime)],
+        second_newest: Option<std::time::SystemTime>,
+        also: &[String],
+    ) -> Result<()> {
         // The second newest manifest's time: a task that ended may have uploaded its final
         // files just before the newest one while its acknowledgement was still on the way;
         // by the next checkpoint the coordinator has it and passes its files in `also`.
-        let Some(&(_, newest)) = complete.get(1) else { return Ok(()) };
+        let Some(newest) = second_newest else { return Ok(()) };
         let mut keep: std::collections::BTreeSet<String> = also.iter().cloned().collect();
         for (epoch, _) in complete {
             let Some(text) = self.storage.get(&format!("{}/{MANIFEST}", Self::chk(*epoch)))? else { continue };
@@ -397,11 +404,24 @@ impl Checkpoints {
     }
 
     /// Keep the newest `retained` complete checkpoints and any newer incomplete one (it may
-    /// be being written); returns the kept complete ones with their manifests' times.
-    fn prune_checkpoints(&self, retained: usize) -> Result<Vec<(u64, std::time::SystemTime)>> {
+    /// be being written); returns the kept complete ones with their manifests' times, and the
+    /// time of the second newest complete one's manifest (kept or not).
+    #[allow(clippy::type_complexity)]
+    fn prune_checkpoints(
+        &self,
+        retained: usize,
+    ) -> Result<(Vec<(u64, std::time::SystemTime)>, Option<std::time::SystemTime>)> {
         let mut complete = Vec::new();
+        let (mut completes, mut second_newest) = (0, None);
         for epoch in self.epochs()? {
-            match self.completed_at(epoch)? {
+            let completed_at = self.completed_at(epoch)?;
+            if let Some(at) = completed_at {
+                completes += 1;
+                if completes == 2 {
+                    second_newest = Some(at);
+                }
+            }
+            match completed_at {
                 Some(at) if complete.len() < retained => {
                     complete.push((epoch, at));
                     continue;
@@ -412,7 +432,7 @@ impl Checkpoints {
             }
             self.storage.delete_dir(&Self::chk(epoch))?;
         }
-        Ok(complete)
+        Ok((complete, second_newest))
     }
 }
 
@@ -543,6 +563,45 @@ mod tests {
         assert!(shared.join("final.sst").exists(), "an ended task's file was pruned");
         store.prune(3, &[]).expect("prune");
         assert!(!shared.join("final.sst").exists() && shared.join("a.sst").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// With one checkpoint retained, the shared files only older ones used are deleted too
+    /// (they were kept forever: a bucket that only grew).
+    #[test]
+    fn pruning_with_one_checkpoint_retained_deletes_the_files_only_older_ones_used() {
+        let dir = scratch();
+        let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
+        let shared = dir.join("shared");
+        std::fs::create_dir_all(&shared).expect("shared dir");
+        let with_files = |files: &[&str]| {
+            let op = OperatorState {
+                state: b"s".to_vec(),
+                shared_files: files.iter().map(|f| f.to_string()).collect(),
+                ..Default::default()
+            };
+            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
+            BTreeMap::from([("stage1-task0".to_string(), task)])
+        };
+        let older = std::time::SystemTime::now() - Duration::from_secs(60);
+        for f in ["old.sst", "both.sst"] {
+            std::fs::write(shared.join(f), b"x").expect("file");
+            std::fs::File::options()
+                .write(true)
+                .open(shared.join(f))
+                .expect("open")
+                .set_modified(older)
+                .expect("mtime");
+        }
+        store.write(1, &plan("plan"), &with_files(&["old.sst", "both.sst"])).expect("write 1");
+        store.prune(1, &[]).expect("prune");
+        assert!(shared.join("old.sst").exists(), "one checkpoint: nothing to compare with yet");
+        std::thread::sleep(Duration::from_millis(20));
+        store.write(2, &plan("plan"), &with_files(&["both.sst"])).expect("write 2");
+        store.prune(1, &[]).expect("prune");
+        assert!(!dir.join("chk-0000000001").exists(), "checkpoint 1 is not retained");
+        assert!(!shared.join("old.sst").exists(), "a file only checkpoint 1 used was kept");
+        assert!(shared.join("both.sst").exists(), "a file checkpoint 2 uses was deleted");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
