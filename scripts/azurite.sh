@@ -17,8 +17,10 @@ install() {
     return
   fi
   if ! command -v npm >/dev/null 2>&1; then
-    echo "azurite: npm not found (Node.js is needed for the Azure emulator)" >&2
-    exit 1
+    # These machines ship Node.js; a bare Debian 12 gets Debian's.
+    echo "azurite: installing Debian's nodejs and npm" >&2
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >&2
   fi
   mkdir -p "$PREFIX"
   cp "$HERE/azurite/package.json" "$HERE/azurite/package-lock.json" "$HERE/azurite/create-container.js" "$PREFIX/"
