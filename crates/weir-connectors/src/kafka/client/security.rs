@@ -214,18 +214,26 @@ fn tls(get: &dyn Fn(&str) -> Option<String>) -> Result<rustls::ClientConfig, Inv
 /// `ssl.ca.location` (a PEM file) or `ssl.ca.pem`; without either, the system's store.
 fn roots(get: &dyn Fn(&str) -> Option<String>) -> Result<RootCertStore, Invalid> {
     let mut roots = RootCertStore::empty();
-    let certs: Vec<CertificateDer<'static>> = match (get("ssl.ca.location"), get("ssl.ca.pem")) {
-        (Some(path), _) => CertificateDer::pem_file_iter(&path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| invalid("ssl.ca.location", format!("cannot read '{path}': {e}")))?,
-        (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid("ssl.ca.pem", e.to_string()))?,
-        (None, None) => rustls_native_certs::load_native_certs().certs,
-    };
+    // The property the certificates came from, for the error if none can be used.
+    let (property, certs): (&'static str, Vec<CertificateDer<'static>>) =
+        match (get("ssl.ca.location"), get("ssl.ca.pem")) {
+            (Some(path), _) => (
+                "ssl.ca.location",
+                CertificateDer::pem_file_iter(&path)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| invalid("ssl.ca.location", format!("cannot read '{path}': {e}")))?,
+            ),
+            (None, Some(pem)) => (
+                "ssl.ca.pem",
+                CertificateDer::pem_slice_iter(pem.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| invalid("ssl.ca.pem", e.to_string()))?,
+            ),
+            (None, None) => ("ssl.ca.location", rustls_native_certs::load_native_certs().certs),
+        };
     let (_, ignored) = roots.add_parsable_certificates(certs);
     if roots.is_empty() {
-        return Err(invalid("ssl.ca.location", format!("no CA certificate could be read ({ignored} unparsable)")));
+        return Err(invalid(property, format!("no CA certificate could be read ({ignored} unparsable)")));
     }
     Ok(roots)
 }
@@ -333,5 +341,14 @@ mod tests {
         let e = parsed(&[("security.protocol", "SSL"), ("ssl.ca.location", "/nonexistent/ca.pem")]).unwrap_err();
         assert_eq!(e.property, "ssl.ca.location");
         assert!(e.message.contains("/nonexistent/ca.pem"), "{}", e.message);
+        // A CA given inline, so that what follows does not depend on the system's store.
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIUQ8H1n3bN0m2v3GgWbV7Q3yZQnq0wCgYIKoZIzj0EAwIw\n-----END CERTIFICATE-----\n";
+        let e = parsed(&[("security.protocol", "SSL"), ("ssl.ca.pem", ca)]).unwrap_err();
+        assert_eq!(e.property, "ssl.ca.pem", "{}", e.message);
+        let e = parsed(&[("security.protocol", "SSL"), ("ssl.key.password", "k3y")]).unwrap_err();
+        assert_eq!(e.property, "ssl.key.password", "an encrypted key is refused: {}", e.message);
+        assert!(!e.message.contains("k3y"));
+        let e = parsed(&[("security.protocol", "SSL"), ("ssl.key.pem", "not a key")]).unwrap_err();
+        assert_eq!(e.property, "ssl.key.pem");
     }
 }
