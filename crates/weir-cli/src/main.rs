@@ -30,8 +30,14 @@ enum Command {
         /// The SQL file.
         file: PathBuf,
         /// Start jobs over, deleting their checkpoints, instead of resuming from the latest.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "from_savepoint")]
         from_scratch: bool,
+        /// Start the file's job from this savepoint (or another job's checkpoint directory):
+        /// its copy replaces the job's checkpoints, once; a restart resumes from the
+        /// checkpoints taken since. Its state is checked against the job's SQL first, as
+        /// `weir upgrade --check` does.
+        #[arg(long, value_name = "PATH")]
+        from_savepoint: Option<String>,
         /// Serve metrics (/metrics), the REST API and the dashboard on [ADDRESS:]PORT while
         /// the jobs run (a bare port listens on loopback only).
         #[arg(long, value_name = "[ADDR:]PORT")]
@@ -78,6 +84,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Tell what becomes of each part of a job's checkpointed state if the job is started with
+    /// the SQL of this file: kept, migrated, new, dropped or refused, with the reason. Exits 0
+    /// if every job can start, 1 if one would be refused, 2 if the file cannot be checked.
+    Upgrade {
+        /// Check only (the one mode): nothing runs and no checkpoint is changed.
+        #[arg(long, required = true)]
+        check: bool,
+        /// The SQL file of the new version.
+        file: PathBuf,
+        /// The checkpoint to check against: a savepoint, or a job's checkpoint directory
+        /// (default: each job's own, under 'checkpoint.dir').
+        #[arg(long, value_name = "PATH")]
+        from: Option<String>,
+    },
     /// Run sqllogictest files (.slt), or every .slt file under a directory.
     Test {
         /// Files or directories.
@@ -103,7 +123,10 @@ fn main() -> ExitCode {
         }
         match cli.command {
             None => repl::run(cli.history).await,
-            Some(Command::Run { file, from_scratch, web }) => run::run_file(&file, from_scratch, web.as_deref()).await,
+            Some(Command::Run { file, from_scratch, from_savepoint, web }) => {
+                run::run_file(&file, from_scratch, from_savepoint.as_deref(), web.as_deref()).await
+            }
+            Some(Command::Upgrade { check: _, file, from }) => run::upgrade_check(&file, from.as_deref()).await,
             Some(Command::Worker { file, id, web }) => run::worker_file(&file, id.as_deref(), web.as_deref()).await,
             Some(Command::Status { file, json }) => run::status_file(&file, json).await,
             Some(Command::Verify { file, crashes, events, keep }) => verify_file(&file, crashes, events, keep).await,

@@ -30,12 +30,19 @@ fn open(file: &Path) -> Result<(String, Engine), ExitCode> {
     Ok((sql, engine))
 }
 
-pub async fn run_file(file: &Path, from_scratch: bool, web: Option<&str>) -> ExitCode {
+pub async fn run_file(file: &Path, from_scratch: bool, savepoint: Option<&str>, web: Option<&str>) -> ExitCode {
     let (sql, engine) = match open(file) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
     let engine = engine.with_from_scratch(from_scratch);
+    if let Some(path) = savepoint {
+        let set = format!("SET 'execution.savepoint.path' = '{}'", absolute(path).replace('\'', "''"));
+        if let Err(e) = engine.execute_all(&set).await {
+            eprintln!("error: --from-savepoint: {}", e.message);
+            return ExitCode::FAILURE;
+        }
+    }
     if let Some(code) = serve(&engine, web).await {
         return code;
     }
@@ -153,6 +160,44 @@ fn finish(file: &Path, outcome: weir::Result<()>) -> ExitCode {
         Err(e) => {
             report(file, &e);
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// A local path made absolute (the script's own paths are relative to its directory, this
+/// one to where weir was started); an object store's location as it is.
+fn absolute(path: &str) -> String {
+    if weir::storage_is_remote(path) || Path::new(path).is_absolute() {
+        return path.to_string();
+    }
+    std::env::current_dir().map(|d| d.join(path).to_string_lossy().into_owned()).unwrap_or_else(|_| path.to_string())
+}
+
+/// `weir upgrade --check FILE [--from PATH]`: 0 every job can start, 1 one would be refused,
+/// 2 the file cannot be checked.
+pub async fn upgrade_check(file: &Path, from: Option<&str>) -> ExitCode {
+    let (sql, engine) = match open(file) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    let from = from.map(absolute);
+    match engine.check_upgrades(&sql, from.as_deref()).await {
+        Ok(jobs) if jobs.is_empty() => {
+            eprintln!("{}: no job (INSERT or statement set) to check", file.display());
+            ExitCode::from(2)
+        }
+        Ok(jobs) => {
+            for job in &jobs {
+                print!("{}", job.describe());
+            }
+            match jobs.iter().any(|j| j.refused()) {
+                true => ExitCode::from(1),
+                false => ExitCode::SUCCESS,
+            }
+        }
+        Err(e) => {
+            report(file, &e);
+            ExitCode::from(2)
         }
     }
 }

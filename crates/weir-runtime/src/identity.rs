@@ -13,13 +13,12 @@
 //! - an *id*: a hash of the slot and the state's shape (key and state types, the operator's
 //!   kind, the columns it passes on). An operator whose state would be read differently gets
 //!   another id in the same slot: a change, refused on restore with both named
-//!   ([`crate::checkpoint::check_parts`]).
+//!   ([`crate::upgrade`]).
 //!
 //! Weir owns the hash (FNV-1a over the text), so an id is the same on every machine and
 //! version; a change to what goes into it is a new checkpoint format version.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use weir_core::TableDef;
@@ -36,12 +35,23 @@ pub struct StatePart {
     pub slot: String,
     /// What `EXPLAIN` and errors call it.
     pub name: String,
+    /// What its state is, readable: an operator's kind and state types, a scan's connector,
+    /// a sink's connector. Kept in the manifest, so that an upgrade can tell what changed.
+    pub shape: String,
+    /// What it passes on: an operator's output columns, a scan's columns. A change here
+    /// alone leaves the state as it is.
+    pub output: String,
 }
 
 impl StatePart {
-    fn new(slot: String, shape: &str, name: String) -> Self {
-        let id = format!("{:016x}", crate::checkpoint::checksum(format!("{slot}\n{shape}").as_bytes()));
-        Self { id, slot, name }
+    /// The id hashes the shape and the output as `shape output`, the text it always hashed.
+    pub(crate) fn new(slot: String, shape: String, output: String, name: String) -> Self {
+        let text = match output.is_empty() {
+            true => format!("{slot}\n{shape}"),
+            false => format!("{slot}\n{shape} {output}"),
+        };
+        let id = format!("{:016x}", crate::checkpoint::checksum(text.as_bytes()));
+        Self { id, slot, name, shape, output }
     }
 }
 
@@ -83,7 +93,12 @@ impl Identities {
             *nth += 1;
             let mut walk = Walk { ids: &mut ids, target: &target, place: 0, met: HashMap::new() };
             walk.node(branch.root, &mut scans_of_table);
-            let sink = StatePart::new(format!("sink {target}"), branch.connector, format!("Sink: {}", branch.sink));
+            let sink = StatePart::new(
+                format!("sink {target}"),
+                branch.connector.to_string(),
+                String::new(),
+                format!("Sink: {}", branch.sink),
+            );
             ids.sinks.push(sink.clone());
             ids.parts.push(sink);
         }
@@ -137,8 +152,8 @@ impl Walk<'_> {
                 };
                 *k += 1;
                 let connector = table.options.get("connector").unwrap_or("?");
-                let shape = format!("{connector} {projection:?} [{}]", columns(schema));
-                let part = StatePart::new(slot, &shape, format!("Source: {}", table.name));
+                let output = format!("{projection:?} [{}]", columns(schema));
+                let part = StatePart::new(slot, connector.to_string(), output, format!("Source: {}", table.name));
                 self.ids.scans.insert(key, part.clone());
                 self.ids.parts.push(part);
             }
@@ -163,74 +178,10 @@ impl Walk<'_> {
         }
         let slot = format!("{}/{}", self.target, self.place);
         self.place += 1;
-        let mut shape = spec.state_shape();
-        let _ = write!(shape, " [{}]", columns(&node.schema()));
-        let part = StatePart::new(slot, &shape, spec.describe());
+        let output = format!("[{}]", columns(&node.schema()));
+        let part = StatePart::new(slot, spec.state_shape(), output, spec.describe());
         self.ids.operators.insert(spec as *const OperatorSpec as usize, part.clone());
         self.ids.parts.push(part);
-    }
-}
-
-/// A part of the plan that wrote a checkpoint, as its manifest lists it.
-#[derive(Debug, Clone)]
-pub struct OldPart {
-    pub id: String,
-    pub slot: String,
-    pub name: String,
-    /// Whether the checkpoint holds state of it.
-    pub has_state: bool,
-}
-
-/// Whether a checkpoint's state fits a plan, part by part:
-/// - a part under the same id takes its state;
-/// - a part of the plan that the checkpoint lacks starts empty;
-/// - a part whose slot holds state of another id has changed: refused, both named (what to
-///   do with it is for an upgrade to decide). A sink replaced by one of another connector
-///   counts as unclaimed state: its pre-commits can only be dropped;
-/// - state that no part of the plan claims is refused unless `ignore_unclaimed`, as Flink
-///   refuses a savepoint's unclaimed state.
-///
-/// Parts without state in the checkpoint (a print sink, an operator that kept nothing) are
-/// never refused: nothing is lost.
-pub fn check_parts(old: &[OldPart], plan: &crate::checkpoint::PlanState) -> Result<(), String> {
-    let mut refused = Vec::new();
-    for o in old.iter().filter(|o| o.has_state) {
-        if plan.parts.iter().any(|p| p.id == o.id) {
-            continue;
-        }
-        match plan.parts.iter().find(|p| p.slot == o.slot) {
-            // Another sink in the same place (another connector): the old one's pre-commits
-            // have no one to publish them. Flink drops a replaced sink's state only when told.
-            Some(p) if p.slot.starts_with("sink ") && plan.ignore_unclaimed => {
-                log::warn!("the pre-commits of '{}' (id {}) are dropped: the sink has been replaced", o.name, o.id)
-            }
-            Some(p) if p.slot.starts_with("sink ") => refused.push(format!(
-                "'{}' (id {}) replaces the sink of id {}, whose pre-commits in the checkpoint would be dropped \
-                 (SET 'execution.savepoint.ignore-unclaimed-state' = 'true' to drop them)",
-                p.name, p.id, o.id
-            )),
-            Some(p) => refused.push(format!(
-                "'{}' (id {}) has changed: the checkpoint holds the state of '{}' (id {}) in its place",
-                p.name, p.id, o.name, o.id
-            )),
-            None if plan.ignore_unclaimed => {
-                log::warn!("the state of '{}' (id {}) is dropped: no part of the job claims it", o.name, o.id)
-            }
-            None => refused.push(format!(
-                "the state of '{}' (id {}) is claimed by no part of this job (SET \
-                 'execution.savepoint.ignore-unclaimed-state' = 'true' to drop it)",
-                o.name, o.id
-            )),
-        }
-    }
-    for p in &plan.parts {
-        if !old.iter().any(|o| o.id == p.id || o.slot == p.slot) {
-            log::info!("'{}' (id {}) is new: it starts with no state", p.name, p.id);
-        }
-    }
-    match refused.is_empty() {
-        true => Ok(()),
-        false => Err(refused.join("; ")),
     }
 }
 
@@ -248,55 +199,17 @@ pub(crate) fn scan_key(identity: &str, nth: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::PlanState;
-
-    fn part(slot: &str, shape: &str) -> StatePart {
-        StatePart::new(slot.into(), shape, format!("op at {slot}"))
-    }
-
-    fn old(p: &StatePart, has_state: bool) -> OldPart {
-        OldPart { id: p.id.clone(), slot: p.slot.clone(), name: p.name.clone(), has_state }
-    }
-
-    fn plan(parts: Vec<StatePart>, ignore_unclaimed: bool) -> PlanState {
-        PlanState { parts, ignore_unclaimed, ..Default::default() }
-    }
 
     #[test]
     fn ids_are_weirs_own_and_pinned() {
         // FNV-1a of the slot and the shape: the same on every machine and version. A change
         // here moves every checkpoint's state: a new checkpoint format version.
+        let part = |slot: &str, shape: &str| StatePart::new(slot.into(), shape.into(), String::new(), "op".into());
         assert_eq!(part("out/0", "group aggregate").id, "e2518b884340cf0a");
         assert_ne!(part("out/0", "group aggregate").id, part("out/1", "group aggregate").id);
         assert_ne!(part("out/0", "group aggregate").id, part("out/0", "top n").id);
-    }
-
-    #[test]
-    fn unchanged_parts_restore_and_new_ones_start_empty() {
-        let (agg, sink) = (part("out/0", "agg"), part("sink out", "filesystem"));
-        let added = part("out2/0", "agg");
-        let old = [old(&agg, true), old(&sink, true)];
-        assert_eq!(check_parts(&old, &plan(vec![agg.clone(), sink.clone(), added], false)), Ok(()));
-    }
-
-    #[test]
-    fn a_changed_operator_is_refused_with_both_named() {
-        let (was, now) = (part("out/0", "agg max"), part("out/0", "agg sum"));
-        let err = check_parts(&[old(&was, true)], &plan(vec![now.clone()], true)).expect_err("changed");
-        assert!(err.contains(&now.id) && err.contains(&was.id) && err.contains("has changed"), "{err}");
-        // Without state, nothing is lost: not refused.
-        assert_eq!(check_parts(&[old(&was, false)], &plan(vec![now], false)), Ok(()));
-    }
-
-    #[test]
-    fn unclaimed_state_and_replaced_sinks_are_refused_unless_dropping_is_asked_for() {
-        let gone = part("out/3", "top n");
-        let (file, collect) = (part("sink out", "filesystem"), part("sink out", "collect"));
-        let old = [old(&gone, true), old(&file, true)];
-        let err = check_parts(&old, &plan(vec![collect.clone()], false)).expect_err("unclaimed");
-        assert!(err.contains(&gone.id) && err.contains("claimed by no part"), "{err}");
-        assert!(err.contains(&file.id) && err.contains("replaces the sink"), "{err}");
-        assert!(err.contains("execution.savepoint.ignore-unclaimed-state"), "{err}");
-        assert_eq!(check_parts(&old, &plan(vec![collect], true)), Ok(()));
+        // The output is hashed after the shape, as one text.
+        let with_output = StatePart::new("out/0".into(), "group".into(), "[a:Int64]".into(), "op".into());
+        assert_eq!(with_output.id, part("out/0", "group [a:Int64]").id);
     }
 }

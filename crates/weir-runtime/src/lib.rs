@@ -17,6 +17,7 @@ mod plan;
 mod shared_scan;
 mod state_shape;
 mod unique_keys;
+pub mod upgrade;
 mod values;
 
 #[cfg(test)]

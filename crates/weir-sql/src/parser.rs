@@ -16,6 +16,7 @@ use weir_core::{Location, Result, WeirError};
 use crate::statement_set::Piece;
 
 mod create_table;
+mod jobs;
 
 /// One statement of a script.
 #[derive(Debug, Clone)]
@@ -79,6 +80,18 @@ pub enum Statement {
         key: Option<String>,
     },
     Explain(Box<ParsedStatement>),
+    /// `EXPLAIN UPGRADE [FROM 'path'] <INSERT or statement set>`: what becomes of each part
+    /// of the state of a checkpoint (the job's latest, or the one at `path`) in the new plan.
+    ExplainUpgrade {
+        from: Option<(String, Location)>,
+        inner: Box<ParsedStatement>,
+    },
+    /// `STOP JOB 'name' [WITH SAVEPOINT] [WITH DRAIN]`.
+    StopJob {
+        job: String,
+        savepoint: bool,
+        drain: bool,
+    },
     /// A bare `SELECT` (or `VALUES`, `WITH …`): rows go back to the caller.
     Query(Box<SqlStatement>),
     /// `INSERT INTO t SELECT …`: starts a job.
@@ -448,6 +461,9 @@ impl StatementParser<'_, '_> {
             return Ok(Statement::Reset { key });
         }
         if p.parse_keyword(Keyword::EXPLAIN) {
+            if self.word("UPGRADE") {
+                return self.explain_upgrade();
+            }
             // Flink's `EXPLAIN PLAN FOR …` is `EXPLAIN …`.
             let plan_for = self.p.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
             let rest: Vec<TokenWithSpan> = self.tokens[self.p.index()..]
@@ -466,6 +482,9 @@ impl StatementParser<'_, '_> {
             }
             let inner = parse_statement(rest, inner_text)?;
             return Ok(Statement::Explain(Box::new(inner)));
+        }
+        if self.word("STOP") {
+            return self.stop_job();
         }
         let statement = self.p.parse_statement().map_err(parser_error)?;
         self.end()?;

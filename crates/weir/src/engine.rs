@@ -17,9 +17,11 @@ use weir_sql::{parse_script, ObjectKind, Planner};
 
 mod show;
 mod statement_set;
+mod upgrade;
 mod web;
 
 use show::{checkpoints_batch, jobs_batch, operators_batch};
+pub use upgrade::JobUpgrade;
 
 use crate::query::{caller_channel, QueryStream};
 use crate::settings::Settings;
@@ -45,6 +47,8 @@ struct State {
     queries: u64,
     /// The INSERTs of a statement set begun in the shell (`BEGIN STATEMENT SET`), until `END`.
     pending_set: Option<Vec<ParsedStatement>>,
+    /// Each checkpointed job's checkpoint storage, by job id (`STOP JOB … WITH SAVEPOINT`).
+    checkpoint_storage: std::collections::HashMap<u64, Arc<dyn weir_storage::Storage>>,
 }
 
 /// A Weir engine: run statements, start jobs, read query results.
@@ -131,6 +135,7 @@ impl Engine {
                 guarantees: Default::default(),
                 queries: 0,
                 pending_set: None,
+                checkpoint_storage: Default::default(),
             }),
             connectors,
             base_dir: None,
@@ -505,6 +510,8 @@ impl Engine {
                 };
                 Ok(Outcome::Table(vec![batch]))
             }
+            Statement::ExplainUpgrade { from, inner } => self.explain_upgrade(&state, from.as_ref(), inner).await,
+            Statement::StopJob { job, savepoint, drain } => self.stop_job(state, job, *savepoint, *drain).await,
             Statement::Explain(inner) if let Statement::StatementSet(members) = &inner.statement => {
                 let text = self.explain_set(&state, members).await?;
                 let lines = text.lines().map(|l| vec![l.to_string()]).collect();
@@ -623,12 +630,20 @@ impl Engine {
             })
             .collect();
         let mut options = job.options;
+        let mut storage = None;
         if let Some(config) = job.checkpoint {
             use weir_runtime::checkpoint::{CheckpointStore, Checkpoints};
-            let store: Arc<dyn CheckpointStore> = Arc::new(Checkpoints::new(config.storage.clone()));
+            let checkpoints = Checkpoints::new(config.storage.clone());
             if self.from_scratch {
-                store.clear()?;
+                checkpoints.clear()?;
             }
+            if let Some(path) = state.settings.get("execution.savepoint.path") {
+                // Its copy replaces the job's checkpoints (once: a restart resumes from
+                // the checkpoints taken since).
+                checkpoints.import(&state.settings.storage_at(path)?)?;
+            }
+            storage = Some(config.storage.clone());
+            let store: Arc<dyn CheckpointStore> = Arc::new(checkpoints);
             // From here on, an instance of this job still running elsewhere cannot complete
             // a checkpoint into this directory.
             store.claim()?;
@@ -648,6 +663,9 @@ impl Engine {
         let id = state.jobs.len() as u64 + 1;
         let handle = spawn_job(id, job.name, branches, self.connectors.clone(), options)?;
         state.jobs.push(handle.clone());
+        if let Some(storage) = storage {
+            state.checkpoint_storage.insert(id, storage);
+        }
         Ok(handle)
     }
 

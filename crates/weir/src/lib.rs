@@ -23,12 +23,14 @@ mod query;
 pub mod scratch;
 mod settings;
 
-pub use engine::{Engine, Outcome, PlannedInsert, PreparedJob};
+pub use engine::{Engine, JobUpgrade, Outcome, PlannedInsert, PreparedJob};
 pub use query::QueryStream;
 pub use weir_core::{display_options, Changelog, Chunk, ErrorKind, Location, Materialized, Op, Result, WeirError};
 pub use weir_runtime::{JobHandle, JobState, JobStatus, CHANNEL_CAPACITY};
 pub use weir_sql::parser::ends_statement;
 pub use weir_sql::ParsedStatement;
+/// Whether a location names an object store rather than a local path.
+pub use weir_storage::is_remote as storage_is_remote;
 /// The web endpoint's pieces, for programs that show jobs of their own on it.
 pub use weir_web as web;
 

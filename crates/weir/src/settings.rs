@@ -49,6 +49,18 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
          refusing to start",
     ),
     (
+        "state.savepoints.dir",
+        "",
+        "where STOP JOB … WITH SAVEPOINT writes savepoints: a local directory or an object store, as \
+         'checkpoint.dir'",
+    ),
+    (
+        "execution.savepoint.path",
+        "",
+        "a savepoint (or a job's checkpoint directory) that the next job started restores from, once; \
+         `weir run --from-savepoint` sets it",
+    ),
+    (
         "state.backend",
         "memory",
         "where window state lives: 'memory' or 'rocksdb' (state larger than memory, incremental checkpoints)",
@@ -338,6 +350,11 @@ impl Settings {
                 plan
             },
         }))
+    }
+
+    /// The storage at `location` (a savepoint's), with this session's object-store settings.
+    pub fn storage_at(&self, location: &str) -> Result<std::sync::Arc<dyn weir_storage::Storage>> {
+        weir_storage::open(location, &self.values)
     }
 
     /// The storage of checkpoints at `location`, with a local copy of its state files where it

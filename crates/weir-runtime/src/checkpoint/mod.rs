@@ -43,6 +43,9 @@ pub enum CheckpointMode {
 /// Every version listed here is still restored (`tests/fixtures/checkpoint-v<n>`).
 pub const MANIFEST_VERSION: u64 = 2;
 
+/// The file in a checkpoint's directory that makes it a savepoint ([`Checkpoints::export`]).
+pub const SAVEPOINT: &str = "savepoint.json";
+
 #[derive(Debug, Clone)]
 pub struct CheckpointConfig {
     pub interval: Duration,
@@ -202,7 +205,7 @@ pub trait CheckpointStore: Send + Sync {
     fn write(&self, epoch: u64, plan: &PlanState, tasks: &BTreeMap<String, TaskState>) -> Result<CheckpointStats>;
     /// The newest complete checkpoint whose files are intact (older ones are tried when the
     /// newest is damaged, with a warning), checked against `plan`
-    /// ([`crate::identity::check_parts`]): a checkpoint that does not fit is refused at once.
+    /// ([`crate::upgrade`]): a checkpoint that does not fit is refused at once.
     fn latest(&self, plan: &PlanState) -> Result<Option<Restored>>;
     /// Keep the newest `retained` checkpoints, delete the rest, and the shared files none of
     /// them nor `keep` refers to (`keep`: the final states of tasks that have ended, which may
@@ -228,6 +231,7 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     h
 }
 
+mod savepoint;
 mod store;
 
 pub use store::Checkpoints;

@@ -8,7 +8,7 @@ use weir_core::{Result, WeirError};
 use weir_storage::Storage;
 
 use super::*;
-use crate::identity::OldPart;
+use crate::upgrade::{OldPart, Taken, Upgrade, Verdict};
 
 /// Why a checkpoint is not restored.
 enum Unusable {
@@ -47,8 +47,12 @@ impl Checkpoints {
         Self { storage, instance: format!("{}-{nanos}", std::process::id()) }
     }
 
-    fn at(&self) -> String {
+    pub(super) fn at(&self) -> String {
         self.storage.describe()
+    }
+
+    pub(super) fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
     }
 
     /// Refuse to complete a checkpoint if another instance has claimed the storage since.
@@ -63,12 +67,12 @@ impl Checkpoints {
         }
     }
 
-    fn chk(epoch: u64) -> String {
+    pub(super) fn chk(epoch: u64) -> String {
         format!("chk-{epoch:010}")
     }
 
     /// Checkpoint directories, newest first.
-    fn epochs(&self) -> Result<Vec<u64>> {
+    pub(super) fn epochs(&self) -> Result<Vec<u64>> {
         let mut epochs: Vec<u64> = self
             .storage
             .list("")?
@@ -104,7 +108,9 @@ impl Checkpoints {
         })
     }
 
-    fn read(&self, epoch: u64, plan: &PlanState) -> std::result::Result<Restored, Unusable> {
+    /// Checkpoint `epoch`'s manifest and format version, if this Weir reads it and its state
+    /// is laid out as `plan`'s.
+    fn manifest(&self, epoch: u64, plan: &PlanState) -> std::result::Result<(serde_json::Value, u64), Unusable> {
         let dir = Self::chk(epoch);
         let text = match self.storage.get(&format!("{dir}/{MANIFEST}")) {
             Ok(Some(bytes)) => bytes,
@@ -145,19 +151,71 @@ impl Checkpoints {
                     plan.layout
                 )));
             }
-            let parts = manifest["parts"].as_array().ok_or(Unusable::Damaged("manifest lists no parts".into()))?;
-            let old: Vec<OldPart> = parts
-                .iter()
-                .map(|p| OldPart {
-                    id: p["id"].as_str().unwrap_or_default().to_string(),
-                    slot: p["slot"].as_str().unwrap_or_default().to_string(),
-                    name: p["name"].as_str().unwrap_or_default().to_string(),
-                    has_state: p["has_state"].as_bool().unwrap_or(true),
-                })
-                .collect();
-            crate::identity::check_parts(&old, plan).map_err(Unusable::OtherPlan)?;
         }
-        self.read_parts(&dir, &manifest).map_err(Unusable::Damaged).map(|tasks| Restored { epoch, version, tasks })
+        Ok((manifest, version))
+    }
+
+    /// What becomes of each part of checkpoint `epoch` (format version 2) in `plan`.
+    fn verdicts(
+        &self,
+        epoch: u64,
+        manifest: &serde_json::Value,
+        plan: &PlanState,
+    ) -> std::result::Result<Upgrade, Unusable> {
+        let parts = manifest["parts"].as_array().ok_or(Unusable::Damaged("manifest lists no parts".into()))?;
+        let old: Vec<OldPart> = parts.iter().map(OldPart::of_manifest).collect();
+        let published = matches!(self.storage.get(&format!("{}/{}", Self::chk(epoch), super::SAVEPOINT)), Ok(Some(_)));
+        Ok(crate::upgrade::verdicts(&old, plan, Taken { published }))
+    }
+
+    /// The newest complete checkpoint and what becomes of each of its parts in `plan`
+    /// (`weir upgrade --check`), without reading its state.
+    pub fn check(&self, plan: &PlanState) -> Result<Option<(u64, Upgrade)>> {
+        for epoch in self.epochs()? {
+            let (manifest, version) = match self.manifest(epoch, plan) {
+                Ok(m) => m,
+                Err(Unusable::Absent) => continue,
+                Err(Unusable::OtherPlan(why)) => return Err(other_plan(epoch, &self.at(), &why)),
+                Err(Unusable::Damaged(why)) => {
+                    return Err(WeirError::user(format!("checkpoint {epoch} in '{}' is damaged: {why}", self.at())))
+                }
+            };
+            if version == 1 {
+                // It fits, or `manifest` would have said: every part restores as it was.
+                return Ok(Some((epoch, Upgrade::all_kept(plan))));
+            }
+            let up = self.verdicts(epoch, &manifest, plan).map_err(|why| match why {
+                Unusable::Damaged(why) | Unusable::OtherPlan(why) => WeirError::user(why),
+                Unusable::Absent => WeirError::internal("manifest vanished"),
+            })?;
+            return Ok(Some((epoch, up)));
+        }
+        Ok(None)
+    }
+
+    fn read(&self, epoch: u64, plan: &PlanState) -> std::result::Result<Restored, Unusable> {
+        let (manifest, version) = self.manifest(epoch, plan)?;
+        let upgrade = match version {
+            1 => None,
+            _ => {
+                let up = self.verdicts(epoch, &manifest, plan)?;
+                if let Some(why) = up.refusal() {
+                    return Err(Unusable::OtherPlan(why));
+                }
+                if up.entries.iter().any(|e| e.verdict != Verdict::Kept) {
+                    log::info!("checkpoint {epoch} restores into another plan ({}):\n{}", up.summary(), up.describe());
+                }
+                Some(up)
+            }
+        };
+        let mut restored = self
+            .read_parts(&Self::chk(epoch), &manifest)
+            .map_err(Unusable::Damaged)
+            .map(|tasks| Restored { epoch, version, tasks })?;
+        if let Some(up) = upgrade {
+            up.apply(&mut restored);
+        }
+        Ok(restored)
     }
 
     /// The state files a manifest lists, checked, by task.
@@ -296,7 +354,10 @@ impl CheckpointStore for Checkpoints {
             .iter()
             .map(|p| {
                 let has_state = held.contains(p.id.as_str());
-                serde_json::json!({ "id": p.id, "slot": p.slot, "name": p.name, "has_state": has_state })
+                serde_json::json!({
+                    "id": p.id, "slot": p.slot, "name": p.name, "has_state": has_state, "shape": p.shape,
+                    "output": p.output,
+                })
             })
             .collect();
         let manifest = serde_json::json!({

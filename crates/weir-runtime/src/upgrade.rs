@@ -1,0 +1,375 @@
+//! What becomes of each part of a checkpoint's state when a job of another plan starts on it:
+//! the verdicts `weir upgrade --check` prints, and the same check on every restore.
+//!
+//! Parts are matched by stable identity ([`crate::identity`]): the same id is the same state
+//! (**kept**). In the same slot under another id, the manifest's shape of the old part tells
+//! what changed:
+//! - a scan of the same connector that reads other columns: its position does not depend on
+//!   the columns, so it is **migrated** (restored under the new id);
+//! - an operator whose state is the same (kind, keys, state types) but that passes on other
+//!   columns (an output column renamed, `window_time` added): **migrated** the same way;
+//! - a sink of another connector: its last pre-commits would have no one to publish them.
+//!   After a savepoint they were published before the job stopped, so the new sink is
+//!   **new**; after a checkpoint they are refused unless dropping them is asked for;
+//! - anything else is **refused**, both shapes named: its state would be read the wrong way.
+//!   (Rebuilding such an operator by replaying its sources is not built yet.)
+//!
+//! A part of the plan the checkpoint lacks is **new** (it starts empty). State no part claims
+//! is **dropped** only with Flink's `execution.savepoint.ignore-unclaimed-state`, as Flink
+//! drops a savepoint's unclaimed state only when told; otherwise it is refused. Parts without
+//! state in the checkpoint (a print sink, an operator that kept nothing) are never refused:
+//! nothing is lost.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::checkpoint::{PlanState, Restored};
+
+/// A part of the plan that wrote a checkpoint, as its manifest lists it.
+#[derive(Debug, Clone)]
+pub struct OldPart {
+    pub id: String,
+    pub slot: String,
+    pub name: String,
+    /// Whether the checkpoint holds state of it.
+    pub has_state: bool,
+    /// Its shape and output ([`crate::identity::StatePart`]); `None` in manifests written
+    /// before Weir kept them.
+    pub shape: Option<(String, String)>,
+}
+
+impl OldPart {
+    /// A part as a manifest lists it.
+    pub fn of_manifest(p: &serde_json::Value) -> Self {
+        let text = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+        let shape = match (p["shape"].as_str(), p["output"].as_str()) {
+            (Some(s), Some(o)) => Some((s.to_string(), o.to_string())),
+            _ => None,
+        };
+        OldPart { id: text("id"), slot: text("slot"), name: text("name"), has_state: p["has_state"] != false, shape }
+    }
+}
+
+/// What becomes of one part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The same state, restored as is.
+    Kept,
+    /// The state is restored under the part's new id; how, said.
+    Migrated(String),
+    /// No state to restore: it starts empty.
+    New(String),
+    /// State in the checkpoint that the job no longer has a part for.
+    Dropped(String),
+    /// The job cannot start on this checkpoint with exactly-once results, and why.
+    Refused(String),
+}
+
+impl Verdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Kept => "kept",
+            Verdict::Migrated(_) => "migrated",
+            Verdict::New(_) => "new",
+            Verdict::Dropped(_) => "dropped",
+            Verdict::Refused(_) => "refused",
+        }
+    }
+
+    fn why(&self) -> Option<&str> {
+        match self {
+            Verdict::Kept => None,
+            Verdict::Migrated(w) | Verdict::New(w) | Verdict::Dropped(w) | Verdict::Refused(w) => Some(w),
+        }
+    }
+}
+
+/// One part's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The part's name in the new plan (in the checkpoint, for a dropped one).
+    pub name: String,
+    /// Its id in the new plan (in the checkpoint, for a dropped one).
+    pub id: String,
+    /// The id of the state it takes, where that is another.
+    pub was: Option<String>,
+    pub verdict: Verdict,
+}
+
+/// The verdicts on every part of a plan and of a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Upgrade {
+    pub entries: Vec<Entry>,
+    /// The checkpoint is a savepoint.
+    pub savepoint: bool,
+    /// Old id to new id, for the state migrated.
+    renames: BTreeMap<String, String>,
+}
+
+/// How the checkpoint was taken, as far as the verdicts care.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Taken {
+    /// A savepoint: the job stopped after it, and its sinks published its pre-commits.
+    pub published: bool,
+}
+
+/// The verdict on each part of `plan` and on each part of the checkpoint it does not claim.
+pub fn verdicts(old: &[OldPart], plan: &PlanState, taken: Taken) -> Upgrade {
+    let mut up = Upgrade { savepoint: taken.published, ..Default::default() };
+    for p in &plan.parts {
+        let same_id = old.iter().find(|o| o.id == p.id);
+        let same_slot = old.iter().find(|o| o.slot == p.slot);
+        let entry = |was: Option<&OldPart>, verdict| Entry {
+            name: p.name.clone(),
+            id: p.id.clone(),
+            was: was.map(|o| o.id.clone()),
+            verdict,
+        };
+        let e = match (same_id, same_slot) {
+            (Some(_), _) => entry(None, Verdict::Kept),
+            (None, None) => entry(None, Verdict::New(new_part(&p.slot))),
+            (None, Some(o)) if !o.has_state => entry(
+                Some(o),
+                Verdict::New(format!("the checkpoint holds no state of '{}', which was in its place", o.name)),
+            ),
+            (None, Some(o)) if p.slot.starts_with("sink ") => {
+                let connectors = match &o.shape {
+                    Some((was, _)) => format!(" ({was} replaced by {})", p.shape),
+                    None => String::new(),
+                };
+                let verdict = if taken.published {
+                    Verdict::New(format!(
+                        "replaces '{}'{connectors}, whose pre-commits were published before the savepoint",
+                        o.name
+                    ))
+                } else if plan.ignore_unclaimed {
+                    Verdict::Dropped(format!(
+                        "replaces '{}'{connectors}: its pre-commits in the checkpoint are dropped, as asked",
+                        o.name
+                    ))
+                } else {
+                    Verdict::Refused(format!(
+                        "replaces the sink of id {}{connectors}, whose pre-commits in the checkpoint would be dropped \
+                         (SET 'execution.savepoint.ignore-unclaimed-state' = 'true' to drop them, or start from a \
+                         savepoint, after which they are published)",
+                        o.id
+                    ))
+                };
+                entry(Some(o), verdict)
+            }
+            (None, Some(o)) => {
+                let verdict = changed(o, p);
+                if matches!(verdict, Verdict::Migrated(_)) {
+                    up.renames.insert(o.id.clone(), p.id.clone());
+                }
+                entry(Some(o), verdict)
+            }
+        };
+        up.entries.push(e);
+    }
+    for o in old.iter().filter(|o| o.has_state) {
+        if plan.parts.iter().any(|p| p.id == o.id || p.slot == o.slot) {
+            continue;
+        }
+        let verdict = if o.slot.starts_with("sink ") && taken.published {
+            Verdict::Dropped("its INSERT is gone; its pre-commits were published before the savepoint".into())
+        } else if plan.ignore_unclaimed {
+            Verdict::Dropped("no part of the job claims it; dropped, as asked".into())
+        } else {
+            Verdict::Refused(
+                "no part of this job claims it (SET 'execution.savepoint.ignore-unclaimed-state' = 'true' to drop it)"
+                    .into(),
+            )
+        };
+        up.entries.push(Entry { name: o.name.clone(), id: o.id.clone(), was: None, verdict });
+    }
+    up
+}
+
+/// What a part with no state to restore starts from.
+fn new_part(slot: &str) -> String {
+    match slot.split_once(' ') {
+        Some(("scan", _)) => "a scan the checkpoint lacks: it reads from the table's configured start".into(),
+        Some(("sink", _)) => "a sink the checkpoint lacks".into(),
+        _ => "starts with no state: it sees the input from the checkpoint's positions on".into(),
+    }
+}
+
+/// The verdict on `p`, in the slot where the checkpoint holds the state of `o`, another id.
+fn changed(o: &OldPart, p: &crate::identity::StatePart) -> Verdict {
+    let Some((shape, output)) = &o.shape else {
+        return Verdict::Refused(format!(
+            "has changed: the checkpoint holds the state of '{}' (id {}) in its place, of a shape its manifest does \
+             not record",
+            o.name, o.id
+        ));
+    };
+    if *shape == p.shape {
+        return Verdict::Migrated(match p.slot.starts_with("scan ") {
+            true => format!("reads other columns ({output} before, {} now); its position is kept", p.output),
+            false => format!("passes on other columns ({output} before, {} now); its state is kept", p.output),
+        });
+    }
+    Verdict::Refused(format!(
+        "has changed: the checkpoint holds the state of '{}' (id {}) in its place, which keeps {shape}, and it keeps \
+         {}: its state cannot be read as the new one's (rebuilding it by replaying its sources is not supported yet)",
+        o.name, o.id, p.shape
+    ))
+}
+
+impl Upgrade {
+    /// Every part kept as it was (a checkpoint of format version 1, which fits its plan only).
+    pub fn all_kept(plan: &PlanState) -> Self {
+        let entries = plan
+            .parts
+            .iter()
+            .map(|p| Entry { name: p.name.clone(), id: p.id.clone(), was: None, verdict: Verdict::Kept })
+            .collect();
+        Upgrade { entries, ..Default::default() }
+    }
+
+    /// Every refusal, in one line; `None` if the job may start.
+    pub fn refusal(&self) -> Option<String> {
+        let refused: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(|e| match &e.verdict {
+                Verdict::Refused(why) => Some(format!("'{}' (id {}) {why}", e.name, e.id)),
+                _ => None,
+            })
+            .collect();
+        (!refused.is_empty()).then(|| refused.join("; "))
+    }
+
+    /// The checkpoint's state keyed by the new plan's ids.
+    pub fn apply(&self, restored: &mut Restored) {
+        if self.renames.is_empty() {
+            return;
+        }
+        for task in restored.tasks.values_mut() {
+            if let Some(new) = task.owner.as_ref().and_then(|o| self.renames.get(o)) {
+                task.owner = Some(new.clone());
+            }
+            let operators = std::mem::take(&mut task.operators);
+            task.operators =
+                operators.into_iter().map(|(id, s)| (self.renames.get(&id).cloned().unwrap_or(id), s)).collect();
+        }
+    }
+
+    /// One line per part: its verdict, name, id and why.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for e in &self.entries {
+            let was = e.was.as_ref().map(|w| format!(", was {w}")).unwrap_or_default();
+            let _ = write!(out, "  {:<9} {} (id {}{was})", e.verdict.word(), e.name, e.id);
+            if let Some(why) = e.verdict.why() {
+                let _ = write!(out, ": {why}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// How many parts have each verdict, as `3 kept, 1 new`.
+    pub fn summary(&self) -> String {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for e in &self.entries {
+            match counts.iter_mut().find(|(w, _)| *w == e.verdict.word()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((e.verdict.word(), 1)),
+            }
+        }
+        counts.iter().map(|(w, n)| format!("{n} {w}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::StatePart;
+
+    fn part(slot: &str, shape: &str, output: &str) -> StatePart {
+        StatePart::new(slot.into(), shape.into(), output.into(), format!("op at {slot}"))
+    }
+
+    fn old(p: &StatePart, has_state: bool) -> OldPart {
+        OldPart {
+            id: p.id.clone(),
+            slot: p.slot.clone(),
+            name: p.name.clone(),
+            has_state,
+            shape: Some((p.shape.clone(), p.output.clone())),
+        }
+    }
+
+    fn plan(parts: Vec<StatePart>, ignore_unclaimed: bool) -> PlanState {
+        PlanState { parts, ignore_unclaimed, ..Default::default() }
+    }
+
+    fn words(up: &Upgrade) -> Vec<&'static str> {
+        up.entries.iter().map(|e| e.verdict.word()).collect()
+    }
+
+    const CHECKPOINT: Taken = Taken { published: false };
+    const SAVEPOINT: Taken = Taken { published: true };
+
+    #[test]
+    fn unchanged_parts_are_kept_and_new_ones_start_empty() {
+        let (agg, sink) = (part("out/0", "agg", "[a]"), part("sink out", "filesystem", ""));
+        let added = part("out2/0", "agg", "[a]");
+        let old = [old(&agg, true), old(&sink, true)];
+        let up = verdicts(&old, &plan(vec![agg, sink, added], false), CHECKPOINT);
+        assert_eq!(words(&up), ["kept", "kept", "new"]);
+        assert_eq!(up.refusal(), None);
+        assert_eq!(up.summary(), "2 kept, 1 new");
+    }
+
+    #[test]
+    fn a_changed_operator_is_refused_with_both_named_and_both_shapes() {
+        let (was, now) = (part("out/0", "agg max", "[m]"), part("out/0", "agg sum", "[m]"));
+        let up = verdicts(&[old(&was, true)], &plan(vec![now.clone()], true), CHECKPOINT);
+        let err = up.refusal().expect("changed");
+        for s in [&now.id, &was.id, "has changed", "agg max", "agg sum"] {
+            assert!(err.contains(s.as_str()), "{s} missing: {err}");
+        }
+        // Without state, nothing is lost: not refused.
+        let up = verdicts(&[old(&was, false)], &plan(vec![now], false), CHECKPOINT);
+        assert_eq!((words(&up), up.refusal()), (vec!["new"], None));
+    }
+
+    #[test]
+    fn other_columns_of_the_same_state_are_migrated_under_the_new_id() {
+        let (scan, scan2) = (part("scan bid", "kafka", "Some([0]) [a]"), part("scan bid", "kafka", "Some([0, 1]) [a,b]"));
+        let (agg, agg2) = (part("out/0", "agg sum", "[c:Int64]"), part("out/0", "agg sum", "[total:Int64]"));
+        let other = part("scan bid", "filesystem", "Some([0]) [a]");
+        let up = verdicts(&[old(&scan, true), old(&agg, true)], &plan(vec![scan2.clone(), agg2.clone()], false), CHECKPOINT);
+        assert_eq!(words(&up), ["migrated", "migrated"]);
+        assert_eq!(up.entries[0].was.as_deref(), Some(scan.id.as_str()));
+        let mut restored = Restored { epoch: 1, version: 2, tasks: BTreeMap::new() };
+        let mut task = crate::checkpoint::TaskState { owner: Some(scan.id.clone()), ..Default::default() };
+        task.operators.insert(agg.id.clone(), Default::default());
+        restored.tasks.insert("t0".into(), task);
+        up.apply(&mut restored);
+        assert_eq!(restored.tasks["t0"].owner.as_deref(), Some(scan2.id.as_str()));
+        assert!(restored.tasks["t0"].operators.contains_key(&agg2.id));
+        // Another connector's position means nothing to this one.
+        let up = verdicts(&[old(&scan, true)], &plan(vec![other], false), CHECKPOINT);
+        assert_eq!(words(&up), ["refused"]);
+    }
+
+    #[test]
+    fn unclaimed_state_and_replaced_sinks_are_refused_unless_dropping_is_asked_for() {
+        let gone = part("out/3", "top n", "[a]");
+        let (file, collect) = (part("sink out", "filesystem", ""), part("sink out", "collect", ""));
+        let old = [old(&gone, true), old(&file, true)];
+        let up = verdicts(&old, &plan(vec![collect.clone()], false), CHECKPOINT);
+        let err = up.refusal().expect("unclaimed");
+        assert!(err.contains(&gone.id) && err.contains("claims it"), "{err}");
+        assert!(err.contains(&file.id) && err.contains("replaces the sink"), "{err}");
+        assert!(err.contains("execution.savepoint.ignore-unclaimed-state"), "{err}");
+        assert_eq!(words(&verdicts(&old, &plan(vec![collect.clone()], true), CHECKPOINT)), ["dropped", "dropped"]);
+        // After a savepoint the sink's pre-commits are published: only the operator's state
+        // needs dropping asked for.
+        assert_eq!(words(&verdicts(&old, &plan(vec![collect], false), SAVEPOINT)), ["new", "refused"]);
+    }
+}
