@@ -6,8 +6,10 @@
 //! what changed:
 //! - a scan of the same connector that reads other columns: its position does not depend on
 //!   the columns, so it is **migrated** (restored under the new id);
-//! - an operator whose state is the same (kind, keys, state types) but that passes on other
-//!   columns (an output column renamed, `window_time` added): **migrated** the same way;
+//! - a watermark operator that passes on other columns: its state is one timestamp, so it is
+//!   **migrated** the same way. Any other operator whose output changed is refused: its output
+//!   names what its state is about (a group aggregate's shape counts its keys, its output says
+//!   which columns they are);
 //! - a sink of another connector: its last pre-commits would have no one to publish them.
 //!   After a savepoint they were published before the job stopped, so the new sink is
 //!   **new**; after a checkpoint they are refused unless dropping them is asked for;
@@ -186,6 +188,9 @@ pub fn verdicts(old: &[OldPart], plan: &PlanState, taken: Taken) -> Upgrade {
     up
 }
 
+/// The shapes of operators whose state is the watermark alone.
+const WATERMARKS: [&str; 2] = ["watermark", "processing-time watermark"];
+
 /// What a part with no state to restore starts from.
 fn new_part(slot: &str) -> String {
     match slot.split_once(' ') {
@@ -204,16 +209,26 @@ fn changed(o: &OldPart, p: &crate::identity::StatePart) -> Verdict {
             o.name, o.id
         ));
     };
-    if *shape == p.shape {
-        return Verdict::Migrated(match p.slot.starts_with("scan ") {
-            true => format!("reads other columns ({output} before, {} now); its position is kept", p.output),
-            false => format!("passes on other columns ({output} before, {} now); its state is kept", p.output),
-        });
+    if *shape == p.shape && p.slot.starts_with("scan ") {
+        return Verdict::Migrated(format!(
+            "reads other columns ({output} before, {} now); its position is kept",
+            p.output
+        ));
+    }
+    // An operator's output names what its state is about (a group aggregate's shape counts
+    // its keys; its output says which columns they are): only a watermark's state (one
+    // timestamp per task) means the same whatever columns pass.
+    if *shape == p.shape && WATERMARKS.contains(&shape.as_str()) {
+        return Verdict::Migrated(format!(
+            "passes on other columns ({output} before, {} now); its watermark is kept",
+            p.output
+        ));
     }
     Verdict::Refused(format!(
-        "has changed: the checkpoint holds the state of '{}' (id {}) in its place, which keeps {shape}, and it keeps \
-         {}: its state cannot be read as the new one's (rebuilding it by replaying its sources is not supported yet)",
-        o.name, o.id, p.shape
+        "has changed: the checkpoint holds the state of '{}' (id {}) in its place, which keeps {shape} {output}, and \
+         it keeps {} {}: that state cannot be read as its own (rebuilding it by replaying its sources is not \
+         supported yet)",
+        o.name, o.id, p.shape, p.output
     ))
 }
 
@@ -329,8 +344,8 @@ mod tests {
         let (was, now) = (part("out/0", "agg max", "[m]"), part("out/0", "agg sum", "[m]"));
         let up = verdicts(&[old(&was, true)], &plan(vec![now.clone()], true), CHECKPOINT);
         let err = up.refusal().expect("changed");
-        for s in [&now.id, &was.id, "has changed", "agg max", "agg sum"] {
-            assert!(err.contains(s.as_str()), "{s} missing: {err}");
+        for s in [now.id.as_str(), was.id.as_str(), "has changed", "agg max", "agg sum"] {
+            assert!(err.contains(s), "{s} missing: {err}");
         }
         // Without state, nothing is lost: not refused.
         let up = verdicts(&[old(&was, false)], &plan(vec![now], false), CHECKPOINT);
@@ -339,10 +354,12 @@ mod tests {
 
     #[test]
     fn other_columns_of_the_same_state_are_migrated_under_the_new_id() {
-        let (scan, scan2) = (part("scan bid", "kafka", "Some([0]) [a]"), part("scan bid", "kafka", "Some([0, 1]) [a,b]"));
-        let (agg, agg2) = (part("out/0", "agg sum", "[c:Int64]"), part("out/0", "agg sum", "[total:Int64]"));
+        let (scan, scan2) =
+            (part("scan bid", "kafka", "Some([0]) [a]"), part("scan bid", "kafka", "Some([0, 1]) [a,b]"));
+        let (agg, agg2) = (part("out/0", "watermark", "[c:Int64]"), part("out/0", "watermark", "[c:Int64,d:Utf8]"));
         let other = part("scan bid", "filesystem", "Some([0]) [a]");
-        let up = verdicts(&[old(&scan, true), old(&agg, true)], &plan(vec![scan2.clone(), agg2.clone()], false), CHECKPOINT);
+        let up =
+            verdicts(&[old(&scan, true), old(&agg, true)], &plan(vec![scan2.clone(), agg2.clone()], false), CHECKPOINT);
         assert_eq!(words(&up), ["migrated", "migrated"]);
         assert_eq!(up.entries[0].was.as_deref(), Some(scan.id.as_str()));
         let mut restored = Restored { epoch: 1, version: 2, tasks: BTreeMap::new() };
@@ -352,9 +369,13 @@ mod tests {
         up.apply(&mut restored);
         assert_eq!(restored.tasks["t0"].owner.as_deref(), Some(scan2.id.as_str()));
         assert!(restored.tasks["t0"].operators.contains_key(&agg2.id));
-        // Another connector's position means nothing to this one.
+        // Another connector's position means nothing to this one; an aggregate grouping by
+        // another column of the same type is another aggregate.
         let up = verdicts(&[old(&scan, true)], &plan(vec![other], false), CHECKPOINT);
         assert_eq!(words(&up), ["refused"]);
+        let (by_a, by_b) =
+            (part("out/1", "agg keys 1", "[a:Int64,c:Int64]"), part("out/1", "agg keys 1", "[b:Int64,c:Int64]"));
+        assert_eq!(words(&verdicts(&[old(&by_a, true)], &plan(vec![by_b], false), CHECKPOINT)), ["refused"]);
     }
 
     #[test]

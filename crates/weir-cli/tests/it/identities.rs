@@ -49,7 +49,7 @@ fn setup(dir: &Path, name: &str, out_connector: &str) -> String {
 }
 
 /// The rows of a file sink's published files, each as `a|b|…`, sorted.
-fn file_rows(dir: &Path) -> Vec<String> {
+pub(crate) fn file_rows(dir: &Path) -> Vec<String> {
     let mut rows = Vec::new();
     for entry in std::fs::read_dir(dir).expect("output").flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
@@ -64,7 +64,7 @@ fn file_rows(dir: &Path) -> Vec<String> {
 }
 
 /// An engine whose `'connector' = 'collect'` tables hand their chunks to `chunks`.
-fn engine(chunks: &std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>) -> Engine {
+pub(crate) fn engine(chunks: &std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>) -> Engine {
     Engine::with_connectors(std::sync::Arc::new(Collect {
         builtin: weir::connector::Connectors,
         chunks: chunks.clone(),

@@ -289,6 +289,8 @@ pub async fn coordinate(
     let mut started: BTreeMap<u64, tokio::time::Instant> = BTreeMap::new();
     let mut stopping = false;
     let mut stop_pending = false;
+    // The checkpoint the job stops after.
+    let mut last: Option<u64> = None;
     let mut sources_gone = false;
     let mut failures = Failures { in_a_row: 0, config: &config, stats: &stats };
     loop {
@@ -304,6 +306,7 @@ pub async fn coordinate(
                         continue;
                     }
                     started.insert(epoch, tokio::time::Instant::now());
+                    last = Some(epoch);
                     epoch += 1;
                 } else {
                     stop_pending = true;
@@ -361,6 +364,12 @@ pub async fn coordinate(
                     let keep: Vec<String> = finished.values().flat_map(|s| s.shared_files()).cloned().collect();
                     if complete(n, states, began, &config, &store, &stats, &committed, keep).await? {
                         failures.in_a_row = 0;
+                        if last == Some(n) {
+                            // The job stops after this one. Closing the channel tells sinks
+                            // that ended before it (and wait for the final checkpoint, which
+                            // holds their final pre-commits as this one does) that it was this.
+                            return Ok(());
+                        }
                     } else {
                         // `complete` recorded why.
                         failures.failed(n, None)?;
@@ -381,6 +390,7 @@ pub async fn coordinate(
                     stop_pending = false;
                     if trigger.send(Trigger { epoch, stop: true }).is_ok() {
                         started.insert(epoch, tokio::time::Instant::now());
+                        last = Some(epoch);
                         epoch += 1;
                     }
                 }

@@ -84,14 +84,15 @@ fn copy_checkpoint(from: &Arc<dyn Storage>, to: &Arc<dyn Storage>, epoch: u64) -
         .flatten()
         .filter_map(|s| s.as_str().map(|s| format!("shared/{s}")))
         .collect();
-    names.extend(from.list(&dir)?.files.into_iter().filter(|f| f.name != "manifest.json").map(|f| format!("{dir}/{}", f.name)));
+    names.extend(
+        from.list(&dir)?.files.into_iter().filter(|f| f.name != "manifest.json").map(|f| format!("{dir}/{}", f.name)),
+    );
     // A few at a time: shared files may be large.
     for chunk in names.chunks(16) {
         let mut files = Vec::with_capacity(chunk.len());
         for name in chunk {
-            let bytes = from
-                .get(name)?
-                .ok_or_else(|| WeirError::user(format!("'{}': {name} is missing", from.describe())))?;
+            let bytes =
+                from.get(name)?.ok_or_else(|| WeirError::user(format!("'{}': {name} is missing", from.describe())))?;
             files.push((name.clone(), bytes));
         }
         to.put_all(files)?;

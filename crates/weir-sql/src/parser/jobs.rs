@@ -16,8 +16,9 @@ impl StatementParser<'_, '_> {
             Token::SingleQuotedString(s) => s,
             Token::Number(n, _) => n,
             other => {
-                return Err(WeirError::user(format!("STOP JOB needs the job's name or id in quotes, not {other}"))
-                    .at(Some(at)))
+                return Err(
+                    WeirError::user(format!("STOP JOB needs the job's name or id in quotes, not {other}")).at(Some(at))
+                )
             }
         };
         let (mut savepoint, mut drain) = (false, false);

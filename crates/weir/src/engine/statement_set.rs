@@ -9,7 +9,11 @@ use crate::guarantees::Report;
 
 impl Engine {
     /// Each INSERT of a set planned, with its position.
-    pub(super) async fn plan_set(&self, state: &State, members: &[ParsedStatement]) -> Result<Vec<(StreamPlan, Location)>> {
+    pub(super) async fn plan_set(
+        &self,
+        state: &State,
+        members: &[ParsedStatement],
+    ) -> Result<Vec<(StreamPlan, Location)>> {
         let mut plans = Vec::with_capacity(members.len());
         for m in members {
             let Statement::Insert(q) = &m.statement else { continue };

@@ -153,9 +153,11 @@ impl Engine {
                      and 'checkpoint.dir' before starting it"
                 )))
             }
-            (true, Some(_)) => Some(state.settings.get("state.savepoints.dir").map(str::to_string).ok_or_else(|| {
-                WeirError::user("STOP JOB … WITH SAVEPOINT needs a directory: SET 'state.savepoints.dir' = '…'")
-            })?),
+            (true, Some(_)) => {
+                Some(state.settings.get("state.savepoints.dir").map(str::to_string).ok_or_else(|| {
+                    WeirError::user("STOP JOB … WITH SAVEPOINT needs a directory: SET 'state.savepoints.dir' = '…'")
+                })?)
+            }
         };
         let opener = state.settings.clone();
         drop(state);

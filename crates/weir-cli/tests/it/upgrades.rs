@@ -1,0 +1,284 @@
+//! Changing a job's SQL and keeping its state: a job of several INSERTs is stopped with a
+//! savepoint, and each of a matrix of changes to its SQL gets the verdicts `weir upgrade
+//! --check` prints (asserted part by part); some are then resumed, and their output is that
+//! of the new SQL from the cut-over on.
+
+use std::path::Path;
+
+use weir::arrow::array::{Array, AsArray};
+use weir::{Engine, JobUpgrade, Outcome};
+
+/// The INSERTs of version 1, by target.
+const WIN: &str = "INSERT INTO win SELECT auction, window_start, window_end, COUNT(*) AS c, SUM(price) AS t
+  FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+  GROUP BY auction, window_start, window_end";
+const GRP: &str = "INSERT INTO grp SELECT auction, COUNT(*) AS c, MAX(price) AS m FROM bid GROUP BY auction";
+const TOP: &str = "INSERT INTO top SELECT auction, price FROM (SELECT auction, price,
+  ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 3";
+const FIRST: &str = "INSERT INTO firsts SELECT bidder, auction, price FROM (SELECT bidder, auction, price,
+  ROW_NUMBER() OVER (PARTITION BY bidder ORDER BY date_time ASC) AS rn FROM bid) WHERE rn = 1";
+const JOINED: &str = "INSERT INTO joined SELECT p.id, p.name, a.id FROM person p JOIN auction a ON p.id = a.seller";
+const PEOPLE: &str = "INSERT INTO people SELECT id, city FROM person WHERE MOD(id, 3) = 0";
+
+/// The tables, checkpoints in `dir/checkpoints`, savepoints in `dir/savepoints`.
+fn setup(dir: &Path, parallelism: u32) -> String {
+    format!(
+        "SET 'parallelism' = '{parallelism}';
+         SET 'checkpoint.interval' = '10min';
+         SET 'checkpoint.dir' = '{ck}';
+         SET 'state.savepoints.dir' = '{sp}';
+         SET 'pipeline.name' = 'shop';
+         CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3),
+           WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+           WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '400000', 'rate' = '200000');
+         CREATE TABLE person (id BIGINT, name STRING, city STRING)
+           WITH ('connector' = 'nexmark', 'table' = 'person', 'events' = '200000', 'rate' = '50000');
+         CREATE TABLE auction (id BIGINT, seller BIGINT)
+           WITH ('connector' = 'nexmark', 'table' = 'auction', 'events' = '200000', 'rate' = '50000');
+         CREATE TABLE win (auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), c BIGINT, t BIGINT)
+           WITH ('connector' = 'filesystem', 'path' = '{win}', 'format' = 'csv');
+         CREATE TABLE grp (auction BIGINT, c BIGINT, m BIGINT) WITH ('connector' = 'blackhole');
+         CREATE TABLE top (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole');
+         CREATE TABLE firsts (bidder BIGINT, auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole');
+         CREATE TABLE joined (id BIGINT, name STRING, auction BIGINT) WITH ('connector' = 'blackhole');
+         CREATE TABLE people (id BIGINT, city STRING)
+           WITH ('connector' = 'filesystem', 'path' = '{people}', 'format' = 'csv');",
+        ck = dir.join("checkpoints").display(),
+        sp = dir.join("savepoints").display(),
+        win = dir.join("win").display(),
+        people = dir.join("people").display(),
+    )
+}
+
+fn set(inserts: &[&str]) -> String {
+    format!("EXECUTE STATEMENT SET BEGIN {}; END", inserts.join(";\n"))
+}
+
+const V1: [&str; 6] = [WIN, GRP, TOP, FIRST, JOINED, PEOPLE];
+
+/// The rows of the one table `outcome` holds, one string per row.
+fn table_rows(outcome: Outcome) -> Vec<String> {
+    let Outcome::Table(batches) = outcome else { panic!("a table") };
+    batches
+        .iter()
+        .flat_map(|b| {
+            let col = b.column(0).as_string::<i32>();
+            (0..col.len()).map(|i| col.value(i).to_string()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Version 1 run for a moment, then stopped with a savepoint; its path.
+async fn savepoint_of_v1(dir: &Path) -> String {
+    let engine = Engine::new();
+    engine.execute_all(&setup(dir, 2)).await.expect("setup");
+    let job = engine.submit(&set(&V1)).await.expect("version 1");
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(matches!(job.state(), weir::JobState::Running), "still running: {}", job.state().name());
+    let mut out = engine.execute_all("STOP JOB 'shop' WITH SAVEPOINT").await.expect("stop with savepoint");
+    let rows = table_rows(out.pop().expect("an outcome"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(matches!(job.state(), weir::JobState::Stopped), "state {}", job.state().name());
+    rows[0].clone()
+}
+
+/// The verdicts on `statements` (after the tables) against the savepoint.
+async fn check(dir: &Path, parallelism: u32, statements: &str, savepoint: &str) -> JobUpgrade {
+    let engine = Engine::new();
+    let mut jobs = engine
+        .check_upgrades(&format!("{}\n{statements}", setup(dir, parallelism)), Some(savepoint))
+        .await
+        .expect("checked");
+    assert_eq!(jobs.len(), 1);
+    jobs.remove(0)
+}
+
+/// Each part's verdict, as `word name`.
+fn verdicts(up: &JobUpgrade) -> Vec<String> {
+    let (_, found) = up.found.as_ref().expect("a checkpoint");
+    found.entries.iter().map(|e| format!("{} {}", e.verdict.word(), e.name)).collect()
+}
+
+/// Every part kept but those named, with their verdicts (`word name-prefix`, one per part).
+fn assert_verdicts(label: &str, up: &JobUpgrade, changed: &[&str]) {
+    let mut rest = verdicts(up);
+    for c in changed {
+        let at = rest.iter().position(|l| l.starts_with(c));
+        let Some(at) = at else { panic!("{label}: no '{c}'\n{}", up.describe()) };
+        rest.remove(at);
+    }
+    for line in &rest {
+        assert!(line.starts_with("kept "), "{label}: '{line}' is not kept\n{}", up.describe());
+    }
+    let refused = changed.iter().any(|c| c.starts_with("refused"));
+    assert_eq!(up.refused(), refused, "{label}: refused\n{}", up.describe());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_changes_get_the_verdicts_their_state_allows() {
+    let dir = crate::slt::tempdir();
+    let savepoint = savepoint_of_v1(&dir).await;
+    assert!(savepoint.ends_with("savepoint-shop-1"), "{savepoint}");
+    let ignore = "SET 'execution.savepoint.ignore-unclaimed-state' = 'true';";
+    let swapped_win = "DROP TABLE win; CREATE TABLE win (auction BIGINT, window_start TIMESTAMP(3), \
+        window_end TIMESTAMP(3), c BIGINT, t BIGINT) WITH ('connector' = 'blackhole');";
+    let extra = "CREATE TABLE extra (id BIGINT, city STRING) WITH ('connector' = 'blackhole');";
+    let with = |i: usize, new: &str| -> String {
+        let mut v: Vec<String> = V1.iter().map(|s| s.to_string()).collect();
+        v[i] = new.to_string();
+        set(&v.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let without = |i: usize| -> String {
+        let v: Vec<&str> = V1.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, s)| *s).collect();
+        set(&v)
+    };
+    let cases: Vec<(&str, u32, String, Vec<&str>)> = vec![
+        ("unchanged", 2, set(&V1), vec![]),
+        ("a filter after the window aggregate", 2, with(0, &format!("{WIN} HAVING COUNT(*) > 1")), vec![]),
+        ("a HAVING on the group aggregate", 2, with(1, &format!("{GRP} HAVING MAX(price) > 10")), vec![]),
+        (
+            "a filter before the group aggregate",
+            2,
+            with(1, &GRP.replace("FROM bid", "FROM bid WHERE price > 0")),
+            vec![],
+        ),
+        ("an output column renamed", 2, with(1, &GRP.replace("AS c,", "AS cnt,")), vec![]),
+        ("a projection after the join", 2, with(4, &JOINED.replace("p.name,", "UPPER(p.name),")), vec![]),
+        (
+            "a scan reading another column",
+            2,
+            with(5, &PEOPLE.replace("id, city FROM", "id, name FROM")),
+            vec!["migrated Source: person"],
+        ),
+        ("the parallelism and a filter", 1, with(0, &format!("{WIN} HAVING COUNT(*) > 1")), vec![]),
+        (
+            "an INSERT added to the set",
+            2,
+            format!(
+                "{extra} {}",
+                set(&[WIN, GRP, TOP, FIRST, JOINED, PEOPLE, "INSERT INTO extra SELECT id, city FROM person"])
+            ),
+            vec!["new Sink: extra"],
+        ),
+        (
+            "the window sink swapped for another connector",
+            2,
+            format!("{swapped_win} {}", set(&V1)),
+            vec!["new Sink: win"],
+        ),
+        ("an INSERT removed", 2, without(3), vec!["migrated Source: bid", "refused Watermark", "refused FirstRow"]),
+        (
+            "an INSERT removed, dropping asked for",
+            2,
+            format!("{ignore} {}", without(3)),
+            vec!["migrated Source: bid", "dropped Watermark", "dropped FirstRow"],
+        ),
+        (
+            "SUM became MAX in the window aggregate",
+            2,
+            with(0, &WIN.replace("SUM(price)", "MAX(price)")),
+            vec!["refused WindowAggregate"],
+        ),
+        (
+            "an aggregate added to the group aggregate",
+            2,
+            with(1, &format!("{GRP} HAVING SUM(price) > 0")),
+            vec!["refused GroupAggregate"],
+        ),
+        (
+            "another group key",
+            2,
+            with(1, &GRP.replace("SELECT auction,", "SELECT bidder,").replace("BY auction", "BY bidder")),
+            vec!["migrated Watermark", "refused GroupAggregate"],
+        ),
+        ("Top-N keeping more rows", 2, with(2, &TOP.replace("rn <= 3", "rn <= 5")), vec!["refused TopN"]),
+        (
+            "the first row became the last",
+            2,
+            with(3, &FIRST.replace("date_time ASC", "date_time DESC")),
+            vec!["refused "],
+        ),
+        ("an inner join made outer", 2, with(4, &JOINED.replace(" JOIN ", " LEFT JOIN ")), vec!["refused Join"]),
+        (
+            "a state TTL set",
+            2,
+            format!("SET 'table.exec.state.ttl' = '1h'; {}", set(&V1)),
+            vec!["refused GroupAggregate", "refused Join"],
+        ),
+    ];
+    assert!(cases.len() >= 19);
+    for (label, parallelism, statements, changed) in &cases {
+        let up = check(&dir, *parallelism, statements, &savepoint).await;
+        assert_verdicts(label, &up, changed);
+    }
+    // Another state layout is refused before any part is looked at.
+    let engine = Engine::new();
+    let rocksdb = format!("{}\nSET 'state.backend' = 'rocksdb';\n{}", setup(&dir, 2), set(&V1));
+    let err = engine.check_upgrades(&rocksdb, Some(&savepoint)).await.expect_err("another layout");
+    assert!(err.message.contains("laid out for") && !err.message.contains('\n'), "{}", err.message);
+}
+
+/// Version 2 resumed from a savepoint moved to another directory: its sink swapped for another
+/// connector (allowed after a savepoint, whose pre-commits were published) and a filter added
+/// after the aggregate; output from the cut-over on is the filtered uninterrupted run's. A
+/// second start with the same savepoint resumes from the job's own checkpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_resumes_from_a_moved_savepoint_with_its_sink_swapped_and_only_once() {
+    let dir = crate::slt::tempdir();
+    let only_win = |dir: &Path, win: &str| -> String {
+        setup(dir, 2).replace(
+            &format!("'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'", dir.join("win").display()),
+            win,
+        )
+    };
+    let file_win =
+        |dir: &Path| format!("'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'", dir.join("win").display());
+    // The uninterrupted run.
+    let reference = dir.join("reference");
+    let engine = Engine::new();
+    engine.execute_all(&only_win(&reference, &file_win(&reference))).await.expect("setup");
+    engine.submit(WIN).await.expect("reference").wait().await.expect("reference run");
+    let want = crate::identities::file_rows(&reference.join("win"));
+    assert!(want.len() > 1000, "{} rows", want.len());
+
+    let first = dir.join("first");
+    let engine = Engine::new();
+    engine.execute_all(&only_win(&first, &file_win(&first))).await.expect("setup");
+    let job = engine.submit(WIN).await.expect("version 1");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let savepoint = table_rows(engine.execute_all("STOP JOB 'shop' WITH SAVEPOINT").await.expect("stop").remove(0));
+    assert!(matches!(job.state(), weir::JobState::Stopped));
+    let published = crate::identities::file_rows(&first.join("win"));
+    assert!(!published.is_empty() && published.len() < want.len(), "{} of {}", published.len(), want.len());
+    let rest: Vec<String> = want.iter().filter(|r| published.binary_search(r).is_err()).cloned().collect();
+    let expected: Vec<String> = rest.iter().filter(|r| r.split('|').nth(3) != Some("1")).cloned().collect();
+
+    // Moved elsewhere: a savepoint is self-contained.
+    let moved = dir.join("moved");
+    std::fs::rename(&savepoint[0], &moved).expect("move the savepoint");
+    let second = dir.join("second");
+    let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&only_win(&second, "'connector' = 'collect'")).await.expect("setup");
+    engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", moved.display())).await.expect("set");
+    let filtered = format!("{WIN} HAVING COUNT(*) > 1");
+    let upgrade =
+        table_rows(engine.execute_all(&format!("EXPLAIN UPGRADE {filtered}")).await.expect("explain").remove(0));
+    assert!(upgrade.iter().any(|l| l.starts_with("  new       Sink: win")), "{upgrade:?}");
+    assert!(upgrade.last().is_some_and(|l| l.contains("the job can start")), "{upgrade:?}");
+    engine.submit(&filtered).await.expect("version 2").wait().await.expect("version 2 run");
+    let taken = std::mem::take(&mut *chunks.lock().expect("chunks"));
+    let batches: Vec<_> = taken.iter().map(|c| c.batch.clone()).collect();
+    let mut got: Vec<String> = crate::rows(&batches).into_iter().map(|r| r.replace('T', " ")).collect();
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "rows after the cut-over");
+    assert!(got == expected, "rows after the cut-over differ from the uninterrupted run's, filtered");
+
+    // The same savepoint again: the job's own checkpoints (its final one) win, nothing is
+    // written twice.
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&only_win(&second, "'connector' = 'collect'")).await.expect("setup");
+    engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", moved.display())).await.expect("set");
+    engine.submit(&filtered).await.expect("again").wait().await.expect("again run");
+    assert!(chunks.lock().expect("chunks").iter().all(|c| c.batch.num_rows() == 0), "rows written twice");
+}
