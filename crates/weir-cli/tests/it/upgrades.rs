@@ -282,3 +282,53 @@ async fn a_job_resumes_from_a_moved_savepoint_with_its_sink_swapped_and_only_onc
     engine.submit(&filtered).await.expect("again").wait().await.expect("again run");
     assert!(chunks.lock().expect("chunks").iter().all(|c| c.batch.num_rows() == 0), "rows written twice");
 }
+
+/// `weir upgrade --check`: the verdicts on stdout, exit 0 when the job can start, 1 when a part
+/// is refused, 2 with the file's position when it cannot be checked; and `weir run
+/// --from-savepoint` starts the job from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weir_upgrade_check_prints_verdicts_and_exits_by_them() {
+    let dir = crate::slt::tempdir();
+    let engine = Engine::new();
+    engine.execute_all(&setup(&dir, 2)).await.expect("setup");
+    let job = engine.submit(GRP).await.expect("version 1");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let savepoint = table_rows(engine.execute_all("STOP JOB 'shop' WITH SAVEPOINT").await.expect("stop").remove(0));
+    assert!(matches!(job.state(), weir::JobState::Stopped));
+    let check = |name: &str, sql: String| {
+        let file = dir.join(name);
+        std::fs::write(&file, format!("{}\n{sql};\n", setup(&dir, 2))).expect("write");
+        std::process::Command::new(crate::weir_bin())
+            .args(["upgrade", "--check"])
+            .arg(&file)
+            .args(["--from", &savepoint[0]])
+            .output()
+            .expect("weir upgrade")
+    };
+    let kept = check("kept.sql", format!("{GRP} HAVING MAX(price) > 10"));
+    let out = String::from_utf8_lossy(&kept.stdout);
+    assert_eq!(kept.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&kept.stderr));
+    assert!(out.contains("from savepoint") && out.contains("  kept      GroupAggregate"), "{out}");
+    let refused = check("refused.sql", GRP.replace("MAX(price)", "MIN(price)"));
+    let out = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{out}");
+    assert!(out.contains("  refused   GroupAggregate") && out.contains("the job would not start"), "{out}");
+    let broken = check("broken.sql", "INSERT INTO nowhere SELECT 1".into());
+    let err = String::from_utf8_lossy(&broken.stderr);
+    assert_eq!(broken.status.code(), Some(2), "{err}");
+    assert!(err.contains("broken.sql:") && err.contains("nowhere") && err.lines().count() == 1, "{err}");
+
+    // `weir run --from-savepoint`: the job starts on a copy of it, recorded in its own
+    // checkpoint directory (a restart of the same command resumes from its own checkpoints).
+    let run_file = dir.join("run.sql");
+    std::fs::write(&run_file, format!("{}\nSET 'table.dml-sync' = 'true';\n{GRP};\n", setup(&dir, 2))).expect("write");
+    let run = std::process::Command::new(crate::weir_bin())
+        .args(["run", "--from-savepoint", &savepoint[0]])
+        .arg(&run_file)
+        .output()
+        .expect("weir run");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let started = std::fs::read_to_string(dir.join("checkpoints").join("shop").join("started-from-savepoint"))
+        .expect("the savepoint it started from");
+    assert_eq!(started, format!("{} 1", savepoint[0]));
+}
