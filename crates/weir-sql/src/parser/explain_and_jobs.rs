@@ -1,13 +1,33 @@
-//! Statements about running jobs and their state: `STOP JOB … [WITH SAVEPOINT]`, and
-//! `EXPLAIN UPGRADE [FROM 'path'] …`.
+//! `EXPLAIN` (of a plan, or of an upgrade: `EXPLAIN UPGRADE [FROM 'path'] …`) and statements
+//! about running jobs: `STOP JOB … [WITH SAVEPOINT]`.
 
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+use datafusion::sql::sqlparser::tokenizer::Token;
 use weir_core::{Result, WeirError};
 
 use super::*;
 
 impl StatementParser<'_, '_> {
+    /// After `EXPLAIN`: the statement explained, or an upgrade.
+    pub(super) fn explain(&mut self) -> Result<Statement> {
+        if self.word("UPGRADE") {
+            return self.explain_upgrade();
+        }
+        // Flink's `EXPLAIN PLAN FOR …` is `EXPLAIN …`.
+        let plan_for = self.p.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
+        let rest = self.rest();
+        let mut inner_text = self.text.trim_start()["EXPLAIN".len()..].trim();
+        if plan_for {
+            inner_text = inner_text.get(4..).unwrap_or("").trim_start().get(3..).unwrap_or("").trim();
+        }
+        let inner_text = inner_text.to_string();
+        if rest.is_empty() {
+            return Err(WeirError::user("EXPLAIN needs a statement to explain").at(Some(self.here())));
+        }
+        let inner = parse_statement(rest, inner_text)?;
+        Ok(Statement::Explain(Box::new(inner)))
+    }
+
     /// After `STOP`: Flink's `STOP JOB '<name or id>' [WITH SAVEPOINT] [WITH DRAIN]`.
     pub(super) fn stop_job(&mut self) -> Result<Statement> {
         self.expect_word("JOB")?;
@@ -43,12 +63,7 @@ impl StatementParser<'_, '_> {
             false => None,
         };
         let at = self.here();
-        let rest: Vec<TokenWithSpan> = self.tokens[self.p.index()..]
-            .iter()
-            .skip_while(|t| matches!(t.token, Token::Whitespace(_)))
-            .filter(|t| t.token != Token::EOF)
-            .cloned()
-            .collect();
+        let rest = self.rest();
         if rest.is_empty() {
             return Err(WeirError::user("EXPLAIN UPGRADE needs an INSERT or a statement set").at(Some(at)));
         }
