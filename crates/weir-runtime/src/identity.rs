@@ -38,8 +38,9 @@ pub struct StatePart {
     /// What its state is, readable: an operator's kind and state types, a scan's connector,
     /// a sink's connector. Kept in the manifest, so that an upgrade can tell what changed.
     pub shape: String,
-    /// What it passes on: an operator's output columns, a scan's columns. A change here
-    /// alone leaves the state as it is.
+    /// What it passes on: an operator's output columns, a scan's columns. For a scan (and a
+    /// watermark) a change here alone leaves the state readable; for other operators it names
+    /// what the state is about ([`crate::upgrade`]).
     pub output: String,
 }
 

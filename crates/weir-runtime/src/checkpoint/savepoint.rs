@@ -49,7 +49,10 @@ impl Checkpoints {
             )));
         }
         let tag = format!("{} {epoch}", from.describe());
-        if self.storage().get(STARTED_FROM)?.is_some_and(|t| t == tag.as_bytes()) {
+        // Started from it before, and its checkpoints since are there (not cleared by
+        // --from-scratch): those are where it resumes.
+        let started = self.storage().get(STARTED_FROM)?.is_some_and(|t| t == tag.as_bytes());
+        if started && self.newest_complete()?.is_some() {
             log::info!("started from savepoint '{}' before: resuming from this job's own checkpoints", from.describe());
             return Ok(());
         }
@@ -98,4 +101,79 @@ fn copy_checkpoint(from: &Arc<dyn Storage>, to: &Arc<dyn Storage>, epoch: u64) -
         to.put_all(files)?;
     }
     to.put(&manifest_name, manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::checkpoint::{CheckpointStore, OperatorState, PlanState, TaskState};
+
+    fn scratch(name: &str) -> (std::path::PathBuf, Arc<dyn Storage>) {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("weir-savepoint-{name}-{nanos}-{}", std::process::id()));
+        (dir.clone(), Arc::new(weir_storage::LocalDir::new(&dir)))
+    }
+
+    /// A task whose operator needs shared file `sst`, with `bytes` of its own state.
+    fn tasks(bytes: &[u8], sst: &str) -> BTreeMap<String, TaskState> {
+        let op = OperatorState { state: bytes.to_vec(), shared_files: vec![sst.to_string()], ..Default::default() };
+        let task = TaskState { operators: BTreeMap::from([("op".to_string(), op)]), ..Default::default() };
+        BTreeMap::from([("stage1-task0".to_string(), task)])
+    }
+
+    fn state_of(store: &Checkpoints) -> Vec<u8> {
+        let restored = store.latest(&PlanState::default()).expect("latest").expect("a checkpoint");
+        restored.tasks["stage1-task0"].operators["op"].state.clone()
+    }
+
+    #[test]
+    fn a_savepoint_holds_what_it_needs_and_a_job_takes_it_once() {
+        let (job_dir, job) = scratch("job");
+        let store = Checkpoints::new(job.clone());
+        job.put("shared/old.sst", b"old".to_vec()).expect("sst");
+        job.put("shared/a.sst", b"a".to_vec()).expect("sst");
+        store.write(1, &PlanState::default(), &tasks(b"one", "old.sst")).expect("write 1");
+        store.write(2, &PlanState::default(), &tasks(b"two", "a.sst")).expect("write 2");
+
+        // The newest checkpoint and only the shared files it names.
+        let (sp_dir, savepoint) = scratch("savepoint");
+        assert_eq!(store.export(&savepoint, "job").expect("export"), 2);
+        assert!(sp_dir.join("chk-0000000002").join(SAVEPOINT).exists());
+        assert!(sp_dir.join("shared/a.sst").exists() && !sp_dir.join("shared/old.sst").exists());
+        assert!(!sp_dir.join("chk-0000000001").exists());
+        let err = store.export(&savepoint, "job").expect_err("not empty");
+        assert!(err.message.contains("not empty"), "{}", err.message);
+
+        // Moved, then taken by another job's storage.
+        let moved = sp_dir.with_extension("moved");
+        std::fs::rename(&sp_dir, &moved).expect("move");
+        let from: Arc<dyn Storage> = Arc::new(weir_storage::LocalDir::new(&moved));
+        let (next_dir, next) = scratch("next");
+        let taker = Checkpoints::new(next.clone());
+        taker.import(&from).expect("import");
+        assert_eq!(state_of(&taker), b"two");
+        assert!(next_dir.join("shared/a.sst").exists());
+
+        // A checkpoint of its own since: a second start resumes there, not from the savepoint.
+        next.put("shared/b.sst", b"b".to_vec()).expect("sst");
+        taker.write(3, &PlanState::default(), &tasks(b"three", "b.sst")).expect("write 3");
+        taker.import(&from).expect("again");
+        assert_eq!(state_of(&taker), b"three");
+        // Its checkpoints deleted (--from-scratch): the savepoint again.
+        taker.clear().expect("clear");
+        taker.import(&from).expect("after clearing");
+        assert_eq!(state_of(&taker), b"two");
+
+        // Nothing to start from; its own directory.
+        let (empty_dir, empty) = scratch("empty");
+        let err = taker.import(&empty).expect_err("empty");
+        assert!(err.message.contains("holds no complete checkpoint"), "{}", err.message);
+        let err = taker.import(&next).expect_err("its own");
+        assert!(err.message.contains("own checkpoint storage"), "{}", err.message);
+        for d in [job_dir, moved, next_dir, empty_dir] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }

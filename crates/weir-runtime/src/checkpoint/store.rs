@@ -164,31 +164,29 @@ impl Checkpoints {
     ) -> std::result::Result<Upgrade, Unusable> {
         let parts = manifest["parts"].as_array().ok_or(Unusable::Damaged("manifest lists no parts".into()))?;
         let old: Vec<OldPart> = parts.iter().map(OldPart::of_manifest).collect();
-        let published = matches!(self.storage.get(&format!("{}/{}", Self::chk(epoch), super::SAVEPOINT)), Ok(Some(_)));
+        let marker = self.storage.get(&format!("{}/{}", Self::chk(epoch), super::SAVEPOINT));
+        let published = marker.map_err(|e| Unusable::Damaged(format!("savepoint marker unreadable: {e}")))?.is_some();
         Ok(crate::upgrade::verdicts(&old, plan, Taken { published }))
     }
 
-    /// The newest complete checkpoint and what becomes of each of its parts in `plan`
-    /// (`weir upgrade --check`), without reading its state.
+    /// The checkpoint a restore would take and what becomes of each of its parts in `plan`
+    /// (`weir upgrade --check`): the newest whose manifest is readable, as for a restore
+    /// (whose state files are then read too).
     pub fn check(&self, plan: &PlanState) -> Result<Option<(u64, Upgrade)>> {
         for epoch in self.epochs()? {
-            let (manifest, version) = match self.manifest(epoch, plan) {
-                Ok(m) => m,
+            let verdicts = self.manifest(epoch, plan).and_then(|(manifest, version)| match version {
+                // It fits, or `manifest` would have said: every part restores as it was.
+                1 => Ok(Upgrade::all_kept(plan)),
+                _ => self.verdicts(epoch, &manifest, plan),
+            });
+            match verdicts {
+                Ok(up) => return Ok(Some((epoch, up))),
                 Err(Unusable::Absent) => continue,
                 Err(Unusable::OtherPlan(why)) => return Err(other_plan(epoch, &self.at(), &why)),
                 Err(Unusable::Damaged(why)) => {
-                    return Err(WeirError::user(format!("checkpoint {epoch} in '{}' is damaged: {why}", self.at())))
+                    log::warn!("checkpoint {epoch} in '{}' is not usable ({why}); checking the one before", self.at())
                 }
-            };
-            if version == 1 {
-                // It fits, or `manifest` would have said: every part restores as it was.
-                return Ok(Some((epoch, Upgrade::all_kept(plan))));
             }
-            let up = self.verdicts(epoch, &manifest, plan).map_err(|why| match why {
-                Unusable::Damaged(why) | Unusable::OtherPlan(why) => WeirError::user(why),
-                Unusable::Absent => WeirError::internal("manifest vanished"),
-            })?;
-            return Ok(Some((epoch, up)));
         }
         Ok(None)
     }
@@ -624,6 +622,24 @@ mod tests {
         assert!(shared.join("final.sst").exists(), "an ended task's file was pruned");
         store.prune(3, &[]).expect("prune");
         assert!(!shared.join("final.sst").exists() && shared.join("a.sst").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `weir upgrade --check` looks at the checkpoint a restore would take: past a damaged
+    /// newest manifest, and never at an unfinished one.
+    #[test]
+    fn the_upgrade_check_takes_the_checkpoint_a_restore_would() {
+        let dir = scratch();
+        let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
+        assert!(store.check(&plan("p")).expect("check").is_none(), "no checkpoint yet");
+        store.write(1, &plan("p"), &state(b"one")).expect("write 1");
+        store.write(2, &plan("p"), &state(b"two")).expect("write 2");
+        std::fs::write(dir.join("chk-0000000002").join(MANIFEST), b"{ damaged").expect("damage");
+        std::fs::create_dir_all(dir.join("chk-0000000003")).expect("unfinished");
+        let (epoch, up) = store.check(&plan("p")).expect("check").expect("a checkpoint");
+        assert_eq!((epoch, up.refusal()), (1, None));
+        let err = store.check(&plan("other")).expect_err("another layout");
+        assert!(err.message.contains("laid out for p"), "{}", err.message);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -79,7 +79,7 @@ impl Engine {
     ) -> Result<Outcome> {
         let plans = self.plans_of(state, inner).await?;
         let from = from.map(|(path, _)| self.resolve_path(path));
-        let upgrade = self.upgrade_of(state, plans, from.as_deref()).map_err(|e| e.at(from_at(inner)))?;
+        let upgrade = self.upgrade_of(state, plans, from.as_deref()).map_err(|e| e.at(Some(inner.location)))?;
         let lines = upgrade.describe().lines().map(|l| vec![l.to_string()]).collect();
         Ok(Outcome::Table(vec![text_batch(&["upgrade"], lines)?]))
     }
@@ -191,9 +191,4 @@ impl Engine {
             _ => path.to_string(),
         }
     }
-}
-
-/// Where an `EXPLAIN UPGRADE`'s inner statement starts.
-fn from_at(inner: &ParsedStatement) -> Option<Location> {
-    Some(inner.location)
 }
