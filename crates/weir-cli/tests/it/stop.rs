@@ -107,3 +107,64 @@ async fn at_least_once_loses_nothing() {
     assert_eq!(missing, 0, "{missing} rows lost");
     assert!(got.len() >= want.len());
 }
+
+/// A statement set whose small INSERT has read all of its input and ended before the stop:
+/// its sink waits for the final checkpoint, and the stop checkpoint must stand for it (the
+/// job used to run on forever). Both outputs are then exactly an uninterrupted run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_after_one_insert_of_a_set_has_ended_publishes_both() {
+    let dir = crate::slt::tempdir();
+    let tables = |name: &str| {
+        format!(
+            "{} CREATE TABLE person (id BIGINT, city STRING) WITH ('connector' = 'nexmark', 'table' = 'person', \
+               'events' = '2000');
+             CREATE TABLE few (id BIGINT, city STRING) WITH ('connector' = 'filesystem', 'path' = '{}', \
+               'format' = 'csv');",
+            job_sql(&dir, name),
+            dir.join(format!("{name}-few")).display()
+        )
+    };
+    let set = "EXECUTE STATEMENT SET BEGIN
+        INSERT INTO out SELECT auction, price, date_time FROM bid WHERE MOD(auction, 3) = 0;
+        INSERT INTO few SELECT id, city FROM person; END";
+    let engine = Engine::new();
+    run(&engine, &tables("reference")).await;
+    engine.submit(set).await.expect("submit").wait().await.expect("reference run");
+    let (want, _) = rows(&dir.join("reference"));
+    let (want_few, _) = rows(&dir.join("reference-few"));
+    assert!(!want_few.is_empty());
+
+    let engine = Engine::new();
+    run(&engine, &tables("out")).await;
+    let job = engine.submit(set).await.expect("submit");
+    // Until the small INSERT's sink has every row (its source has then ended); a hang guard,
+    // not a timing bound.
+    let few_in = |job: &weir::JobHandle| -> u64 {
+        job.status().operators.iter().filter(|o| o.name.starts_with("Sink: few")).map(|o| o.rows_in).sum()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while few_in(&job) < want_few.len() as u64 {
+        assert!(std::time::Instant::now() < deadline, "the small INSERT never read its input");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(matches!(job.state(), JobState::Running), "the big INSERT still runs");
+    job.stop_with_checkpoint();
+    tokio::time::timeout(std::time::Duration::from_secs(120), job.wait())
+        .await
+        .expect("the job stops (hang guard)")
+        .expect("stopped");
+    assert!(matches!(job.state(), JobState::Stopped), "state {}", job.state().name());
+    let (few, hidden) = rows(&dir.join("out-few"));
+    assert_eq!((few.len(), hidden), (want_few.len(), 0));
+    assert!(few == want_few, "the ended INSERT's rows are published by the stop");
+    let (published, _) = rows(&dir.join("out"));
+    assert!(published.len() < want.len(), "{} of {} rows at the stop", published.len(), want.len());
+
+    let engine = Engine::new();
+    run(&engine, &tables("out")).await;
+    engine.submit(set).await.expect("submit").wait().await.expect("resumed run");
+    let (got, _) = rows(&dir.join("out"));
+    let (few, _) = rows(&dir.join("out-few"));
+    assert_eq!((got.len(), few.len()), (want.len(), want_few.len()));
+    assert!(got == want && few == want_few, "rows differ from the uninterrupted run");
+}
