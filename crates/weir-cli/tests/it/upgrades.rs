@@ -218,8 +218,8 @@ async fn twenty_changes_get_the_verdicts_their_state_allows() {
     assert!(err.message.contains("laid out for") && !err.message.contains('\n'), "{}", err.message);
 }
 
-/// Version 2 resumed from a savepoint moved to another directory: its sink swapped for another
-/// connector (allowed after a savepoint, whose pre-commits were published) and a filter added
+/// Version 2 resumed from a savepoint moved to another directory, at parallelism 1 where
+/// version 1 ran at 2: its sink swapped for another connector (allowed after a savepoint, whose pre-commits were published) and a filter added
 /// after the aggregate; output from the cut-over on is the filtered uninterrupted run's. A
 /// second start with the same savepoint resumes from the job's own checkpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,6 +260,8 @@ async fn a_job_resumes_from_a_moved_savepoint_with_its_sink_swapped_and_only_onc
     let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let engine = crate::identities::engine(&chunks);
     engine.execute_all(&only_win(&second, "'connector' = 'collect'")).await.expect("setup");
+    // At another parallelism too: key groups move between tasks.
+    engine.execute_all("SET 'parallelism' = '1'").await.expect("parallelism");
     engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", moved.display())).await.expect("set");
     let filtered = format!("{WIN} HAVING COUNT(*) > 1");
     let upgrade =
@@ -331,4 +333,54 @@ async fn weir_upgrade_check_prints_verdicts_and_exits_by_them() {
     let started = std::fs::read_to_string(dir.join("checkpoints").join("shop").join("started-from-savepoint"))
         .expect("the savepoint it started from");
     assert_eq!(started, format!("{} 1", savepoint[0]));
+}
+
+/// What cannot be done is refused in one line, naming what to do: stopping a job that is not
+/// there, draining, a savepoint without its directory or of a job without checkpoints, an
+/// upgrade of a query, `--from` for a script of several jobs, a savepoint that holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_stopped_or_upgraded_is_refused_in_one_line() {
+    let dir = crate::slt::tempdir();
+    let refused = |sql: &'static str, engine: std::sync::Arc<Engine>| async move {
+        let Err(err) = engine.execute_all(sql).await else { panic!("{sql}: not refused") };
+        assert!(!err.message.contains('\n'), "one line: {}", err.message);
+        err.message
+    };
+    let engine = std::sync::Arc::new(Engine::new());
+    engine.execute_all(&setup(&dir, 2)).await.expect("setup");
+    assert!(refused("STOP JOB 'nope'", engine.clone()).await.contains("no job 'nope'"));
+    assert!(refused("STOP JOB 'shop' WITH DRAIN", engine.clone()).await.contains("WITH DRAIN"));
+    assert!(refused("STOP JOB shop", engine.clone()).await.contains("in quotes"));
+    assert!(refused("EXPLAIN UPGRADE SELECT 1", engine.clone()).await.contains("INSERT or a statement set"));
+
+    // A savepoint needs its directory.
+    engine.execute_all("RESET 'state.savepoints.dir'").await.expect("reset");
+    let job = engine.submit(GRP).await.expect("a job");
+    let message = refused("STOP JOB 'shop' WITH SAVEPOINT", engine.clone()).await;
+    assert!(message.contains("SET 'state.savepoints.dir'"), "{message}");
+    assert!(matches!(job.state(), weir::JobState::Running), "a refused stop leaves the job running");
+    let stopped = engine.execute_all("STOP JOB 'shop'").await.expect("stop without a savepoint");
+    assert!(matches!(stopped.last(), Some(Outcome::Done(m)) if m.contains("stopped")));
+    assert!(matches!(job.state(), weir::JobState::Stopped));
+
+    // A job without checkpoints has no savepoint.
+    let plain = std::sync::Arc::new(Engine::new());
+    plain.execute_all(&setup(&dir, 2).replace("SET 'checkpoint.interval' = '10min';", "")).await.expect("setup");
+    plain.submit(GRP).await.expect("a job");
+    assert!(refused("STOP JOB 'shop' WITH SAVEPOINT", plain.clone()).await.contains("takes no checkpoints"));
+    let cancelled = plain.execute_all("STOP JOB 'shop'").await.expect("cancelled");
+    assert!(matches!(cancelled.last(), Some(Outcome::Done(m)) if m.contains("cancelled (it takes no checkpoints)")));
+
+    // `--from` names one job's checkpoint.
+    let two = format!("{}\n{GRP};\n{TOP};", setup(&dir, 2));
+    let err = Engine::new().check_upgrades(&two, Some("/nowhere")).await.expect_err("two jobs");
+    assert!(err.message.contains("2 jobs"), "{}", err.message);
+    // A savepoint path that holds nothing: refused when the job starts.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).expect("dir");
+    let engine = Engine::new();
+    engine.execute_all(&setup(&dir, 2)).await.expect("setup");
+    engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", empty.display())).await.expect("set");
+    let err = engine.execute_all(GRP).await.err().expect("nothing to start from");
+    assert!(err.message.contains("holds no complete checkpoint"), "{}", err.message);
 }

@@ -163,6 +163,10 @@ impl Engine {
         drop(state);
         job.stop_with_checkpoint();
         job.wait().await?;
+        if storage.is_none() {
+            // Nothing to stop after: it is cancelled, and a restart starts over.
+            return Ok(Outcome::Done(format!("Job '{name}' cancelled (it takes no checkpoints).")));
+        }
         if !matches!(job.state(), JobState::Stopped) {
             return Err(WeirError::user(format!(
                 "job '{name}' ended before it could stop with a checkpoint ({})",
