@@ -556,7 +556,8 @@ impl Engine {
                 };
                 let id = state.jobs.len() as u64 + 1;
                 let branches = vec![(plan.root.clone(), spec)];
-                let job = spawn_job(id, name, branches, self.connectors.clone(), state.settings.job_options())?;
+                let options = job_options(&state, &name);
+                let job = spawn_job(id, name, branches, self.connectors.clone(), options)?;
                 state.jobs.push(job.clone());
                 self.watch(&mut state, &job, None);
                 Ok(Outcome::Query(QueryStream::new(schema, plan.root.changelog(), tx, rx, job)))
@@ -704,11 +705,7 @@ impl Engine {
                 *sink = Arc::new(named);
             }
         }
-        let mut options = state.settings.job_options();
-        if let Some(root) = options.rocksdb.take() {
-            remove_dead_state(&root);
-            options.rocksdb = Some(root.join(format!("{name}-{}-{}", std::process::id(), state.jobs.len() + 1)));
-        }
+        let options = job_options(state, &name);
         let mut shape = String::new();
         for (root, plan) in roots.iter().zip(&plans) {
             shape.push_str(&StreamPlan { root: root.clone(), sink: plan.sink.clone() }.state_shape());
@@ -776,6 +773,20 @@ impl Engine {
         }
         Ok(ct)
     }
+}
+
+/// The options of the session's next job, named `name`: its RocksDB state in a directory of
+/// its own (`<job>-<pid>-<n>`, `n` counted in the process), apart from every other job's, of
+/// any engine or process (two processes' queries once opened the same one).
+fn job_options(state: &State, name: &str) -> weir_runtime::JobOptions {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut options = state.settings.job_options();
+    if let Some(root) = options.rocksdb.take() {
+        remove_dead_state(&root);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        options.rocksdb = Some(root.join(format!("{name}-{}-{n}", std::process::id())));
+    }
+    options
 }
 
 /// Delete the local RocksDB copies (`<job>-<pid>-<n>` in the state directory) of processes

@@ -104,3 +104,47 @@ GROUP BY auction, window_start, window_end;
     assert!(again.status.success(), "second run: {}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(published(&dir.join("out")), rows, "the second run changed the output");
 }
+
+/// Two queries with RocksDB state at once, of two engines in one process: each opens a
+/// database of its own (they shared `<state.dir>/stage1-task0-op0`, and the second failed on
+/// the first's lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_with_rocksdb_state_at_once_each_have_their_own() {
+    let dir = crate::slt::tempdir();
+    let setup = |events: &str, rate: &str| {
+        format!(
+            "SET 'state.backend' = 'rocksdb'; SET 'state.dir' = '{}';
+             CREATE TABLE bid (auction BIGINT, price BIGINT)
+               WITH ('connector' = 'nexmark', 'table' = 'bid', 'events' = '{events}'{rate});",
+            dir.display()
+        )
+    };
+    let query = "SELECT auction, COUNT(*) AS c FROM bid GROUP BY auction";
+    let long = weir::Engine::new();
+    long.execute_all(&setup("100000000", ", 'rate' = '1000'")).await.expect("setup");
+    let Some(weir::Outcome::Query(running)) = long.execute_all(query).await.expect("query").pop() else {
+        panic!("a query")
+    };
+    // Until it has state (its database is open).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while running.job().status().operators.iter().all(|o| o.rows_in == 0 || !o.name.starts_with("GroupAggregate")) {
+        assert!(std::time::Instant::now() < deadline, "the first query never ran (hang guard)");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let short = weir::Engine::new();
+    short.execute_all(&setup("5000", "")).await.expect("setup");
+    let Some(weir::Outcome::Query(stream)) = short.execute_all(query).await.expect("query").pop() else {
+        panic!("a query")
+    };
+    let changes = stream.collect_changes().await.expect("the second query, beside the first");
+    let counted: i64 = changes
+        .iter()
+        .flat_map(|c| {
+            use weir::arrow::array::AsArray;
+            let counts = c.batch.column(1).as_primitive::<weir::arrow::datatypes::Int64Type>().clone();
+            c.ops().into_iter().enumerate().map(move |(i, op)| op.sign() * counts.value(i))
+        })
+        .sum();
+    assert_eq!(counted, 4600, "every bid of the first 5000 events (92% are bids) counted once");
+    running.job().cancel();
+}
