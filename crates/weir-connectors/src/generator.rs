@@ -34,6 +34,9 @@ pub(crate) struct Blocks {
     rate: Option<f64>,
     started: Option<Instant>,
     generated: u64,
+    /// Replaying: `pending` holds the blocks of this task's share that the run being
+    /// replayed had generated, and nothing follows them.
+    replaying: bool,
 }
 
 impl Blocks {
@@ -46,6 +49,7 @@ impl Blocks {
             rate: rate.map(|r| r as f64 / split.count as f64),
             started: None,
             generated: 0,
+            replaying: false,
         }
     }
 
@@ -54,6 +58,9 @@ impl Blocks {
     pub(crate) async fn next(&mut self, past_end: impl Fn(u64) -> bool) -> Option<u64> {
         while self.pending.front().is_some_and(|b| past_end(*b)) {
             self.pending.pop_front();
+        }
+        if self.replaying && self.pending.is_empty() {
+            return None;
         }
         let block = self.pending.front().copied().unwrap_or(self.next_block);
         if past_end(block) {
@@ -101,20 +108,43 @@ impl Blocks {
     /// frontier that some task had still to generate are listed, and from there on every
     /// block is left, so this task takes its share of both.
     pub(crate) fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
-        let tasks = positions.iter().map(|p| unread(p)).collect::<Result<Vec<_>>>()?;
-        let frontier = tasks.iter().map(|(_, from, _)| *from).max().unwrap_or(0);
-        let mut left: Vec<u64> = Vec::new();
-        for (pending, from, step) in &tasks {
-            left.extend(pending.iter().copied().filter(|b| *b < frontier));
-            left.extend((*from..frontier).step_by(*step as usize));
-        }
-        left.sort_unstable();
-        left.dedup();
+        let (left, frontier) = left_by(positions)?;
         let (index, count) = (self.split.index as u64, self.split.count as u64);
+        self.replaying = false;
         self.pending = left.into_iter().filter(|b| b % count == index).collect();
         self.next_block = frontier + (index + count - frontier % count) % count;
         Ok(())
     }
+
+    /// Replay: this task's share of the blocks the earlier tasks at `positions` generated,
+    /// and nothing after them.
+    pub(crate) fn replay_to(&mut self, positions: &[&[u8]]) -> Result<()> {
+        let (left, frontier) = left_by(positions)?;
+        let (index, count) = (self.split.index as u64, self.split.count as u64);
+        let left: std::collections::BTreeSet<u64> = left.into_iter().collect();
+        self.pending = (index..frontier).step_by(count as usize).filter(|b| !left.contains(b)).collect();
+        self.replaying = true;
+        Ok(())
+    }
+
+    pub(crate) fn replayed(&self) -> bool {
+        !self.replaying || self.pending.is_empty()
+    }
+}
+
+/// The blocks no task at `positions` generated below the highest frontier among them
+/// (ascending), and that frontier: every block from it on is left too.
+fn left_by(positions: &[&[u8]]) -> Result<(Vec<u64>, u64)> {
+    let tasks = positions.iter().map(|p| unread(p)).collect::<Result<Vec<_>>>()?;
+    let frontier = tasks.iter().map(|(_, from, _)| *from).max().unwrap_or(0);
+    let mut left: Vec<u64> = Vec::new();
+    for (pending, from, step) in &tasks {
+        left.extend(pending.iter().copied().filter(|b| *b < frontier));
+        left.extend((*from..frontier).step_by(*step as usize));
+    }
+    left.sort_unstable();
+    left.dedup();
+    Ok((left, frontier))
 }
 
 /// The `Source` methods of a generator whose `blocks` field is its [`Blocks`]: cancel-safe
@@ -136,6 +166,14 @@ macro_rules! rewind_by_blocks {
 
         fn seek_rescaled(&mut self, positions: &[&[u8]]) -> weir_core::Result<()> {
             self.blocks.seek_rescaled(positions)
+        }
+
+        fn replay_to(&mut self, positions: &[&[u8]]) -> weir_core::Result<()> {
+            self.blocks.replay_to(positions)
+        }
+
+        fn replayed(&self) -> bool {
+            self.blocks.replayed()
         }
     };
 }

@@ -94,6 +94,16 @@ impl ConnectorFactory for Connectors {
         }
     }
 
+    fn source_replays(&self, table: &TableDef) -> std::result::Result<(), String> {
+        match table.options.get("connector") {
+            // Row n is a pure function of the seed and n.
+            Some("nexmark" | "datagen") => Ok(()),
+            Some("kafka" | "upsert-kafka") => crate::kafka::replays(table),
+            Some(c) => Err(format!("the '{c}' connector cannot read its input a second time (not built for it yet)")),
+            None => Err("the table names no connector".into()),
+        }
+    }
+
     fn lookup_source(&self, table: &TableDef) -> bool {
         table.options.get("connector") == Some("jdbc")
     }

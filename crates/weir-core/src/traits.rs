@@ -100,6 +100,20 @@ pub trait Source: Send {
     fn seek_rescaled(&mut self, _positions: &[&[u8]]) -> Result<()> {
         Err(crate::WeirError::not_supported("restoring this source at another parallelism than its checkpoint's"))
     }
+
+    /// Replay (an operator rebuilt after its SQL changed): read again, from where the table
+    /// starts, what an earlier run had read up to `positions` (those of every task of that
+    /// run, as for [`Source::seek_rescaled`]; each task takes its share), and nothing past
+    /// them. Called before the first `next_batch`; once [`Source::replayed`], the runtime
+    /// calls `seek_rescaled(positions)` and the source goes on from there.
+    fn replay_to(&mut self, _positions: &[&[u8]]) -> Result<()> {
+        Err(crate::WeirError::not_supported("reading this source's input a second time"))
+    }
+
+    /// Everything up to the replay's bound has been returned.
+    fn replayed(&self) -> bool {
+        true
+    }
 }
 
 /// Work a snapshot leaves that may run on another thread while the operator goes on
@@ -397,6 +411,16 @@ pub trait ConnectorFactory: Send + Sync {
     /// loads such a table whole.
     fn source_bounded(&self, _table: &TableDef) -> bool {
         false
+    }
+
+    /// Whether the source of `table` can read again what an earlier run read
+    /// ([`Source::replay_to`]), so that an operator whose state cannot be carried over is
+    /// rebuilt; if not, why (one phrase, after "it cannot be read again:").
+    fn source_replays(&self, table: &TableDef) -> std::result::Result<(), String> {
+        Err(format!(
+            "the '{}' connector cannot read its input a second time",
+            table.options.get("connector").unwrap_or("?")
+        ))
     }
 
     /// Whether a lookup join asks `table` for the rows of each key as they are needed (a

@@ -77,6 +77,10 @@ pub struct Identities {
     sinks: Vec<StatePart>,
     /// Every part, in plan order.
     parts: Vec<StatePart>,
+    /// The ids of the parts each INSERT uses, a scan shared with an earlier one included.
+    branches: Vec<Vec<String>>,
+    /// Each scan's id and table.
+    tables: Vec<(String, Arc<TableDef>)>,
 }
 
 impl Identities {
@@ -92,14 +96,17 @@ impl Identities {
                 n => format!("{}#{n}", branch.sink),
             };
             *nth += 1;
-            let mut walk = Walk { ids: &mut ids, target: &target, place: 0, met: HashMap::new() };
+            let mut walk = Walk { ids: &mut ids, target: &target, place: 0, met: HashMap::new(), used: Vec::new() };
             walk.node(branch.root, &mut scans_of_table);
+            let mut used = std::mem::take(&mut walk.used);
             let sink = StatePart::new(
                 format!("sink {target}"),
                 branch.connector.to_string(),
                 String::new(),
                 format!("Sink: {}", branch.sink),
             );
+            used.push(sink.id.clone());
+            ids.branches.push(used);
             ids.sinks.push(sink.clone());
             ids.parts.push(sink);
         }
@@ -122,6 +129,16 @@ impl Identities {
     pub fn parts(&self) -> &[StatePart] {
         &self.parts
     }
+
+    /// The ids of the parts each INSERT uses: INSERTs sharing a scan share its input.
+    pub fn branches(&self) -> &[Vec<String>] {
+        &self.branches
+    }
+
+    /// Each scan's id and the table it reads.
+    pub fn tables(&self) -> &[(String, Arc<TableDef>)] {
+        &self.tables
+    }
 }
 
 /// How one INSERT's plan is walked: sources and operators inputs first, left before right,
@@ -133,6 +150,8 @@ struct Walk<'a> {
     place: usize,
     /// Scans of each identity met so far in this INSERT (a self-join scans a table twice).
     met: HashMap<String, usize>,
+    /// The ids of the parts this INSERT uses.
+    used: Vec<String>,
 }
 
 impl Walk<'_> {
@@ -143,8 +162,9 @@ impl Walk<'_> {
                 let nth = self.met.entry(identity.clone()).or_insert(0);
                 let key = scan_key(&identity, *nth);
                 *nth += 1;
-                if self.ids.scans.contains_key(&key) {
-                    return; // shared with an earlier INSERT
+                if let Some(shared) = self.ids.scans.get(&key) {
+                    self.used.push(shared.id.clone()); // shared with an earlier INSERT
+                    return;
                 }
                 let k = scans_of_table.entry(table.name.clone()).or_insert(0);
                 let slot = match *k {
@@ -156,6 +176,8 @@ impl Walk<'_> {
                 let output = format!("{projection:?} [{}]", columns(schema));
                 let part = StatePart::new(slot, connector.to_string(), output, format!("Source: {}", table.name));
                 self.ids.scans.insert(key, part.clone());
+                self.ids.tables.push((part.id.clone(), table.clone()));
+                self.used.push(part.id.clone());
                 self.ids.parts.push(part);
             }
             Node::Values { .. } => {}
@@ -182,6 +204,7 @@ impl Walk<'_> {
         let output = format!("[{}]", columns(&node.schema()));
         let part = StatePart::new(slot, spec.state_shape(), output, spec.describe());
         self.ids.operators.insert(spec as *const OperatorSpec as usize, part.clone());
+        self.used.push(part.id.clone());
         self.ids.parts.push(part);
     }
 }

@@ -13,8 +13,14 @@
 //! - a sink of another connector: its last pre-commits would have no one to publish them.
 //!   After a savepoint they were published before the job stopped, so the new sink is
 //!   **new**; after a checkpoint they are refused unless dropping them is asked for;
-//! - anything else is **refused**, both shapes named: its state would be read the wrong way.
-//!   (Rebuilding such an operator by replaying its sources is not built yet.)
+//! - a scan of another connector is **refused**: the position means nothing to it;
+//! - any other operator whose state would be read the wrong way is **rebuilt** by replay,
+//!   both shapes named: it starts empty, and the scans feeding it read their input again
+//!   from where their tables start up to the checkpoint's positions, while the sinks drop
+//!   what comes of that; the first checkpoint after the replay is the cut-over, from which
+//!   the sinks write again. Every INSERT sharing a scan with it replays too (see
+//!   [`rebuild`]). Where a scan cannot read its input again (a Kafka table started at the
+//!   latest offset, a connector that cannot), it is **refused** instead, and why.
 //!
 //! A part of the plan the checkpoint lacks is **new** (it starts empty). State no part claims
 //! is **dropped** only with Flink's `execution.savepoint.ignore-unclaimed-state`, as Flink
@@ -22,7 +28,7 @@
 //! state in the checkpoint (a print sink, an operator that kept nothing) are never refused:
 //! nothing is lost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::checkpoint::{PlanState, Restored};
@@ -59,6 +65,9 @@ pub enum Verdict {
     Kept,
     /// The state is restored under the part's new id; how, said.
     Migrated(String),
+    /// Started empty and refilled by reading its sources again up to the checkpoint's
+    /// positions, its output dropped until then; why.
+    Rebuilt(String),
     /// No state to restore: it starts empty.
     New(String),
     /// State in the checkpoint that the job no longer has a part for.
@@ -72,16 +81,21 @@ impl Verdict {
         match self {
             Verdict::Kept => "kept",
             Verdict::Migrated(_) => "migrated",
+            Verdict::Rebuilt(_) => "rebuilt",
             Verdict::New(_) => "new",
             Verdict::Dropped(_) => "dropped",
             Verdict::Refused(_) => "refused",
         }
     }
 
-    fn why(&self) -> Option<&str> {
+    pub fn why(&self) -> Option<&str> {
         match self {
             Verdict::Kept => None,
-            Verdict::Migrated(w) | Verdict::New(w) | Verdict::Dropped(w) | Verdict::Refused(w) => Some(w),
+            Verdict::Migrated(w)
+            | Verdict::Rebuilt(w)
+            | Verdict::New(w)
+            | Verdict::Dropped(w)
+            | Verdict::Refused(w) => Some(w),
         }
     }
 }
@@ -106,6 +120,11 @@ pub struct Upgrade {
     pub savepoint: bool,
     /// Old id to new id, for the state migrated.
     renames: BTreeMap<String, String>,
+    /// Operators (old and new ids) whose state is not restored: they are rebuilt.
+    cleared: BTreeSet<String>,
+    /// Scans that replay, and sinks whose input is dropped until the replay is over.
+    replay: BTreeSet<String>,
+    suppress: BTreeSet<String>,
 }
 
 /// How the checkpoint was taken, as far as the verdicts care.
@@ -185,7 +204,82 @@ pub fn verdicts(old: &[OldPart], plan: &PlanState, taken: Taken) -> Upgrade {
         };
         up.entries.push(Entry { name: o.name.clone(), id: o.id.clone(), was: None, verdict });
     }
+    rebuild(&mut up, plan);
     up
+}
+
+/// INSERTs that share a scan share its input, so a replay for an operator of one feeds them
+/// all: every stateful operator among them starts empty and is rebuilt by the same replay
+/// (state restored and then fed the replay would count everything twice), every scan among
+/// them replays, and every sink among them drops its input until the replay is over. Where a
+/// scan among them cannot read its input again, the operators that needed rebuilding are
+/// refused instead.
+fn rebuild(up: &mut Upgrade, plan: &PlanState) {
+    let n = plan.branches.len();
+    let mut group: Vec<usize> = (0..n).collect();
+    fn root(group: &[usize], mut i: usize) -> usize {
+        while group[i] != i {
+            i = group[i];
+        }
+        i
+    }
+    for i in 0..n {
+        for j in 0..i {
+            if plan.branches[i].iter().any(|id| plan.branches[j].contains(id)) {
+                let (a, b) = (root(&group, i), root(&group, j));
+                group[a] = b;
+            }
+        }
+    }
+    for c in (0..n).filter(|c| root(&group, *c) == *c) {
+        let ids: BTreeSet<&String> =
+            (0..n).filter(|i| root(&group, *i) == c).flat_map(|i| plan.branches[i].iter()).collect();
+        let Some(cause) = up
+            .entries
+            .iter()
+            .find(|e| ids.contains(&e.id) && matches!(e.verdict, Verdict::Rebuilt(_)))
+            .map(|e| e.name.clone())
+        else {
+            continue;
+        };
+        let slot_of = |id: &str| plan.parts.iter().find(|p| p.id == id).map(|p| p.slot.as_str()).unwrap_or_default();
+        let blocked = plan.unreplayable.iter().find(|(scan, _)| ids.contains(scan)).map(|(scan, why)| {
+            let table = slot_of(scan).trim_start_matches("scan ");
+            format!("its input cannot be read again to rebuild it: table '{table}': {why}")
+        });
+        for e in up.entries.iter_mut().filter(|e| ids.contains(&e.id)) {
+            let slot = slot_of(&e.id);
+            if let Some(why) = &blocked {
+                if let Verdict::Rebuilt(what) = &e.verdict {
+                    e.verdict = Verdict::Refused(format!("{what}; {why}"));
+                }
+                continue;
+            }
+            if slot.starts_with("sink ") {
+                up.suppress.insert(e.id.clone());
+            } else if slot.starts_with("scan ") {
+                if matches!(e.verdict, Verdict::Kept | Verdict::Migrated(_)) {
+                    up.replay.insert(e.id.clone());
+                    e.verdict = Verdict::Rebuilt(format!(
+                        "reads its input again from where the table starts up to the checkpoint's position, for \
+                         '{cause}'; what the replay yields is not written to any sink, and it goes on from that position"
+                    ));
+                }
+            } else {
+                if !matches!(e.verdict, Verdict::Rebuilt(_)) {
+                    e.verdict = Verdict::Rebuilt(format!(
+                        "shares its input with '{cause}', which is rebuilt: it starts empty too and is refilled by the \
+                         same replay"
+                    ));
+                }
+                up.cleared.insert(e.id.clone());
+                if let Some(was) = &e.was {
+                    up.renames.remove(was);
+                    up.cleared.insert(was.clone());
+                }
+            }
+        }
+    }
 }
 
 /// The shapes of operators whose state is the watermark alone.
@@ -203,11 +297,15 @@ fn new_part(slot: &str) -> String {
 /// The verdict on `p`, in the slot where the checkpoint holds the state of `o`, another id.
 fn changed(o: &OldPart, p: &crate::identity::StatePart) -> Verdict {
     let Some((shape, output)) = &o.shape else {
-        return Verdict::Refused(format!(
+        let what = format!(
             "has changed: the checkpoint holds the state of '{}' (id {}) in its place, of a shape its manifest does \
              not record",
             o.name, o.id
-        ));
+        );
+        return match p.slot.starts_with("scan ") {
+            true => Verdict::Refused(what),
+            false => Verdict::Rebuilt(format!("{what}: it starts empty and is refilled by reading its input again")),
+        };
     };
     if *shape == p.shape && p.slot.starts_with("scan ") {
         return Verdict::Migrated(format!(
@@ -224,10 +322,15 @@ fn changed(o: &OldPart, p: &crate::identity::StatePart) -> Verdict {
             p.output
         ));
     }
-    Verdict::Refused(format!(
+    if p.slot.starts_with("scan ") {
+        return Verdict::Refused(format!(
+            "reads another connector's input ({shape} before, {} now): the checkpoint's position means nothing to it",
+            p.shape
+        ));
+    }
+    Verdict::Rebuilt(format!(
         "has changed: the checkpoint holds the state of '{}' (id {}) in its place, which keeps {shape} {output}, and \
-         it keeps {} {}: that state cannot be read as its own (rebuilding it by replaying its sources is not \
-         supported yet)",
+         it keeps {} {}: it starts empty and is refilled by reading its input again",
         o.name, o.id, p.shape, p.output
     ))
 }
@@ -258,10 +361,10 @@ impl Upgrade {
 
     /// The checkpoint's state keyed by the new plan's ids.
     pub fn apply(&self, restored: &mut Restored) {
-        if self.renames.is_empty() {
-            return;
-        }
+        restored.replay.clone_from(&self.replay);
+        restored.suppress.clone_from(&self.suppress);
         for task in restored.tasks.values_mut() {
+            task.operators.retain(|id, _| !self.cleared.contains(id));
             if let Some(new) = task.owner.as_ref().and_then(|o| self.renames.get(o)) {
                 task.owner = Some(new.clone());
             }
@@ -307,7 +410,7 @@ mod tests {
         StatePart::new(slot.into(), shape.into(), output.into(), format!("op at {slot}"))
     }
 
-    fn old(p: &StatePart, has_state: bool) -> OldPart {
+    fn old_part(p: &StatePart, has_state: bool) -> OldPart {
         OldPart {
             id: p.id.clone(),
             slot: p.slot.clone(),
@@ -332,7 +435,7 @@ mod tests {
     fn unchanged_parts_are_kept_and_new_ones_start_empty() {
         let (agg, sink) = (part("out/0", "agg", "[a]"), part("sink out", "filesystem", ""));
         let added = part("out2/0", "agg", "[a]");
-        let old = [old(&agg, true), old(&sink, true)];
+        let old = [old_part(&agg, true), old_part(&sink, true)];
         let up = verdicts(&old, &plan(vec![agg, sink, added], false), CHECKPOINT);
         assert_eq!(words(&up), ["kept", "kept", "new"]);
         assert_eq!(up.refusal(), None);
@@ -340,16 +443,74 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_operator_is_refused_with_both_named_and_both_shapes() {
+    fn a_changed_operator_is_rebuilt_by_replay_and_refused_where_its_input_cannot_be_read_again() {
+        let (scan, sink) = (part("scan bid", "kafka", "[a]"), part("sink out", "filesystem", ""));
         let (was, now) = (part("out/0", "agg max", "[m]"), part("out/0", "agg sum", "[m]"));
-        let up = verdicts(&[old(&was, true)], &plan(vec![now.clone()], true), CHECKPOINT);
-        let err = up.refusal().expect("changed");
-        for s in [now.id.as_str(), was.id.as_str(), "has changed", "agg max", "agg sum"] {
+        let old = [old_part(&scan, true), old_part(&was, true), old_part(&sink, true)];
+        let mut p = plan(vec![scan.clone(), now.clone(), sink.clone()], false);
+        p.branches = vec![vec![scan.id.clone(), now.id.clone(), sink.id.clone()]];
+        let up = verdicts(&old, &p, CHECKPOINT);
+        assert_eq!(words(&up), ["rebuilt", "rebuilt", "kept"]);
+        assert_eq!(up.refusal(), None);
+        let why = up.entries[1].verdict.why().unwrap_or_default();
+        for s in [was.id.as_str(), "has changed", "agg max", "agg sum", "reading its input again"] {
+            assert!(why.contains(s), "{s} missing: {why}");
+        }
+        let mut restored = Restored { epoch: 1, version: 2, ..Default::default() };
+        let mut task = crate::checkpoint::TaskState { owner: Some(scan.id.clone()), ..Default::default() };
+        task.operators.insert(was.id.clone(), Default::default());
+        restored.tasks.insert("t0".into(), task);
+        up.apply(&mut restored);
+        assert!(restored.tasks["t0"].operators.is_empty(), "the changed state is not restored");
+        assert_eq!(
+            (restored.replay.iter().collect::<Vec<_>>(), restored.suppress.iter().collect::<Vec<_>>()),
+            (vec![&scan.id], vec![&sink.id])
+        );
+        // A scan that cannot read its input again: refused, both shapes and the reason named.
+        p.unreplayable.insert(scan.id.clone(), "it starts at the latest offset".into());
+        let up = verdicts(&old, &p, CHECKPOINT);
+        let err = up.refusal().expect("refused");
+        for s in [now.id.as_str(), was.id.as_str(), "agg max", "agg sum", "table 'bid'", "latest offset"] {
             assert!(err.contains(s), "{s} missing: {err}");
         }
-        // Without state, nothing is lost: not refused.
-        let up = verdicts(&[old(&was, false)], &plan(vec![now], false), CHECKPOINT);
+        // Without state, nothing is lost: new.
+        let up = verdicts(&[old_part(&was, false)], &plan(vec![now], false), CHECKPOINT);
         assert_eq!((words(&up), up.refusal()), (vec!["new"], None));
+    }
+
+    #[test]
+    fn insert_sharing_a_scan_with_a_rebuilt_one_is_rebuilt_with_it_and_others_are_kept() {
+        let (bid, person) = (part("scan bid", "nexmark", "[a]"), part("scan person", "nexmark", "[b]"));
+        let (grp, grp2) = (part("g/0", "agg count", "[a]"), part("g/0", "agg sum", "[a]"));
+        let (win, other) = (part("w/0", "window", "[a]"), part("p/0", "dedup", "[b]"));
+        let sinks = [part("sink g", "blackhole", ""), part("sink w", "blackhole", ""), part("sink p", "blackhole", "")];
+        let old: Vec<OldPart> = [&bid, &person, &grp, &win, &other, &sinks[0], &sinks[1], &sinks[2]]
+            .iter()
+            .map(|p| old_part(p, true))
+            .collect();
+        let mut p = plan(
+            vec![
+                bid.clone(),
+                grp2.clone(),
+                sinks[0].clone(),
+                win.clone(),
+                sinks[1].clone(),
+                person.clone(),
+                other.clone(),
+                sinks[2].clone(),
+            ],
+            false,
+        );
+        p.branches = vec![
+            vec![bid.id.clone(), grp2.id.clone(), sinks[0].id.clone()],
+            vec![bid.id.clone(), win.id.clone(), sinks[1].id.clone()],
+            vec![person.id.clone(), other.id.clone(), sinks[2].id.clone()],
+        ];
+        let up = verdicts(&old, &p, CHECKPOINT);
+        assert_eq!(words(&up), ["rebuilt", "rebuilt", "kept", "rebuilt", "kept", "kept", "kept", "kept"]);
+        assert!(up.entries[3].verdict.why().unwrap_or_default().contains("shares its input with"));
+        assert_eq!(up.suppress, [sinks[0].id.clone(), sinks[1].id.clone()].into_iter().collect());
+        assert_eq!(up.replay, [bid.id.clone()].into_iter().collect());
     }
 
     #[test]
@@ -358,11 +519,14 @@ mod tests {
             (part("scan bid", "kafka", "Some([0]) [a]"), part("scan bid", "kafka", "Some([0, 1]) [a,b]"));
         let (agg, agg2) = (part("out/0", "watermark", "[c:Int64]"), part("out/0", "watermark", "[c:Int64,d:Utf8]"));
         let other = part("scan bid", "filesystem", "Some([0]) [a]");
-        let up =
-            verdicts(&[old(&scan, true), old(&agg, true)], &plan(vec![scan2.clone(), agg2.clone()], false), CHECKPOINT);
+        let up = verdicts(
+            &[old_part(&scan, true), old_part(&agg, true)],
+            &plan(vec![scan2.clone(), agg2.clone()], false),
+            CHECKPOINT,
+        );
         assert_eq!(words(&up), ["migrated", "migrated"]);
         assert_eq!(up.entries[0].was.as_deref(), Some(scan.id.as_str()));
-        let mut restored = Restored { epoch: 1, version: 2, tasks: BTreeMap::new() };
+        let mut restored = Restored { epoch: 1, version: 2, ..Default::default() };
         let mut task = crate::checkpoint::TaskState { owner: Some(scan.id.clone()), ..Default::default() };
         task.operators.insert(agg.id.clone(), Default::default());
         restored.tasks.insert("t0".into(), task);
@@ -371,18 +535,18 @@ mod tests {
         assert!(restored.tasks["t0"].operators.contains_key(&agg2.id));
         // Another connector's position means nothing to this one; an aggregate grouping by
         // another column of the same type is another aggregate.
-        let up = verdicts(&[old(&scan, true)], &plan(vec![other], false), CHECKPOINT);
+        let up = verdicts(&[old_part(&scan, true)], &plan(vec![other], false), CHECKPOINT);
         assert_eq!(words(&up), ["refused"]);
         let (by_a, by_b) =
             (part("out/1", "agg keys 1", "[a:Int64,c:Int64]"), part("out/1", "agg keys 1", "[b:Int64,c:Int64]"));
-        assert_eq!(words(&verdicts(&[old(&by_a, true)], &plan(vec![by_b], false), CHECKPOINT)), ["refused"]);
+        assert_eq!(words(&verdicts(&[old_part(&by_a, true)], &plan(vec![by_b], false), CHECKPOINT)), ["rebuilt"]);
     }
 
     #[test]
     fn unclaimed_state_and_replaced_sinks_are_refused_unless_dropping_is_asked_for() {
         let gone = part("out/3", "top n", "[a]");
         let (file, collect) = (part("sink out", "filesystem", ""), part("sink out", "collect", ""));
-        let old = [old(&gone, true), old(&file, true)];
+        let old = [old_part(&gone, true), old_part(&file, true)];
         let up = verdicts(&old, &plan(vec![collect.clone()], false), CHECKPOINT);
         let err = up.refusal().expect("unclaimed");
         assert!(err.contains(&gone.id) && err.contains("claims it"), "{err}");

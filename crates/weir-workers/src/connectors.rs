@@ -94,6 +94,10 @@ impl ConnectorFactory for TaskConnectors {
         self.inner.source_bounded(table)
     }
 
+    fn source_replays(&self, _table: &TableDef) -> std::result::Result<(), String> {
+        Err("the processes of 'weir worker' do not rebuild state by replay (not built)".into())
+    }
+
     fn lookup_source(&self, table: &TableDef) -> bool {
         self.inner.lookup_source(table)
     }

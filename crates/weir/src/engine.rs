@@ -731,8 +731,19 @@ impl Engine {
                 connector: t.options.get("connector").unwrap_or("?"),
             })
             .collect();
-        let parts = weir_runtime::identity::Identities::of(&branches).parts().to_vec();
-        let plan_state = weir_runtime::checkpoint::PlanState { fingerprint, layout, parts, ignore_unclaimed: false };
+        let ids = weir_runtime::identity::Identities::of(&branches);
+        // Scans that cannot feed a rebuild by replay, and why.
+        let unreplayable = ids.tables().iter();
+        let unreplayable =
+            unreplayable.filter_map(|(id, t)| self.connectors.source_replays(t).err().map(|why| (id.clone(), why)));
+        let plan_state = weir_runtime::checkpoint::PlanState {
+            fingerprint,
+            layout,
+            parts: ids.parts().to_vec(),
+            ignore_unclaimed: false,
+            branches: ids.branches().to_vec(),
+            unreplayable: unreplayable.collect(),
+        };
         let checkpoint = state.settings.checkpoint_config(&name, plan_state)?;
         let branches = roots.into_iter().zip(sinks).collect();
         Ok(PreparedJob { name, branches, options, checkpoint, settings: state.settings.all() })

@@ -195,6 +195,10 @@ impl weir::connector::ConnectorFactory for Collect {
             _ => self.builtin.check_sink_input(table, changelog, key),
         }
     }
+
+    fn source_replays(&self, table: &weir::connector::TableDef) -> Result<(), String> {
+        self.builtin.source_replays(table)
+    }
 }
 
 /// Group aggregates (one over a retracting input, whose MIN and MAX keep value counts).

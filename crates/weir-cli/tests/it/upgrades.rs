@@ -68,6 +68,16 @@ fn table_rows(outcome: Outcome) -> Vec<String> {
         .collect()
 }
 
+/// A batch's rows as `a|b|c`, in their order (each with its op at the same index).
+fn rows_in_order(batch: &weir::arrow::record_batch::RecordBatch) -> Vec<String> {
+    let options = weir::display_options();
+    let columns = batch.columns().iter();
+    let f: Vec<_> = columns
+        .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+        .collect();
+    (0..batch.num_rows()).map(|r| f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|")).collect()
+}
+
 /// Version 1 run for a moment, then stopped with a savepoint; its path.
 async fn savepoint_of_v1(dir: &Path) -> String {
     let engine = Engine::new();
@@ -113,6 +123,18 @@ fn assert_verdicts(label: &str, up: &JobUpgrade, changed: &[&str]) {
     let refused = changed.iter().any(|c| c.starts_with("refused"));
     assert_eq!(up.refused(), refused, "{label}: refused\n{}", up.describe());
 }
+
+/// The INSERTs of version 1 reading `bid` share its scan: an operator of one rebuilt by replay
+/// rebuilds them all (9 parts), whichever it is.
+fn rebuilt_with_bid() -> Vec<&'static str> {
+    let mut parts = vec!["rebuilt Source: bid", "rebuilt WindowAggregate", "rebuilt GroupAggregate", "rebuilt TopN"];
+    parts.extend(["rebuilt Watermark"; 4]);
+    parts.push("rebuilt "); // the first row's operator, or what it became
+    parts
+}
+
+/// The join's parts, rebuilt: it reads its own scans.
+const JOIN_REBUILT: [&str; 3] = ["rebuilt Source: person", "rebuilt Source: auction", "rebuilt Join"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_changes_get_the_verdicts_their_state_allows() {
@@ -177,45 +199,194 @@ async fn twenty_changes_get_the_verdicts_their_state_allows() {
             "SUM became MAX in the window aggregate",
             2,
             with(0, &WIN.replace("SUM(price)", "MAX(price)")),
-            vec!["refused WindowAggregate"],
+            rebuilt_with_bid(),
         ),
         (
             "an aggregate added to the group aggregate",
             2,
             with(1, &format!("{GRP} HAVING SUM(price) > 0")),
-            vec!["refused GroupAggregate"],
+            rebuilt_with_bid(),
         ),
         (
             "another group key",
             2,
             with(1, &GRP.replace("SELECT auction,", "SELECT bidder,").replace("BY auction", "BY bidder")),
-            vec!["migrated Watermark", "refused GroupAggregate"],
+            rebuilt_with_bid(),
         ),
-        ("Top-N keeping more rows", 2, with(2, &TOP.replace("rn <= 3", "rn <= 5")), vec!["refused TopN"]),
+        ("Top-N keeping more rows", 2, with(2, &TOP.replace("rn <= 3", "rn <= 5")), rebuilt_with_bid()),
         (
             "the first row became the last",
             2,
             with(3, &FIRST.replace("date_time ASC", "date_time DESC")),
-            vec!["refused "],
+            rebuilt_with_bid(),
         ),
-        ("an inner join made outer", 2, with(4, &JOINED.replace(" JOIN ", " LEFT JOIN ")), vec!["refused Join"]),
+        ("an inner join made outer", 2, with(4, &JOINED.replace(" JOIN ", " LEFT JOIN ")), JOIN_REBUILT.to_vec()),
         (
             "a state TTL set",
             2,
             format!("SET 'table.exec.state.ttl' = '1h'; {}", set(&V1)),
-            vec!["refused GroupAggregate", "refused Join"],
+            [rebuilt_with_bid(), JOIN_REBUILT.to_vec()].concat(),
         ),
     ];
     assert!(cases.len() >= 19);
     for (label, parallelism, statements, changed) in &cases {
         let up = check(&dir, *parallelism, statements, &savepoint).await;
         assert_verdicts(label, &up, changed);
+        // Of the parts rebuilt, one is the operator that changed, and it says how.
+        let (_, found) = up.found.as_ref().expect("a checkpoint");
+        let changed_ones =
+            found.entries.iter().filter(|e| e.verdict.why().is_some_and(|w| w.starts_with("has changed")));
+        let rebuilt = changed.iter().any(|c| c.starts_with("rebuilt"));
+        assert_eq!(changed_ones.count(), usize::from(rebuilt) * if label.contains("TTL") { 2 } else { 1 }, "{label}");
     }
     // Another state layout is refused before any part is looked at.
     let engine = Engine::new();
     let rocksdb = format!("{}\nSET 'state.backend' = 'rocksdb';\n{}", setup(&dir, 2), set(&V1));
     let err = engine.check_upgrades(&rocksdb, Some(&savepoint)).await.expect_err("another layout");
     assert!(err.message.contains("laid out for") && !err.message.contains('\n'), "{}", err.message);
+
+    // An operator that needs rebuilding over input that cannot be read again is refused: a
+    // file table's job, checked against its final checkpoint.
+    let files = dir.join("files");
+    std::fs::create_dir_all(files.join("in")).expect("dir");
+    std::fs::write(files.join("in").join("a.csv"), "1,10\n2,20\n1,30\n").expect("write");
+    let tables = format!(
+        "SET 'checkpoint.interval' = '10min'; SET 'checkpoint.dir' = '{}'; SET 'pipeline.name' = 'files';
+         CREATE TABLE f (k BIGINT, v BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         CREATE TABLE g (k BIGINT, c BIGINT, m BIGINT) WITH ('connector' = 'blackhole');",
+        files.join("checkpoints").display(),
+        files.join("in").display()
+    );
+    let engine = Engine::new();
+    engine.execute_all(&tables).await.expect("setup");
+    let v1 = "INSERT INTO g SELECT k, COUNT(*), MAX(v) FROM f GROUP BY k";
+    engine.submit(v1).await.expect("files v1").wait().await.expect("files v1 run");
+    let v2 = format!("{tables}\n{}", v1.replace("MAX(v)", "MIN(v)"));
+    let mut jobs = Engine::new().check_upgrades(&v2, None).await.expect("checked");
+    let up = jobs.remove(0);
+    assert!(up.refused(), "{}", up.describe());
+    let (_, found) = up.found.as_ref().expect("the final checkpoint");
+    let refused = found.refusal().unwrap_or_default();
+    assert!(refused.contains("table 'f'") && refused.contains("'filesystem' connector cannot read"), "{refused}");
+}
+
+/// Version 2 changes the window aggregate's SUM to MAX: its state is rebuilt by reading the
+/// generated bids again up to the savepoint's positions, with nothing written meanwhile. From
+/// the cut-over on the sink gets exactly the rows of version 2 run from scratch, for the
+/// windows that had not fired before it: windows straddling the cut-over hold every bid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_window_aggregate_is_rebuilt_by_replay_and_writes_exactly_the_new_rows_from_the_cut_over() {
+    let dir = crate::slt::tempdir();
+    let file_win =
+        |dir: &Path| format!("'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv'", dir.join("win").display());
+    let v2 = WIN.replace("SUM(price)", "MAX(price)");
+    // Version 2 from scratch.
+    let reference = dir.join("reference");
+    let engine = Engine::new();
+    engine.execute_all(&setup(&reference, 2)).await.expect("setup");
+    engine.submit(&v2).await.expect("reference").wait().await.expect("reference run");
+    let want = crate::identities::file_rows(&reference.join("win"));
+    assert!(want.len() > 1000, "{} rows", want.len());
+
+    let first = dir.join("first");
+    let engine = Engine::new();
+    engine.execute_all(&setup(&first, 2)).await.expect("setup");
+    let job = engine.submit(WIN).await.expect("version 1");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let savepoint = table_rows(engine.execute_all("STOP JOB 'shop' WITH SAVEPOINT").await.expect("stop").remove(0));
+    assert!(matches!(job.state(), weir::JobState::Stopped));
+    let window = |row: &String| row.split('|').take(3).collect::<Vec<_>>().join("|");
+    let fired: std::collections::BTreeSet<String> =
+        crate::identities::file_rows(&first.join("win")).iter().map(window).collect();
+    let expected: Vec<String> = want.iter().filter(|r| !fired.contains(&window(r))).cloned().collect();
+    assert!(!fired.is_empty() && expected.len() < want.len() && !expected.is_empty(), "{} fired", fired.len());
+
+    let second = dir.join("second");
+    let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&setup(&second, 2).replace(&file_win(&second), "'connector' = 'collect'")).await.expect("setup");
+    engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", savepoint[0])).await.expect("set");
+    let upgrade = table_rows(engine.execute_all(&format!("EXPLAIN UPGRADE {v2}")).await.expect("explain").remove(0));
+    for line in ["  rebuilt   Source: bid", "  rebuilt   WindowAggregate", "  new       Sink: win"] {
+        assert!(upgrade.iter().any(|l| l.starts_with(line)), "{line}: {upgrade:?}");
+    }
+    engine.submit(&v2).await.expect("version 2").wait().await.expect("version 2 run");
+    let taken = std::mem::take(&mut *chunks.lock().expect("chunks"));
+    let batches: Vec<_> = taken.iter().map(|c| c.batch.clone()).collect();
+    let mut got: Vec<String> = crate::rows(&batches).into_iter().map(|r| r.replace('T', " ")).collect();
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "rows after the cut-over");
+    assert!(got == expected, "rows after the cut-over differ from version 2's from scratch");
+}
+
+/// An aggregate added to a GROUP BY, resumed at parallelism 1 from a savepoint of parallelism
+/// 2: the group aggregate is rebuilt by replay, and every key's last row after the cut-over
+/// is its row in version 2 run from scratch; keys not updated since keep version 1's row,
+/// which agrees with version 2 on the columns both have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_added_at_another_parallelism_is_rebuilt_and_each_keys_last_row_is_the_new_sqls() {
+    let dir = crate::slt::tempdir();
+    let collect = |dir: &Path, p: u32| {
+        setup(dir, p).replace(
+            "CREATE TABLE grp (auction BIGINT, c BIGINT, m BIGINT) WITH ('connector' = 'blackhole')",
+            "CREATE TABLE grp (auction BIGINT, c BIGINT, m BIGINT, s BIGINT) WITH ('connector' = 'collect')",
+        )
+    };
+    let v1 = "INSERT INTO grp SELECT auction, COUNT(*) AS c, MAX(price) AS m, CAST(NULL AS BIGINT) FROM bid GROUP BY auction";
+    let v2 =
+        "INSERT INTO grp SELECT auction, COUNT(*) AS c, MAX(price) AS m, SUM(price) AS s FROM bid GROUP BY auction";
+    let last_rows = |chunks: &std::sync::Mutex<Vec<weir::Chunk>>| {
+        let mut rows = std::collections::BTreeMap::new();
+        for chunk in std::mem::take(&mut *chunks.lock().expect("chunks")).iter() {
+            for (i, row) in rows_in_order(&chunk.batch).into_iter().enumerate() {
+                let key = row.split('|').next().unwrap_or_default().to_string();
+                match chunk.op(i) {
+                    weir::Op::Insert | weir::Op::UpdateAfter => rows.insert(key, row),
+                    weir::Op::Delete | weir::Op::UpdateBefore => rows.remove(&key),
+                };
+            }
+        }
+        rows
+    };
+    let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&collect(&dir.join("reference"), 1)).await.expect("setup");
+    engine.submit(v2).await.expect("reference").wait().await.expect("reference run");
+    let want = last_rows(&chunks);
+    assert!(want.len() > 100, "{} keys", want.len());
+
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&collect(&dir, 2)).await.expect("setup");
+    engine.submit(v1).await.expect("version 1");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let savepoint = table_rows(engine.execute_all("STOP JOB 'shop' WITH SAVEPOINT").await.expect("stop").remove(0));
+    let before = last_rows(&chunks);
+    assert!(!before.is_empty() && before.len() < want.len(), "{} keys before", before.len());
+
+    let engine = crate::identities::engine(&chunks);
+    engine.execute_all(&collect(&dir, 1)).await.expect("setup");
+    engine.execute_all(&format!("SET 'execution.savepoint.path' = '{}'", savepoint[0])).await.expect("set");
+    let upgrade = table_rows(engine.execute_all(&format!("EXPLAIN UPGRADE {v2}")).await.expect("explain").remove(0));
+    assert!(upgrade.iter().any(|l| l.starts_with("  rebuilt   GroupAggregate")), "{upgrade:?}");
+    engine.submit(v2).await.expect("version 2").wait().await.expect("version 2 run");
+    let after = last_rows(&chunks);
+    assert!(after.len() > want.len() / 2, "{} keys updated after the cut-over", after.len());
+    for (key, row) in &want {
+        match (after.get(key), before.get(key)) {
+            (Some(got), old) => {
+                assert_eq!(got, row, "key {key}");
+                // Written after the cut-over only for bids after it: the replay wrote nothing.
+                let count = |r: &String| r.split('|').nth(1).and_then(|c| c.parse::<u64>().ok());
+                assert!(old.is_none_or(|old| count(old) < count(got)), "key {key}: {old:?} then {got}");
+            }
+            // Not updated since the cut-over: version 1's row, the same on c and m.
+            (None, Some(old)) => {
+                assert_eq!(old.rsplit_once('|').map(|p| p.0), row.rsplit_once('|').map(|p| p.0), "key {key}")
+            }
+            (None, None) => panic!("key {key} lost: {row}"),
+        }
+    }
+    assert_eq!(after.keys().filter(|k| !want.contains_key(*k)).count(), 0, "keys version 2 does not have");
 }
 
 /// Version 2 resumed from a savepoint moved to another directory, at parallelism 1 where
@@ -311,7 +482,12 @@ async fn weir_upgrade_check_prints_verdicts_and_exits_by_them() {
     let out = String::from_utf8_lossy(&kept.stdout);
     assert_eq!(kept.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&kept.stderr));
     assert!(out.contains("from savepoint") && out.contains("  kept      GroupAggregate"), "{out}");
-    let refused = check("refused.sql", GRP.replace("MAX(price)", "MIN(price)"));
+    let rebuilt = check("rebuilt.sql", GRP.replace("MAX(price)", "MIN(price)"));
+    let out = String::from_utf8_lossy(&rebuilt.stdout);
+    assert_eq!(rebuilt.status.code(), Some(0), "{out}");
+    assert!(out.contains("  rebuilt   GroupAggregate") && out.contains("reading its input again"), "{out}");
+    // Another INSERT in the job's place: the aggregate's state is claimed by nothing.
+    let refused = check("refused.sql", TOP.into());
     let out = String::from_utf8_lossy(&refused.stdout);
     assert_eq!(refused.status.code(), Some(1), "{out}");
     assert!(out.contains("  refused   GroupAggregate") && out.contains("the job would not start"), "{out}");

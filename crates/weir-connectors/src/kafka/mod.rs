@@ -24,6 +24,7 @@ use rdkafka::ClientConfig;
 use weir_core::{Result, TableDef, WeirError};
 
 pub use sink::{sink, KafkaSink};
+pub(crate) use source::replays;
 pub use source::KafkaSource;
 pub use writer::{send, TopicWriter};
 

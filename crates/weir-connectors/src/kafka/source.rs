@@ -67,6 +67,22 @@ pub(crate) fn startup(table: &TableDef) -> Result<Startup> {
     })
 }
 
+/// Whether a second read of `table` starts where the first did: from the earliest offset or a
+/// timestamp it does; from the latest offset or a group's offsets it starts elsewhere.
+pub(crate) fn replays(table: &TableDef) -> std::result::Result<(), String> {
+    match startup(table).map_err(|e| e.to_string())? {
+        Startup::Earliest | Startup::Timestamp(_) => Ok(()),
+        Startup::Latest => {
+            Err("it starts at the latest offset, so a second read would not see what the first saw".into())
+        }
+        Startup::GroupOffsets => Err(
+            "it starts at the group's offsets, which moved since, so a second read would not see what the first saw \
+                 (set 'scan.startup.mode' = 'earliest-offset')"
+                .into(),
+        ),
+    }
+}
+
 pub(crate) fn kafka_error(what: &str, e: KafkaError) -> WeirError {
     WeirError::external(format!("Kafka: {what}: {e}"))
 }
@@ -103,6 +119,9 @@ pub struct KafkaSource {
     /// With `properties.group.id`: positions at checkpoints not yet complete, committed to the
     /// group when they are (for monitoring consumer lag; never read back by Weir).
     group_commits: Option<BTreeMap<u64, BTreeMap<u32, i64>>>,
+    /// Replaying: where each partition's replay ends (exclusive), the position of the run
+    /// being replayed ([`Source::replay_to`]).
+    bound: Option<BTreeMap<u32, i64>>,
 }
 
 impl KafkaSource {
@@ -216,6 +235,7 @@ impl KafkaSource {
             last_ops: None,
             upsert: table.options.get("connector") == Some("upsert-kafka"),
             group_commits: group.is_some().then(BTreeMap::new),
+            bound: None,
         };
         if let Some(rate) = table.options.get("scan.records-per-second") {
             let rate: f64 = rate.parse().ok().filter(|r: &f64| *r > 0.0).ok_or_else(|| {
@@ -399,7 +419,9 @@ impl Source for KafkaSource {
                 };
                 let (p, offset) = (record.part, record.offset);
                 let end = self.ends.as_ref().and_then(|e| e.get(&p)).copied().unwrap_or(i64::MAX);
-                // A stale record of an earlier assignment, or one past the bounded end.
+                let end = end.min(self.bound.as_ref().and_then(|b| b.get(&p)).copied().unwrap_or(i64::MAX));
+                // A stale record of an earlier assignment, or one past the bounded end (or
+                // the replay's: read again once the replay ends, which assigns anew).
                 if self.positions.get(&p).is_none_or(|next| offset < *next) || offset >= end {
                     continue;
                 }
@@ -418,8 +440,11 @@ impl Source for KafkaSource {
             }
             self.last_partition = partition;
             if values.is_empty() {
-                if self.ends.is_some() {
+                if self.ends.is_some() || self.bound.is_some() {
                     self.catch_up_to_ends()?;
+                }
+                if self.bound.is_some() && self.replayed() {
+                    return Ok(Some(RecordBatch::new_empty(self.schema.clone())));
                 }
                 // Cancel-safe: nothing has been taken in this round.
                 tokio::time::sleep(self.idle_wait).await;
@@ -571,22 +596,78 @@ impl Source for KafkaSource {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let map: BTreeMap<String, i64> = serde_json::from_slice(position)
-            .map_err(|_| WeirError::internal("a Kafka source position in a checkpoint is damaged"))?;
-        for (p, o) in map {
-            let damaged = || WeirError::internal("a Kafka partition in a checkpoint is damaged");
-            let (t, n) = p.rsplit_once('/').ok_or_else(damaged)?;
-            let n: i32 = n.parse().map_err(|_| damaged())?;
-            // A partition that is not this task's any more (topics matching the pattern
-            // changed) is left to the startup mode.
-            let Some(i) = self.index.get(&(t.to_string(), n)) else { continue };
-            if let Some(slot) = self.positions.get_mut(i) {
+        for (i, o) in self.own_offsets(&[position])? {
+            if let Some(slot) = self.positions.get_mut(&i) {
                 *slot = o;
             }
         }
+        // A seek after reading (the end of a replay) reads from the new positions.
+        self.bound = None;
         self.assigned = false;
         self.held = None;
         Ok(())
+    }
+
+    /// Each task's positions name their partitions: this task takes those of its own.
+    fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
+        positions.iter().try_for_each(|p| self.seek(p))
+    }
+
+    fn replay_to(&mut self, positions: &[&[u8]]) -> Result<()> {
+        let read = self.own_offsets(positions)?;
+        let mut bound = BTreeMap::new();
+        for (i, start) in &self.positions {
+            // A partition the earlier run never read: nothing of it to read again.
+            let end = read.get(i).copied().unwrap_or(*start);
+            let (t, p) = &self.parts[*i as usize];
+            if end > *start && self.startup == Startup::Earliest {
+                let (low, _) = self
+                    .consumer
+                    .fetch_watermarks(t, *p, METADATA_TIMEOUT)
+                    .map_err(|e| kafka_error("cannot read a partition's offsets", e))?;
+                if low > 0 {
+                    return Err(WeirError::user(format!(
+                        "topic '{t}' partition {p} starts at offset {low} now: records the job read before may have been \
+                         deleted (retention), so its state cannot be rebuilt by reading them again"
+                    )));
+                }
+            }
+            if end < *start {
+                return Err(WeirError::user(format!(
+                    "topic '{t}' partition {p}: the job had read up to offset {end}, before where the table starts now \
+                     ({start}); its state cannot be rebuilt by reading again from there"
+                )));
+            }
+            bound.insert(*i, end);
+        }
+        self.bound = Some(bound);
+        Ok(())
+    }
+
+    fn replayed(&self) -> bool {
+        self.bound.as_ref().is_none_or(|b| b.iter().all(|(i, end)| self.positions.get(i).is_some_and(|o| o >= end)))
+    }
+}
+
+impl KafkaSource {
+    /// The offsets of this task's partitions in positions of [`Source::position`].
+    fn own_offsets(&self, positions: &[&[u8]]) -> Result<BTreeMap<u32, i64>> {
+        let mut own = BTreeMap::new();
+        for position in positions {
+            let map: BTreeMap<String, i64> = serde_json::from_slice(position)
+                .map_err(|_| WeirError::internal("a Kafka source position in a checkpoint is damaged"))?;
+            for (p, o) in map {
+                let damaged = || WeirError::internal("a Kafka partition in a checkpoint is damaged");
+                let (t, n) = p.rsplit_once('/').ok_or_else(damaged)?;
+                let n: i32 = n.parse().map_err(|_| damaged())?;
+                // A partition that is not this task's (any more: topics matching the pattern
+                // changed, or the parallelism did) is left to its own task or the startup mode.
+                if let Some(i) = self.index.get(&(t.to_string(), n)) {
+                    own.insert(*i, o);
+                }
+            }
+        }
+        Ok(own)
     }
 }
 
@@ -621,9 +702,11 @@ impl KafkaSource {
         let Ok(list) = self.consumer.position() else { return Ok(()) };
         for e in list.elements() {
             let Some(i) = self.index.get(&(e.topic().to_string(), e.partition())) else { continue };
+            // Never past a replay's bound: what lies beyond is read after it.
+            let bound = self.bound.as_ref().and_then(|b| b.get(i)).copied().unwrap_or(i64::MAX);
             if let (Offset::Offset(o), Some(next)) = (e.offset(), self.positions.get_mut(i)) {
-                if o > *next {
-                    *next = o;
+                if o.min(bound) > *next {
+                    *next = o.min(bound);
                 }
             }
         }

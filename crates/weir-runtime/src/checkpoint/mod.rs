@@ -15,7 +15,7 @@
 //! A task that has finished (its input ended) acknowledges once with its final state, which
 //! stands for every later checkpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -74,6 +74,11 @@ pub struct PlanState {
     /// Flink's `execution.savepoint.ignore-unclaimed-state`: a restore drops the state of
     /// parts the plan no longer has, instead of refusing.
     pub ignore_unclaimed: bool,
+    /// The ids of the parts each INSERT uses ([`crate::identity::Identities::branches`]).
+    pub branches: Vec<Vec<String>>,
+    /// Scans that cannot read their input again, by id, and why: an operator fed by one is
+    /// not rebuilt by replay.
+    pub unreplayable: BTreeMap<String, String>,
 }
 
 /// One operator's part of a task's checkpoint.
@@ -128,12 +133,17 @@ pub struct Ack {
 }
 
 /// A checkpoint read back for a restart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Restored {
     pub epoch: u64,
     /// Its format version ([`MANIFEST_VERSION`]): how its parts are keyed.
     pub version: u64,
     pub tasks: BTreeMap<String, TaskState>,
+    /// Scans (by id) that read again, up to their positions here, what the state rebuilt by
+    /// replay was built from ([`crate::upgrade`]).
+    pub replay: BTreeSet<String>,
+    /// Sinks (by id) whose input is dropped until the first barrier: the output of a replay.
+    pub suppress: BTreeSet<String>,
 }
 
 impl Restored {
@@ -281,7 +291,11 @@ pub async fn coordinate(
     mut acks: mpsc::UnboundedReceiver<Ack>,
     mut stop: mpsc::UnboundedReceiver<()>,
     stats: std::sync::Arc<std::sync::Mutex<CheckpointHistory>>,
+    mut replaying: watch::Receiver<usize>,
 ) -> Result<()> {
+    // Source tasks replaying for a rebuilt operator ([`crate::upgrade`]): no barrier before
+    // they have all caught up, and then one at once, the cut-over.
+    let replay_over = |r: &watch::Receiver<usize>| *r.borrow() == 0;
     let mut finished: BTreeMap<String, TaskState> = BTreeMap::new();
     let mut pending: BTreeMap<u64, BTreeMap<String, TaskState>> = BTreeMap::new();
     let mut epoch = first_epoch;
@@ -296,7 +310,12 @@ pub async fn coordinate(
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
-            Some(()) = stop.recv(), if !stopping => {
+            Ok(()) = replaying.changed(), if !replay_over(&replaying) => {
+                if replay_over(&replaying) {
+                    next_trigger = tokio::time::Instant::now();
+                }
+            }
+            Some(()) = stop.recv(), if !stopping && replay_over(&replaying) => {
                 stopping = true;
                 // One checkpoint at a time (shared files of a running one must not look
                 // unreferenced): the last barrier waits for the one in flight.
@@ -312,7 +331,7 @@ pub async fn coordinate(
                     stop_pending = true;
                 }
             }
-            _ = tokio::time::sleep_until(next_trigger), if !stopping && !sources_gone => {
+            _ = tokio::time::sleep_until(next_trigger), if !stopping && !sources_gone && replay_over(&replaying) => {
                 // One checkpoint at a time; a late one is given up after the timeout.
                 if let Some((&open, &at)) = started.iter().next() {
                     if at.elapsed() < config.timeout {

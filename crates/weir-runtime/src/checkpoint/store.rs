@@ -209,7 +209,7 @@ impl Checkpoints {
         let mut restored = self
             .read_parts(&Self::chk(epoch), &manifest)
             .map_err(Unusable::Damaged)
-            .map(|tasks| Restored { epoch, version, tasks })?;
+            .map(|tasks| Restored { epoch, version, tasks, ..Default::default() })?;
         if let Some(up) = upgrade {
             up.apply(&mut restored);
         }

@@ -51,6 +51,7 @@ pub(super) fn build_attempt(
         met: Default::default(),
         ids: identities(branches),
         graph: JobGraph::default(),
+        replaying: Arc::new(watch::channel(0).0),
     };
     // Each INSERT's tasks, in order (a statement set has several): the sources they read are
     // opened last, once, for all of them.
@@ -89,9 +90,11 @@ pub(super) fn build_attempt(
             let restored =
                 checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, index, count));
             let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
+            // Fed by a replay: what comes before the first barrier is dropped.
+            let suppress = builder.options.restore.as_ref().is_some_and(|r| r.suppress.contains(&part.id));
             builder.tasks.push((
                 format!("sink [{} {index}]", sink.name),
-                Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
+                Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed, suppress)),
             ));
         }
     }
@@ -112,7 +115,7 @@ pub(super) fn build_attempt(
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
         builder.tasks.push((
             format!("sink [late rows to {name}]"),
-            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed)),
+            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed, false)),
         ));
     }
     let stop = match checkpointing {
@@ -131,6 +134,7 @@ pub(super) fn build_attempt(
                 ack_rx,
                 stop_rx,
                 stats.clone(),
+                builder.replaying.subscribe(),
             );
             builder.tasks.push(("checkpoint coordinator".to_string(), Box::pin(coordinator)));
             Some(stop_tx)

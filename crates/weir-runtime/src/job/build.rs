@@ -43,6 +43,9 @@ pub(super) struct Builder<'a> {
     pub(super) ids: Identities,
     /// The vertices and edges built so far, for watchers.
     pub(super) graph: JobGraph,
+    /// Source tasks still replaying ([`crate::upgrade`]): no checkpoint is taken before
+    /// they have all caught up.
+    pub(super) replaying: Arc<watch::Sender<usize>>,
 }
 
 /// One scan of a source table: read once by each of its tasks, which feed the chains of
@@ -141,6 +144,14 @@ impl Builder<'_> {
             Some(kind) => Restoring::of(restored.of_kind(kind), index, count),
             None => Restoring::Nothing,
         }
+    }
+
+    /// The positions of every task of scan `id` in the checkpoint: what a replay reads up to.
+    fn scan_positions(&self, id: &str) -> Vec<Vec<u8>> {
+        let Some(restored) = &self.options.restore else { return Vec::new() };
+        let holds = |s: &TaskState| s.source.is_some() && s.owner.as_deref() == Some(id);
+        let Some(kind) = restored.kind_holding(holds) else { return Vec::new() };
+        restored.of_kind(kind).into_iter().filter_map(|(_, s)| s.source.clone()).collect()
     }
 
     /// RocksDB state: the local working root of this job, and the checkpoints' shared files.
@@ -416,8 +427,10 @@ impl Builder<'_> {
                     let chain = chain.with_metrics(metrics.clone());
                     let trigger = self.trigger.clone().zip(self.committed.clone());
                     let chains = Branches::new(vec![chain]);
-                    self.tasks
-                        .push(("values".to_string(), Box::pin(run_source(source, metrics, chains, None, trigger))));
+                    self.tasks.push((
+                        "values".to_string(),
+                        Box::pin(run_source(source, metrics, chains, None, trigger, None)),
+                    ));
                 }
                 Node::Union { .. } | Node::Exchange { .. } => {
                     let receivers = std::mem::take(&mut merge_inputs[index]);
@@ -469,7 +482,17 @@ impl Builder<'_> {
                     Some(part) if !self.by_place() => self.scan_restoring(&part.id, index, count),
                     _ => Restoring::Nothing,
                 };
-                let restoring = task.restoring.iter().chain([&by_identity]);
+                let replay = match self.ids.scan(&scan.key) {
+                    Some(part) if self.options.restore.as_ref().is_some_and(|r| r.replay.contains(&part.id)) => {
+                        let positions = self.scan_positions(&part.id);
+                        let refs: Vec<&[u8]> = positions.iter().map(Vec::as_slice).collect();
+                        source.replay_to(&refs).map_err(|e| e.context(format!("table '{}'", table.name)))?;
+                        self.replaying.send_modify(|n| *n += 1);
+                        Some(Replay { positions, left: self.replaying.clone() })
+                    }
+                    _ => None,
+                };
+                let restoring = task.restoring.iter().chain([&by_identity]).filter(|_| replay.is_none());
                 match restoring.into_iter().find(|r| !matches!(r, Restoring::Nothing)) {
                     None => {}
                     Some(Restoring::Same(state)) => {
@@ -496,7 +519,7 @@ impl Builder<'_> {
                 let idle = self.options.idle_timeout;
                 self.tasks.push((
                     format!("source {} [{index}]", table.name),
-                    Box::pin(run_source(source, task.metrics, chains, idle, trigger)),
+                    Box::pin(run_source(source, task.metrics, chains, idle, trigger, replay)),
                 ));
             }
         }

@@ -37,14 +37,28 @@ impl SinkRestore {
     }
 }
 
+/// A source task that replays ([`crate::upgrade`]): the positions it reads again up to, and
+/// the count of tasks still replaying, which it takes itself off once it has.
+pub(super) struct Replay {
+    pub(super) positions: Vec<Vec<u8>>,
+    pub(super) left: Arc<watch::Sender<usize>>,
+}
+
 pub(super) async fn run_source(
     mut source: Box<dyn Source>,
     metrics: Arc<OperatorMetrics>,
     mut chains: Branches,
     idle_timeout: Option<Duration>,
     checkpoints: Option<(watch::Receiver<Trigger>, watch::Receiver<u64>)>,
+    mut replay: Option<Replay>,
 ) -> Result<()> {
     let (mut trigger, mut committed) = checkpoints.unzip();
+    if replay.is_some() && trigger.is_none() {
+        return Err(WeirError::internal("a replay in a job without checkpoints"));
+    }
+    // Caught up with the replay, at the checkpoint's positions: nothing is read until the
+    // barrier of the cut-over has gone out before what follows.
+    let mut at_cut_over = false;
     // A cancel-safe read is given up when a barrier is asked for while it waits, so that a
     // quiet source still takes part in checkpoints (and exactly-once output is committed).
     let interruptible = source.cancel_safe();
@@ -73,11 +87,27 @@ pub(super) async fn run_source(
                 if !chains.push(Message::Barrier(weir_core::Barrier { epoch, kind })).await? {
                     return Ok(());
                 }
+                at_cut_over = false;
                 if stop {
                     // Nothing after the last barrier: wait to be shut down.
                     std::future::pending::<()>().await;
                 }
             }
+        }
+        if replay.as_ref().is_some_and(|_| source.replayed()) {
+            end_replay(source.as_mut(), &mut replay)?;
+            at_cut_over = true;
+        }
+        if at_cut_over {
+            tokio::select! {
+                () = sleep_until(chains.next_timer()) => {
+                    if !chains.on_timer().await? {
+                        return Ok(());
+                    }
+                }
+                () = changed(trigger.as_ref()) => {}
+            }
+            continue;
         }
         let next = {
             // Keep the same read going while reporting idleness: dropping a read that is not
@@ -144,6 +174,12 @@ pub(super) async fn run_source(
                     }
                 }
             }
+            // Nothing more to replay, though not at the bound it was given: what there was
+            // has been read again.
+            None if replay.is_some() => {
+                end_replay(source.as_mut(), &mut replay)?;
+                at_cut_over = true;
+            }
             None => {
                 // A bounded input ended: every pending window may fire.
                 if chains.push(Message::Watermark(Watermark::END_OF_TIME)).await? {
@@ -157,6 +193,16 @@ pub(super) async fn run_source(
             }
         }
     }
+}
+
+/// The replay is over: the source goes on from the checkpoint's positions, and the task is
+/// no longer one the cut-over waits for.
+fn end_replay(source: &mut dyn Source, replay: &mut Option<Replay>) -> Result<()> {
+    let Some(r) = replay.take() else { return Ok(()) };
+    let positions: Vec<&[u8]> = r.positions.iter().map(Vec::as_slice).collect();
+    source.seek_rescaled(&positions)?;
+    r.left.send_modify(|n| *n = n.saturating_sub(1));
+    Ok(())
 }
 
 /// Sleep until `at`; never without it.
@@ -267,7 +313,9 @@ pub(super) async fn run_sink(
     checkpoint: Option<TaskCheckpoint>,
     restored: Option<SinkRestore>,
     mut committed: Option<watch::Receiver<u64>>,
+    mut suppress: bool,
 ) -> Result<()> {
+    let mut suppressed = 0usize;
     if let Some(r) = &restored {
         let old: Vec<(usize, Option<&[u8]>)> = r.old.iter().map(|(i, s)| (*i, s.as_deref())).collect();
         match &old[..] {
@@ -311,6 +359,10 @@ pub(super) async fn run_sink(
         };
         let Some(msg) = msg else { break };
         match msg {
+            // What a replay yields before the cut-over: the rows of the new SQL over input
+            // whose output the sink had from the old one.
+            Message::Chunk(chunk) if suppress => suppressed += chunk.num_rows(),
+            Message::Watermark(_) if suppress => {}
             Message::Chunk(chunk) => {
                 metrics.record_in(chunk.num_rows());
                 let began = std::time::Instant::now();
@@ -322,6 +374,13 @@ pub(super) async fn run_sink(
                 sink.on_watermark(w).await?;
             }
             Message::Barrier(b) => {
+                if suppress {
+                    log::info!(
+                        "the replay is over at checkpoint {}: {suppressed} rows of it were not written",
+                        b.epoch
+                    );
+                    suppress = false;
+                }
                 if b.kind == weir_core::BarrierKind::StopWithCheckpoint {
                     stopping_at = Some(b.epoch);
                 }
