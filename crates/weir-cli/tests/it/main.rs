@@ -36,6 +36,7 @@ mod statement_set;
 mod stop;
 mod table_sink;
 mod updating;
+mod upgrade_kills;
 mod upgrades;
 mod verify;
 mod web;
