@@ -202,6 +202,12 @@ async fn twenty_changes_get_the_verdicts_their_state_allows() {
             rebuilt_with_bid(),
         ),
         (
+            "the window aggregate's SUM over another column",
+            2,
+            with(0, &WIN.replace("SUM(price)", "SUM(bidder)")),
+            rebuilt_with_bid(),
+        ),
+        (
             "an aggregate added to the group aggregate",
             2,
             with(1, &format!("{GRP} HAVING SUM(price) > 0")),
