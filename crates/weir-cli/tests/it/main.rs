@@ -37,6 +37,7 @@ mod stop;
 mod table_sink;
 mod updating;
 mod upgrade_kills;
+mod upgrade_nexmark;
 mod upgrades;
 mod verify;
 mod web;
