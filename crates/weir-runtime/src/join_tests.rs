@@ -192,7 +192,7 @@ fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
         schema: schema(&[("k", DataType::Utf8), ("t", DataType::Timestamp(ms, None)), ("rn", DataType::UInt64)]),
         ttl: None,
     };
-    let mut f = crate::operators::Keyed(FirstRow::new(spec, 1, &StateContext::memory()).expect("first row"));
+    let mut f = crate::operators::Keyed(FirstRow::new(spec.clone(), 1, &StateContext::memory()).expect("first row"));
     let mut out = Vec::new();
     // An earlier row that comes later replaces the candidate: nothing is emitted yet.
     f.process_chunk(chunk("k:T t:TS\n+I a 5\n+I a 3\n+I b 9"), &mut out).expect("rows");
@@ -205,6 +205,14 @@ fn a_first_row_by_event_time_waits_for_the_watermark_and_then_is_final() {
     assert_eq!(f.late_rows(), 1);
     f.finish(&mut out).expect("finish");
     assert_eq!(pretty(&out), "+I b 1970-01-01 00:00:00.009 1\n");
+    // A candidate replaced by an earlier row leaves two timers; a watermark past both
+    // releases the key once (it was emitted twice).
+    out.clear();
+    let mut f = crate::operators::Keyed(FirstRow::new(spec, 1, &StateContext::memory()).expect("first row"));
+    f.process_chunk(chunk("k:T t:TS\n+I d 7"), &mut out).expect("rows");
+    f.process_chunk(chunk("k:T t:TS\n+I d 6"), &mut out).expect("rows");
+    f.process_watermark(Watermark(8), &mut out).expect("watermark");
+    assert_eq!(pretty(&out), "+I d 1970-01-01 00:00:00.006 1\n");
 }
 
 #[test]

@@ -204,6 +204,19 @@ pub fn verdicts(old: &[OldPart], plan: &PlanState, taken: Taken) -> Upgrade {
         };
         up.entries.push(Entry { name: o.name.clone(), id: o.id.clone(), was: None, verdict });
     }
+    if plan.rebuild_all {
+        for e in up.entries.iter_mut() {
+            let slot = plan.parts.iter().find(|p| p.id == e.id).map(|p| p.slot.as_str()).unwrap_or("scan");
+            let restored = matches!(e.verdict, Verdict::Kept | Verdict::Migrated(_));
+            if restored && !slot.starts_with("scan ") && !slot.starts_with("sink ") {
+                e.verdict = Verdict::Rebuilt(
+                    "rebuilt by reading its input again, as asked \
+                    ('execution.savepoint.rebuild' = 'all')"
+                        .into(),
+                );
+            }
+        }
+    }
     rebuild(&mut up, plan);
     up
 }

@@ -741,6 +741,7 @@ impl Engine {
             layout,
             parts: ids.parts().to_vec(),
             ignore_unclaimed: false,
+            rebuild_all: false,
             branches: ids.branches().to_vec(),
             unreplayable: unreplayable.collect(),
         };

@@ -49,6 +49,13 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
          refusing to start",
     ),
     (
+        "execution.savepoint.rebuild",
+        "changed",
+        "what a job started on a checkpoint of other SQL rebuilds by reading its sources again: 'changed' (the \
+         operators whose state cannot be carried over) or 'all' (every stateful operator, on every start on a \
+         checkpoint: its output from the cut-over on is that of its SQL run from scratch)",
+    ),
+    (
         "state.savepoints.dir",
         "",
         "where STOP JOB … WITH SAVEPOINT writes savepoints: a local directory or an object store, as \
@@ -241,6 +248,9 @@ impl Settings {
             ))
             .at(at));
         }
+        if key == "execution.savepoint.rebuild" && !matches!(value, "changed" | "all") {
+            return Err(WeirError::user(format!("setting '{key}' must be 'changed' or 'all', not '{value}'")).at(at));
+        }
         if key == "sql-client.execution.result-mode" && !matches!(value, "table" | "changelog" | "tableau") {
             return Err(WeirError::user(format!(
                 "setting '{key}' must be 'table', 'changelog' or 'tableau', not '{value}'"
@@ -347,6 +357,7 @@ impl Settings {
             retained: self.value("checkpoint.retained").parse().unwrap_or(3),
             plan: {
                 plan.ignore_unclaimed = self.value("execution.savepoint.ignore-unclaimed-state") == "true";
+                plan.rebuild_all = self.value("execution.savepoint.rebuild") == "all";
                 plan
             },
         }))

@@ -38,6 +38,7 @@ mod table_sink;
 mod updating;
 mod upgrade_kills;
 mod upgrade_nexmark;
+mod upgrade_resumes;
 mod upgrades;
 mod verify;
 mod web;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use weir::{Chunk, Engine, Op, Outcome};
+use weir::{Chunk, Op, Outcome};
 
 /// Nexmark's tables with Flink's column names, generated; checkpoints and savepoints in `dir`.
 fn prelude(dir: &Path) -> String {

@@ -21,7 +21,7 @@ const JOINED: &str = "INSERT INTO joined SELECT p.id, p.name, a.id FROM person p
 const PEOPLE: &str = "INSERT INTO people SELECT id, city FROM person WHERE MOD(id, 3) = 0";
 
 /// The tables, checkpoints in `dir/checkpoints`, savepoints in `dir/savepoints`.
-fn setup(dir: &Path, parallelism: u32) -> String {
+pub(crate) fn setup(dir: &Path, parallelism: u32) -> String {
     format!(
         "SET 'parallelism' = '{parallelism}';
          SET 'checkpoint.interval' = '10min';
@@ -79,7 +79,7 @@ fn rows_in_order(batch: &weir::arrow::record_batch::RecordBatch) -> Vec<String> 
 }
 
 /// Version 1 run for a moment, then stopped with a savepoint; its path.
-async fn savepoint_of_v1(dir: &Path) -> String {
+pub(crate) async fn savepoint_of_v1(dir: &Path) -> String {
     let engine = Engine::new();
     engine.execute_all(&setup(dir, 2)).await.expect("setup");
     let job = engine.submit(&set(&V1)).await.expect("version 1");
@@ -136,11 +136,12 @@ fn rebuilt_with_bid() -> Vec<&'static str> {
 /// The join's parts, rebuilt: it reads its own scans.
 const JOIN_REBUILT: [&str; 3] = ["rebuilt Source: person", "rebuilt Source: auction", "rebuilt Join"];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_changes_get_the_verdicts_their_state_allows() {
-    let dir = crate::slt::tempdir();
-    let savepoint = savepoint_of_v1(&dir).await;
-    assert!(savepoint.ends_with("savepoint-shop-1"), "{savepoint}");
+/// One change to version 1's SQL: its label, the parallelism it runs at, its statements (after
+/// the tables), and the verdicts it gets (`word name-prefix`, every other part kept).
+pub(crate) type Case = (&'static str, u32, String, Vec<&'static str>);
+
+/// The matrix of changes.
+pub(crate) fn cases() -> Vec<Case> {
     let ignore = "SET 'execution.savepoint.ignore-unclaimed-state' = 'true';";
     let swapped_win = "DROP TABLE win; CREATE TABLE win (auction BIGINT, window_start TIMESTAMP(3), \
         window_end TIMESTAMP(3), c BIGINT, t BIGINT) WITH ('connector' = 'blackhole');";
@@ -154,7 +155,7 @@ async fn twenty_changes_get_the_verdicts_their_state_allows() {
         let v: Vec<&str> = V1.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, s)| *s).collect();
         set(&v)
     };
-    let cases: Vec<(&str, u32, String, Vec<&str>)> = vec![
+    vec![
         ("unchanged", 2, set(&V1), vec![]),
         ("a filter after the window aggregate", 2, with(0, &format!("{WIN} HAVING COUNT(*) > 1")), vec![]),
         ("a HAVING on the group aggregate", 2, with(1, &format!("{GRP} HAVING MAX(price) > 10")), vec![]),
@@ -233,7 +234,15 @@ async fn twenty_changes_get_the_verdicts_their_state_allows() {
             format!("SET 'table.exec.state.ttl' = '1h'; {}", set(&V1)),
             [rebuilt_with_bid(), JOIN_REBUILT.to_vec()].concat(),
         ),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_changes_get_the_verdicts_their_state_allows() {
+    let dir = crate::slt::tempdir();
+    let savepoint = savepoint_of_v1(&dir).await;
+    assert!(savepoint.ends_with("savepoint-shop-1"), "{savepoint}");
+    let cases = cases();
     assert!(cases.len() >= 19);
     for (label, parallelism, statements, changed) in &cases {
         let up = check(&dir, *parallelism, statements, &savepoint).await;

@@ -74,6 +74,9 @@ pub struct PlanState {
     /// Flink's `execution.savepoint.ignore-unclaimed-state`: a restore drops the state of
     /// parts the plan no longer has, instead of refusing.
     pub ignore_unclaimed: bool,
+    /// `execution.savepoint.rebuild` = 'all': every stateful operator with state in the
+    /// checkpoint is rebuilt by replay, changed or not.
+    pub rebuild_all: bool,
     /// The ids of the parts each INSERT uses ([`crate::identity::Identities::branches`]).
     pub branches: Vec<Vec<String>>,
     /// Scans that cannot read their input again, by id, and why: an operator fed by one is

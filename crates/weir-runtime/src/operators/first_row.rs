@@ -90,7 +90,11 @@ impl FirstRow {
             return Ok(());
         }
         self.tables.delete_times(self.due, &ordered(i64::MIN), &to)?;
-        let keys: Vec<(u16, &[u8])> = due.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
+        // A key whose first row was replaced by an earlier one has a timer for each: both due
+        // at once must release it once.
+        let mut keys: Vec<(u16, &[u8])> = due.iter().map(|(g, k, _)| (*g, &k[8..])).collect();
+        let mut seen = std::collections::HashSet::new();
+        keys.retain(|key| seen.insert(*key));
         let states = self.tables.get_many(self.first, &keys)?;
         let mut emitted = Vec::new();
         let mut done = Vec::new();
