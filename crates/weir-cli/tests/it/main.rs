@@ -39,6 +39,7 @@ mod updating;
 mod upgrade_kills;
 mod upgrade_nexmark;
 mod upgrade_resumes;
+mod upgrade_sinks;
 mod upgrades;
 mod verify;
 mod web;
