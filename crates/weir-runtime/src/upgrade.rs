@@ -118,6 +118,9 @@ pub struct Upgrade {
     pub entries: Vec<Entry>,
     /// The checkpoint is a savepoint.
     pub savepoint: bool,
+    /// The checkpoint's format version ([`crate::checkpoint::MANIFEST_VERSION`] if written by
+    /// this Weir).
+    pub format: u64,
     /// Old id to new id, for the state migrated.
     renames: BTreeMap<String, String>,
     /// Operators (old and new ids) whose state is not restored: they are rebuilt.
@@ -136,7 +139,8 @@ pub struct Taken {
 
 /// The verdict on each part of `plan` and on each part of the checkpoint it does not claim.
 pub fn verdicts(old: &[OldPart], plan: &PlanState, taken: Taken) -> Upgrade {
-    let mut up = Upgrade { savepoint: taken.published, ..Default::default() };
+    let mut up =
+        Upgrade { savepoint: taken.published, format: crate::checkpoint::MANIFEST_VERSION, ..Default::default() };
     for p in &plan.parts {
         let same_id = old.iter().find(|o| o.id == p.id);
         let same_slot = old.iter().find(|o| o.slot == p.slot);
@@ -349,14 +353,15 @@ fn changed(o: &OldPart, p: &crate::identity::StatePart) -> Verdict {
 }
 
 impl Upgrade {
-    /// Every part kept as it was (a checkpoint of format version 1, which fits its plan only).
+    /// Every part kept as it was (a checkpoint of format version 1, which fits its plan only:
+    /// an earlier release's, whose state is keyed by place).
     pub fn all_kept(plan: &PlanState) -> Self {
         let entries = plan
             .parts
             .iter()
             .map(|p| Entry { name: p.name.clone(), id: p.id.clone(), was: None, verdict: Verdict::Kept })
             .collect();
-        Upgrade { entries, ..Default::default() }
+        Upgrade { entries, format: 1, ..Default::default() }
     }
 
     /// Every refusal, in one line; `None` if the job may start.

@@ -146,6 +146,22 @@ fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
         });
         let want_top = ranking(want_changes);
         assert_eq!(want_top.len(), 3, "the reference ranking: {want_top:?}");
+        // `weir upgrade --check` says what the restore will do, and that the format is an
+        // earlier one where it is.
+        std::fs::write(dir.join("job.sql"), &job).expect("write the job");
+        let check = Command::new(weir_bin()).args(["upgrade", "--check", "job.sql"]).current_dir(&dir).output();
+        let check = check.expect("weir upgrade --check");
+        let said = String::from_utf8_lossy(&check.stdout);
+        assert_eq!(
+            check.status.code(),
+            Some(0),
+            "{}: {said}{}",
+            fixture.display(),
+            String::from_utf8_lossy(&check.stderr)
+        );
+        assert!(said.contains("the job can start on it") && !said.contains("refused"), "{said}");
+        let v1 = fixture.ends_with("checkpoint-v1");
+        assert_eq!(said.contains("format version 1, written by an earlier Weir"), v1, "{}: {said}", fixture.display());
         let changes = run(&dir, &job);
         for table in ["windows", "joined"] {
             let (got, want) = (published(&dir.join("out").join(table)), published(&reference.join("out").join(table)));

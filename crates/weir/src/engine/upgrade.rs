@@ -38,7 +38,17 @@ impl JobUpgrade {
             return format!("Job '{}': no checkpoint in '{}': it starts from scratch\n", self.job, self.at);
         };
         let what = if up.savepoint { "savepoint" } else { "checkpoint" };
-        let mut text = format!("Job '{}': from {what} {epoch} in '{}'\n", self.job, self.at);
+        let mut text = format!("Job '{}': from {what} {epoch} in '{}'", self.job, self.at);
+        if up.format < weir_runtime::checkpoint::MANIFEST_VERSION {
+            // An earlier release's checkpoint: its state restores as it was written.
+            text.push_str(&format!(
+                " (format version {}, written by an earlier Weir; this one reads it, and the next checkpoint is of \
+                 version {})",
+                up.format,
+                weir_runtime::checkpoint::MANIFEST_VERSION
+            ));
+        }
+        text.push('\n');
         text.push_str(&up.describe());
         let outcome = match up.refusal() {
             Some(_) => "refused: the job would not start",
