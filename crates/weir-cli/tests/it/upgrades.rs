@@ -145,6 +145,10 @@ pub(crate) fn cases() -> Vec<Case> {
     let ignore = "SET 'execution.savepoint.ignore-unclaimed-state' = 'true';";
     let swapped_win = "DROP TABLE win; CREATE TABLE win (auction BIGINT, window_start TIMESTAMP(3), \
         window_end TIMESTAMP(3), c BIGINT, t BIGINT) WITH ('connector' = 'blackhole');";
+    let wider_grp = "DROP TABLE grp; CREATE TABLE grp (auction BIGINT, c BIGINT, m BIGINT, a2 BIGINT) \
+        WITH ('connector' = 'blackhole');";
+    let timed_win = "DROP TABLE win; CREATE TABLE win (auction BIGINT, window_start TIMESTAMP(3), \
+        window_end TIMESTAMP(3), c BIGINT, t BIGINT, wt TIMESTAMP(3)) WITH ('connector' = 'blackhole');";
     let extra = "CREATE TABLE extra (id BIGINT, city STRING) WITH ('connector' = 'blackhole');";
     let with = |i: usize, new: &str| -> String {
         let mut v: Vec<String> = V1.iter().map(|s| s.to_string()).collect();
@@ -201,6 +205,24 @@ pub(crate) fn cases() -> Vec<Case> {
             2,
             with(0, &WIN.replace("SUM(price)", "MAX(price)")),
             rebuilt_with_bid(),
+        ),
+        (
+            "a column computed from the group key added to the output",
+            2,
+            format!(
+                "{wider_grp} {}",
+                with(1, "INSERT INTO grp SELECT auction, COUNT(*) AS c, MAX(price) AS m, auction * 2 AS a2 FROM bid GROUP BY auction")
+            ),
+            vec![],
+        ),
+        (
+            "window_time added to the window aggregate's output",
+            2,
+            format!(
+                "{timed_win} {}",
+                with(0, &WIN.replace("SUM(price) AS t", "SUM(price) AS t, window_time AS wt").replace("BY auction, window_start, window_end", "BY auction, window_start, window_end, window_time"))
+            ),
+            vec!["new Sink: win"],
         ),
         (
             "the window aggregate's SUM over another column",

@@ -269,9 +269,24 @@ impl Planner {
             let spec = SessionSpec { spec, window_start, window_time, gap };
             return Ok(exchange.with_operator(OperatorSpec::SessionAggregate { spec, display }));
         }
+        // `window_time` is `window_end` less 1 ms: not a key of the state but a column computed
+        // after it, so that adding it to a query keeps the aggregate's state (and its id).
+        let full = spec.schema.clone();
+        let (spec, key_columns, with_time) = match window_time {
+            Some(t) => {
+                let time_input = key_columns[t];
+                (without_window_time(spec, t)?, key_columns.into_iter().filter(|k| *k != time_input).collect(), Some(t))
+            }
+            None => (spec, key_columns, None),
+        };
         // Each group's rows must meet in one task: exchange by the group columns.
         let exchange = Node::Exchange { partitioning: Partitioning::Hash(key_columns), input: Box::new(input) };
-        Ok(exchange.with_operator(OperatorSpec::WindowAggregate { spec, display }))
+        let (reduced, end) = (spec.schema.clone(), spec.window_end);
+        let node = exchange.with_operator(OperatorSpec::WindowAggregate { spec, display });
+        Ok(match with_time {
+            Some(t) => window_time_after(node, t, end, &reduced, &full),
+            None => node,
+        })
     }
 
     /// Where a window aggregate over `input` (with `schema`) writes late rows: the
@@ -313,4 +328,38 @@ impl Planner {
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(LateOutput { table: table.clone(), columns }))
     }
+}
+
+/// A window aggregate's spec without group column `t` (`window_time`).
+fn without_window_time(spec: WindowSpec, t: usize) -> Result<WindowSpec> {
+    let keep = |n: usize| (0..n).filter(|i| *i != t).collect::<Vec<_>>();
+    let group_schema = Arc::new(spec.group_schema.project(&keep(spec.group_schema.fields().len()))?);
+    let schema = Arc::new(spec.schema.project(&keep(spec.schema.fields().len()))?);
+    let mut group_exprs = spec.group_exprs;
+    group_exprs.remove(t);
+    let window_end = if spec.window_end > t { spec.window_end - 1 } else { spec.window_end };
+    Ok(WindowSpec { group_exprs, group_schema, window_end, schema, ..spec })
+}
+
+/// The aggregate's output (`reduced`, whose column `end` is `window_end`) with `window_time`
+/// (`window_end` less 1 ms, as the window assigner computes it) back at column `t` of `output`.
+fn window_time_after(node: Node, t: usize, end: usize, reduced: &SchemaRef, output: &SchemaRef) -> Node {
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+    let column = |i: usize| -> Arc<dyn PhysicalExpr> { Arc::new(Column::new(reduced.field(i).name(), i)) };
+    let one_ms = datafusion::common::ScalarValue::IntervalMonthDayNano(Some(
+        datafusion::arrow::datatypes::IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 1_000_000 },
+    ));
+    let exprs = (0..output.fields().len())
+        .map(|i| match i.cmp(&t) {
+            std::cmp::Ordering::Less => column(i),
+            std::cmp::Ordering::Equal => Arc::new(BinaryExpr::new(
+                column(end),
+                datafusion::logical_expr::Operator::Minus,
+                Arc::new(Literal::new(one_ms.clone())),
+            )),
+            std::cmp::Ordering::Greater => column(i - 1),
+        })
+        .collect();
+    let display = output.fields().iter().map(|f| f.name().clone()).collect();
+    node.with_operator(OperatorSpec::Project { exprs, schema: output.clone(), display })
 }
