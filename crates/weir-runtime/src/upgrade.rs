@@ -275,7 +275,15 @@ fn rebuild(up: &mut Upgrade, plan: &PlanState) {
             if slot.starts_with("sink ") {
                 up.suppress.insert(e.id.clone());
             } else if slot.starts_with("scan ") {
-                if matches!(e.verdict, Verdict::Kept | Verdict::Migrated(_)) {
+                if matches!(e.verdict, Verdict::New(_)) {
+                    // Read from its start only after the cut-over: what it read before would
+                    // be in the rebuilt state with its output dropped, and written nowhere.
+                    up.replay.insert(e.id.clone());
+                    e.verdict = Verdict::New(format!(
+                        "a scan the checkpoint lacks: it reads from its table's configured start once the replay for \
+                         '{cause}' is over"
+                    ));
+                } else if matches!(e.verdict, Verdict::Kept | Verdict::Migrated(_)) {
                     up.replay.insert(e.id.clone());
                     e.verdict = Verdict::Rebuilt(format!(
                         "reads its input again from where the table starts up to the checkpoint's position, for \
@@ -381,6 +389,7 @@ impl Upgrade {
     pub fn apply(&self, restored: &mut Restored) {
         restored.replay.clone_from(&self.replay);
         restored.suppress.clone_from(&self.suppress);
+        restored.rebuilt.clone_from(&self.cleared);
         for task in restored.tasks.values_mut() {
             task.operators.retain(|id, _| !self.cleared.contains(id));
             if let Some(new) = task.owner.as_ref().and_then(|o| self.renames.get(o)) {

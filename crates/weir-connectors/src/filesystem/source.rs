@@ -27,6 +27,10 @@ pub struct FileSource {
     /// A partitioned table (`PARTITIONED BY`) or one with metadata columns: how output
     /// columns come from the files, from the `col=value` directories and from each file.
     derived: Option<Derived>,
+    split: Split,
+    /// Replaying ([`Source::replay_to`]): `parts` are cut at the replay's bound; these are
+    /// all of them, put back when it ends.
+    replaying: Option<Vec<(PathBuf, Portion)>>,
 }
 
 struct Derived {
@@ -197,6 +201,8 @@ impl FileSource {
             current: None,
             skipped_in_done_files: 0,
             skipped_current: 0,
+            split,
+            replaying: None,
         })
     }
 }
@@ -318,10 +324,10 @@ impl Source for FileSource {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let bad = || WeirError::internal("a file source position in a checkpoint is damaged");
-        let value: serde_json::Value = serde_json::from_slice(position).map_err(|_| bad())?;
-        let part = value["part"].as_u64().ok_or_else(bad)? as usize;
-        let at = value["at"].as_u64().ok_or_else(bad)?;
+        if let Some(parts) = self.replaying.take() {
+            self.parts = parts;
+        }
+        let (part, at) = part_and_offset(position)?;
         if part > self.parts.len() {
             return Err(WeirError::user(
                 "the files of a table changed since the checkpoint was taken (fewer parts to read); start with --from-scratch",
@@ -332,4 +338,70 @@ impl Source for FileSource {
         self.current = None;
         Ok(())
     }
+
+    /// The same parallelism only (a task's parts depend on it): this task's own position.
+    fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
+        let own = self.own(positions)?;
+        self.seek(own)
+    }
+
+    /// Parts before the bound's are read whole, its own up to the bound's byte, none after.
+    fn replay_to(&mut self, positions: &[&[u8]]) -> Result<()> {
+        let (part, at) = part_and_offset(self.own(positions)?)?;
+        if part > self.parts.len() {
+            return Err(WeirError::user(
+                "the files of the table changed since the checkpoint was taken (fewer parts to read), so the state \
+                 built from them cannot be rebuilt by reading them again",
+            ));
+        }
+        let mut bounded = self.parts[..part].to_vec();
+        if at > 0 {
+            let Some((path, portion)) = self.parts.get(part) else {
+                return Err(WeirError::internal("a file source position past its parts"));
+            };
+            let start = match (portion, &self.format) {
+                (_, crate::format::Format::Parquet { .. }) => {
+                    return Err(WeirError::not_supported(format!(
+                        "reading '{}' again up to a row inside it (Parquet files are read again whole parts only)",
+                        path.display()
+                    )))
+                }
+                (Portion::Bytes { start, .. }, _) => *start,
+                _ => 0,
+            };
+            bounded.push((path.clone(), Portion::Bytes { start, end: at }));
+        }
+        self.replaying = Some(std::mem::replace(&mut self.parts, bounded));
+        self.next_part = 0;
+        self.resume_at = None;
+        self.current = None;
+        Ok(())
+    }
+
+    fn replayed(&self) -> bool {
+        self.replaying.is_none() || (self.current.is_none() && self.next_part >= self.parts.len())
+    }
+}
+
+impl FileSource {
+    /// This task's position among every task's of an earlier run at the same parallelism.
+    fn own<'a>(&self, positions: &[&'a [u8]]) -> Result<&'a [u8]> {
+        match positions.get(self.split.index) {
+            Some(p) if positions.len() == self.split.count => Ok(p),
+            _ => Err(WeirError::not_supported(format!(
+                "restoring a file source at another parallelism than its checkpoint's ({} tasks then, {} now)",
+                positions.len(),
+                self.split.count
+            ))),
+        }
+    }
+}
+
+/// A position of [`FileSource`]: the part and the offset in it.
+fn part_and_offset(position: &[u8]) -> Result<(usize, u64)> {
+    let bad = || WeirError::internal("a file source position in a checkpoint is damaged");
+    let value: serde_json::Value = serde_json::from_slice(position).map_err(|_| bad())?;
+    let part = value["part"].as_u64().ok_or_else(bad)? as usize;
+    let at = value["at"].as_u64().ok_or_else(bad)?;
+    Ok((part, at))
 }

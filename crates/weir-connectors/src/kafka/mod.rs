@@ -13,6 +13,7 @@ mod codec;
 mod context;
 mod metadata;
 pub mod recovery;
+mod scan_options;
 mod sink;
 mod source;
 pub mod txn;
@@ -23,8 +24,8 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use weir_core::{Result, TableDef, WeirError};
 
+pub(crate) use scan_options::replays;
 pub use sink::{sink, KafkaSink};
-pub(crate) use source::replays;
 pub use source::KafkaSource;
 pub use writer::{send, TopicWriter};
 
@@ -261,9 +262,9 @@ pub fn validate(table: &TableDef) -> Result<()> {
             .at(table.options.location("key.fields")));
         }
     }
-    source::startup(table)?;
+    scan_options::startup(table)?;
     if table.options.get("scan.bounded.mode") == Some("specific-offsets") {
-        source::specific_offsets(table)?;
+        scan_options::specific_offsets(table)?;
     }
     for (column, key) in &table.metadata {
         metadata::check_column(table, column, metadata::metadata_key(table, key)?)?;

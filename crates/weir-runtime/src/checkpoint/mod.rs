@@ -147,6 +147,9 @@ pub struct Restored {
     pub replay: BTreeSet<String>,
     /// Sinks (by id) whose input is dropped until the first barrier: the output of a replay.
     pub suppress: BTreeSet<String>,
+    /// Operators (by id) rebuilt by the replay: what they send a late-data table before the
+    /// first barrier is dropped too.
+    pub rebuilt: BTreeSet<String>,
 }
 
 impl Restored {

@@ -52,6 +52,7 @@ pub(super) fn build_attempt(
         ids: identities(branches),
         graph: JobGraph::default(),
         replaying: Arc::new(watch::channel(0).0),
+        late_replayed: Default::default(),
     };
     // Each INSERT's tasks, in order (a statement set has several): the sources they read are
     // opened last, once, for all of them.
@@ -113,9 +114,10 @@ pub(super) fn build_attempt(
         let checkpoint = builder.checkpoint_of(key, None);
         let restored = checkpointing.as_ref().map(|_| SinkRestore::new(restored_epoch.unwrap_or(0), restoring, 0, 1));
         let committed = checkpointing.as_ref().map(|_| committed_rx.clone());
+        let suppress = builder.late_replayed.contains(&name);
         builder.tasks.push((
             format!("sink [late rows to {name}]"),
-            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed, false)),
+            Box::pin(run_sink(input, task_sink, metrics, checkpoint, restored, committed, suppress)),
         ));
     }
     let stop = match checkpointing {

@@ -43,6 +43,9 @@ pub(super) struct Builder<'a> {
     pub(super) ids: Identities,
     /// The vertices and edges built so far, for watchers.
     pub(super) graph: JobGraph,
+    /// Late-data tables fed by an operator rebuilt by replay: their sinks drop what comes
+    /// before the cut-over, as the INSERTs' sinks do.
+    pub(super) late_replayed: std::collections::BTreeSet<String>,
     /// Source tasks still replaying ([`crate::upgrade`]): no checkpoint is taken before
     /// they have all caught up.
     pub(super) replaying: Arc<watch::Sender<usize>>,
@@ -360,6 +363,10 @@ impl Builder<'_> {
             let mut late = Vec::with_capacity(specs.len());
             for (i, s) in specs.iter().enumerate() {
                 late.push(s.late_table().map(|table| {
+                    let rebuilt = self.options.restore.as_ref().map(|r| &r.rebuilt);
+                    if self.ids.operator(s).is_some_and(|p| rebuilt.is_some_and(|r| r.contains(&p.id))) {
+                        self.late_replayed.insert(table.name.clone());
+                    }
                     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
                     self.late.entry(table.name.clone()).or_insert_with(|| (table.clone(), Vec::new())).1.push(rx);
                     tx
