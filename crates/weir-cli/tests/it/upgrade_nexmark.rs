@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use weir::{Chunk, Op, Outcome};
+use weir::{Chunk, Outcome};
 
 /// Nexmark's tables with Flink's column names, generated; checkpoints and savepoints in `dir`.
 fn prelude(dir: &Path) -> String {
@@ -49,23 +49,7 @@ fn versions(query: &str, replace: &[(&str, &str)]) -> (String, String) {
 /// Each change the sink got, as (+1 or -1, row), in order.
 fn changes(chunks: &Mutex<Vec<Chunk>>) -> Vec<(i64, String)> {
     let taken = std::mem::take(&mut *chunks.lock().expect("chunks"));
-    let options = weir::display_options();
-    let mut out = Vec::new();
-    for chunk in &taken {
-        let columns = chunk.batch.columns().iter();
-        let f: Vec<_> = columns
-            .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
-            .collect();
-        for r in 0..chunk.batch.num_rows() {
-            let row = f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|");
-            let sign = match chunk.op(r) {
-                Op::Insert | Op::UpdateAfter => 1,
-                Op::Delete | Op::UpdateBefore => -1,
-            };
-            out.push((sign, row));
-        }
-    }
-    out
+    taken.iter().flat_map(crate::upgrades::signed_rows).collect()
 }
 
 /// The rows changes leave, with their counts; a row taken back more often than written is

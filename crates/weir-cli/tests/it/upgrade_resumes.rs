@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use weir::connector::{ConnectorFactory, Connectors, Sink, Source, Split, TableDef};
-use weir::{Chunk, Engine, Op, Outcome};
+use weir::{Chunk, Engine, Outcome};
 
 use crate::upgrades::{cases, savepoint_of_v1, setup};
 
@@ -112,22 +112,11 @@ async fn resumed(
         }
     }
     let taken = std::mem::take(&mut *chunks.lock().expect("chunks"));
-    let options = weir::display_options();
     let mut net = BTreeMap::new();
     for (table, chunks) in taken {
         let rows: &mut BTreeMap<String, i64> = net.entry(table).or_default();
-        for chunk in chunks {
-            let columns = chunk.batch.columns().iter();
-            let f: Vec<_> = columns
-                .map(|c| weir::arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
-                .collect();
-            for r in 0..chunk.batch.num_rows() {
-                let row = f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|");
-                *rows.entry(row).or_insert(0) += match chunk.op(r) {
-                    Op::Insert | Op::UpdateAfter => 1,
-                    Op::Delete | Op::UpdateBefore => -1,
-                };
-            }
+        for (sign, row) in chunks.iter().flat_map(crate::upgrades::signed_rows) {
+            *rows.entry(row).or_insert(0) += sign;
         }
         rows.retain(|_, n| *n != 0);
     }

@@ -78,6 +78,16 @@ fn rows_in_order(batch: &weir::arrow::record_batch::RecordBatch) -> Vec<String> 
     (0..batch.num_rows()).map(|r| f.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|")).collect()
 }
 
+/// A chunk's rows as `a|b|c`, each with +1 (an insert or update after) or -1.
+pub(crate) fn signed_rows(chunk: &weir::Chunk) -> Vec<(i64, String)> {
+    let rows = rows_in_order(&chunk.batch).into_iter().enumerate();
+    rows.map(|(i, row)| match chunk.op(i) {
+        weir::Op::Insert | weir::Op::UpdateAfter => (1, row),
+        weir::Op::Delete | weir::Op::UpdateBefore => (-1, row),
+    })
+    .collect()
+}
+
 /// Version 1 run for a moment, then stopped with a savepoint; its path.
 pub(crate) async fn savepoint_of_v1(dir: &Path) -> String {
     let engine = Engine::new();
