@@ -66,6 +66,7 @@ pub(crate) fn file_rows(dir: &Path) -> Vec<String> {
 /// An engine whose `'connector' = 'collect'` tables hand their chunks to `chunks`.
 pub(crate) fn engine(chunks: &std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>) -> Engine {
     Engine::with_connectors(std::sync::Arc::new(Collect {
+        by_table: None,
         builtin: weir::connector::Connectors,
         chunks: chunks.clone(),
     }))

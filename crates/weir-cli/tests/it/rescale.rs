@@ -139,14 +139,27 @@ async fn a_query_that_keeps_other_state_is_rebuilt_at_another_parallelism() {
 pub(crate) struct Collect {
     pub(crate) builtin: weir::connector::Connectors,
     pub(crate) chunks: std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>,
+    /// If given, each table's chunks go here instead, by table.
+    pub(crate) by_table: Option<ByTable>,
 }
 
-struct CollectSink(std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>);
+/// Chunks each `'connector' = 'collect'` table was written, by table.
+pub(crate) type ByTable = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<weir::Chunk>>>>;
+
+struct CollectSink {
+    table: String,
+    chunks: std::sync::Arc<std::sync::Mutex<Vec<weir::Chunk>>>,
+    by_table: Option<ByTable>,
+}
 
 #[async_trait::async_trait]
 impl weir::connector::Sink for CollectSink {
     async fn write_chunk(&mut self, chunk: weir::Chunk) -> weir::Result<()> {
-        self.0.lock().map_err(|_| weir::WeirError::internal("poisoned"))?.push(chunk);
+        let poisoned = || weir::WeirError::internal("poisoned");
+        match &self.by_table {
+            Some(map) => map.lock().map_err(|_| poisoned())?.entry(self.table.clone()).or_default().push(chunk),
+            None => self.chunks.lock().map_err(|_| poisoned())?.push(chunk),
+        }
         Ok(())
     }
 
@@ -179,7 +192,11 @@ impl weir::connector::ConnectorFactory for Collect {
         split: weir::connector::Split,
     ) -> weir::Result<Box<dyn weir::connector::Sink>> {
         match table.options.get("connector") {
-            Some("collect") => Ok(Box::new(CollectSink(self.chunks.clone()))),
+            Some("collect") => Ok(Box::new(CollectSink {
+                table: table.name.clone(),
+                chunks: self.chunks.clone(),
+                by_table: self.by_table.clone(),
+            })),
             _ => self.builtin.sink(table, schema, split),
         }
     }
@@ -239,6 +256,7 @@ async fn grouped_run(dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<wei
 async fn run_query(query: &str, dir: &Path, p: usize, backend: &str, stop: bool) -> Vec<weir::Chunk> {
     let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let engine = Engine::with_connectors(std::sync::Arc::new(Collect {
+        by_table: None,
         builtin: weir::connector::Connectors,
         chunks: chunks.clone(),
     }));

@@ -6,76 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use weir::connector::{ConnectorFactory, Connectors, Sink, Source, Split, TableDef};
-use weir::{Chunk, Engine, Outcome};
+use weir::connector::Connectors;
+use weir::{Engine, Outcome};
 
+use crate::rescale::{ByTable, Collect};
 use crate::upgrades::{cases, savepoint_of_v1, setup};
-
-/// Chunks each `'connector' = 'collect'` table was written, by table.
-type ByTable = Arc<Mutex<BTreeMap<String, Vec<Chunk>>>>;
-
-struct CollectByTable {
-    builtin: Connectors,
-    chunks: ByTable,
-}
-
-struct TableSink(String, ByTable);
-
-#[async_trait::async_trait]
-impl Sink for TableSink {
-    async fn write_chunk(&mut self, chunk: Chunk) -> weir::Result<()> {
-        let mut chunks = self.1.lock().map_err(|_| weir::WeirError::internal("poisoned"))?;
-        chunks.entry(self.0.clone()).or_default().push(chunk);
-        Ok(())
-    }
-
-    async fn finish(&mut self) -> weir::Result<()> {
-        Ok(())
-    }
-}
-
-impl ConnectorFactory for CollectByTable {
-    fn validate(&self, table: &TableDef) -> weir::Result<()> {
-        match table.options.get("connector") {
-            Some("collect") => Ok(()),
-            _ => self.builtin.validate(table),
-        }
-    }
-
-    fn source(&self, table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> weir::Result<Box<dyn Source>> {
-        self.builtin.source(table, projection, split)
-    }
-
-    fn sink(
-        &self,
-        table: &TableDef,
-        schema: weir::arrow::datatypes::SchemaRef,
-        split: Split,
-    ) -> weir::Result<Box<dyn Sink>> {
-        match table.options.get("connector") {
-            Some("collect") => Ok(Box::new(TableSink(table.name.clone(), self.chunks.clone()))),
-            _ => self.builtin.sink(table, schema, split),
-        }
-    }
-
-    fn check_sink_input(
-        &self,
-        table: &TableDef,
-        changelog: &weir::Changelog,
-        key: Option<&[usize]>,
-    ) -> weir::Result<()> {
-        match table.options.get("connector") {
-            Some("collect") => Ok(()),
-            _ => self.builtin.check_sink_input(table, changelog, key),
-        }
-    }
-
-    fn source_replays(&self, table: &TableDef) -> Result<(), String> {
-        self.builtin.source_replays(table)
-    }
-}
 
 /// Every sink collected: the matrix's blackhole and file sinks become `collect`.
 fn collected(sql: &str, dir: &Path) -> String {
@@ -100,7 +37,8 @@ async fn resumed(
     rebuild_all: bool,
 ) -> BTreeMap<String, BTreeMap<String, i64>> {
     let chunks: ByTable = Default::default();
-    let engine = Engine::with_connectors(Arc::new(CollectByTable { builtin: Connectors, chunks: chunks.clone() }));
+    let collect = Collect { builtin: Connectors, chunks: Default::default(), by_table: Some(chunks.clone()) };
+    let engine = Engine::with_connectors(Arc::new(collect));
     engine.execute_all(&collected(&setup(dir, 2), dir)).await.expect("setup");
     engine.execute_all(&format!("SET 'execution.savepoint.path' = '{savepoint}'")).await.expect("savepoint path");
     if rebuild_all {
