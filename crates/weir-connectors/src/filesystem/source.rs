@@ -340,14 +340,23 @@ impl Source for FileSource {
     }
 
     /// The same parallelism only (a task's parts depend on it): this task's own position.
+    /// No position at all (a scan the checkpoint lacks, after its replay of nothing): from
+    /// the start.
     fn seek_rescaled(&mut self, positions: &[&[u8]]) -> Result<()> {
+        if positions.is_empty() {
+            return self.seek(br#"{"part": 0, "at": 0}"#);
+        }
         let own = self.own(positions)?;
         self.seek(own)
     }
 
-    /// Parts before the bound's are read whole, its own up to the bound's byte, none after.
+    /// Parts before the bound's are read whole, its own up to the bound's byte, none after
+    /// (none at all without positions: nothing was read).
     fn replay_to(&mut self, positions: &[&[u8]]) -> Result<()> {
-        let (part, at) = part_and_offset(self.own(positions)?)?;
+        let (part, at) = match positions {
+            [] => (0, 0),
+            _ => part_and_offset(self.own(positions)?)?,
+        };
         if part > self.parts.len() {
             return Err(WeirError::user(
                 "the files of the table changed since the checkpoint was taken (fewer parts to read), so the state \
@@ -404,4 +413,66 @@ fn part_and_offset(position: &[u8]) -> Result<(usize, u64)> {
     let part = value["part"].as_u64().ok_or_else(bad)? as usize;
     let at = value["at"].as_u64().ok_or_else(bad)?;
     Ok((part, at))
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use weir_core::{Options, Source, Split, TableDef};
+
+    use super::FileSource;
+
+    fn source(dir: &std::path::Path) -> FileSource {
+        let mut options = Options::default();
+        for (k, v) in [("connector", "filesystem"), ("format", "csv"), ("path", dir.to_str().unwrap_or(""))] {
+            options.insert(k.into(), v.into(), None);
+        }
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        FileSource::new(&TableDef::new("t", schema, options), None, Split { index: 0, count: 1 }).expect("a source")
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec()).collect()
+    }
+
+    /// Read until the source ends, or until it has replayed what it was given.
+    async fn read(s: &mut FileSource) -> Vec<i64> {
+        let mut batches = Vec::new();
+        while !s.replayed() || s.replaying.is_none() {
+            match s.next_batch().await.expect("a batch") {
+                Some(b) => batches.push(b),
+                None => break,
+            }
+        }
+        values(&batches)
+    }
+
+    #[tokio::test]
+    async fn a_replay_reads_up_to_the_byte_a_position_names_and_then_goes_on_from_it() {
+        let dir = std::env::temp_dir().join(format!("weir-file-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a.csv"), "1\n2\n").expect("a");
+        std::fs::write(dir.join("b.csv"), "3\n4\n5\n").expect("b");
+        // An earlier run stopped in b.csv after "3\n": part 1, byte 2.
+        let position = br#"{"part": 1, "at": 2}"#;
+        let mut s = source(&dir);
+        s.replay_to(&[position]).expect("replay");
+        assert_eq!(read(&mut s).await, [1, 2, 3]);
+        assert!(s.replayed());
+        s.seek_rescaled(&[position]).expect("go on");
+        assert_eq!(read(&mut s).await, [4, 5]);
+        // Nothing read before (a scan the checkpoint lacks): nothing to replay, then all of it.
+        let mut s = source(&dir);
+        s.replay_to(&[]).expect("replay nothing");
+        assert!(s.replayed());
+        s.seek_rescaled(&[]).expect("from the start");
+        assert_eq!(read(&mut s).await, [1, 2, 3, 4, 5]);
+        // Another parallelism is refused, saying so.
+        let err = source(&dir).replay_to(&[position, position]).expect_err("two tasks then");
+        assert!(err.message.contains("another parallelism"), "{}", err.message);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
