@@ -18,6 +18,7 @@ mod delivery;
 mod filesystem;
 mod format;
 mod generator;
+mod iceberg;
 pub mod jdbc;
 pub mod kafka;
 mod nexmark;

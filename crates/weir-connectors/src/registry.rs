@@ -11,7 +11,7 @@ use crate::{blackhole::BlackholeSink, print::PrintSink};
 use weir_core::two_phase::TwoPhaseCommitSink;
 
 const CONNECTORS: &[&str] =
-    &["filesystem", "kafka", "upsert-kafka", "jdbc", "nexmark", "datagen", "print", "blackhole"];
+    &["filesystem", "kafka", "upsert-kafka", "jdbc", "iceberg", "nexmark", "datagen", "print", "blackhole"];
 
 /// The connectors built into Weir.
 #[derive(Debug, Default, Clone)]
@@ -65,6 +65,7 @@ impl ConnectorFactory for Connectors {
             "kafka" => crate::kafka::validate(table),
             "upsert-kafka" => crate::kafka::validate_upsert(table),
             "jdbc" => crate::jdbc::validate(table),
+            "iceberg" => crate::iceberg::validate(table),
             "print" => table.options.check_known(&table.name, &["connector", "print-identifier", "standard-error"]),
             _ => table.options.check_known(&table.name, &["connector"]),
         }
@@ -153,6 +154,10 @@ impl ConnectorFactory for Connectors {
         }
         let why = match self.connector(table)? {
             "print" | "blackhole" => return Ok(()),
+            "iceberg" => {
+                "an append-only Iceberg table takes no row back ('upsert-enabled' is not built yet). Compute the \
+                 result over a window (its rows are final when the watermark passes)"
+            }
             "filesystem" => {
                 "a file takes no row back once written. Compute the result over a window (TUMBLE, HOP, \
                  CUMULATE or SESSION: its rows are final when the watermark passes), or write it to a \
@@ -234,6 +239,13 @@ impl ConnectorFactory for Connectors {
                 false,
                 None,
             ),
+            ("iceberg", _) => g(
+                Delivered::ExactlyOnce,
+                "one Iceberg snapshot per completed checkpoint, which records the checkpoint (two-phase commit)",
+                true,
+                false,
+                Some("any Iceberg reader: data files are in no snapshot until their checkpoint completes"),
+            ),
             ("print", _) => g(Delivered::None, "a console: a replay prints rows again", false, false, None),
             ("blackhole", _) => g(Delivered::ExactlyOnce, "nothing is kept", false, false, None),
             _ => g(Delivered::None, "'sink.delivery-guarantee' = 'none': flushed when convenient", false, false, None),
@@ -243,13 +255,13 @@ impl ConnectorFactory for Connectors {
     fn parallel_sink(&self, table: &TableDef) -> bool {
         // One stream of lines on the console, in the order they arrive; one writer of a
         // table whose partitions are committed, as it sees every row and the watermark.
-        table.options.get("connector") != Some("print")
+        !matches!(table.options.get("connector"), Some("print" | "iceberg"))
             && table.options.get("sink.partition-commit.policy.kind").is_none()
     }
 
     fn sink(&self, table: &TableDef, schema: SchemaRef, split: Split) -> Result<Box<dyn Sink>> {
         let connector = self.connector(table)?;
-        if !table.partition_keys.is_empty() && connector != "filesystem" {
+        if !table.partition_keys.is_empty() && !matches!(connector, "filesystem" | "iceberg") {
             return Err(WeirError::not_supported(format!(
                 "PARTITIONED BY on a '{connector}' table ('{}'): only filesystem tables are partitioned",
                 table.name
@@ -263,6 +275,9 @@ impl ConnectorFactory for Connectors {
             "filesystem" => Ok(Box::new(TwoPhaseCommitSink::new(FileSink::new(table, schema, split)?, split.index))),
             "kafka" | "upsert-kafka" => crate::kafka::sink(table, schema, split),
             "jdbc" => crate::jdbc::sink(table, schema, split),
+            "iceberg" => {
+                Ok(Box::new(TwoPhaseCommitSink::new(crate::iceberg::IcebergSink::new(table, schema, split)?, split.index)))
+            }
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

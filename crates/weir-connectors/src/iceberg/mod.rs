@@ -1,0 +1,194 @@
+//! `'connector' = 'iceberg'`: a sink into an Iceberg table (format version 2), with Flink's
+//! option names where Flink has them. See `docs/sql.md` for the options and
+//! [`sink`] for how a checkpoint becomes one snapshot.
+
+mod avro;
+mod catalog;
+mod manifest;
+mod metadata;
+mod schema;
+mod sink;
+mod transform;
+
+use parquet::basic::{Compression, ZstdLevel};
+use weir_core::{Result, TableDef, WeirError};
+
+pub use sink::IcebergSink;
+
+const KEYS: &[&str] = &[
+    "connector",
+    "catalog-type",
+    "catalog-impl",
+    "catalog-name",
+    "catalog-database",
+    "catalog-table",
+    "warehouse",
+    "uri",
+    "jdbc.user",
+    "jdbc.password",
+    "write.format.default",
+    "write.target-file-size-bytes",
+    "write.parquet.compression-codec",
+    "format-version",
+    "upsert-enabled",
+    "equality-field-columns",
+    "partition-by",
+];
+
+/// Iceberg's default target size of a data file (512 MiB).
+const DEFAULT_TARGET_FILE_SIZE: u64 = 512 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatalogType {
+    Hadoop,
+    Sql,
+}
+
+/// A table's Iceberg options, checked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    catalog_type: CatalogType,
+    catalog_name: String,
+    database: String,
+    table: String,
+    warehouse: String,
+    target_file_size: u64,
+    compression: Compression,
+    partition_by: Option<String>,
+    /// Written into a new table's properties.
+    properties: Vec<(String, String)>,
+}
+
+impl Options {
+    pub fn parse(def: &TableDef) -> Result<Self> {
+        let o = &def.options;
+        let name = &def.name;
+        o.check_known(name, KEYS)?;
+        let bad = |key: &str, why: String| WeirError::user(format!("table '{name}': '{key}' {why}")).at(o.location(key));
+        let catalog_type = match (o.get("catalog-type").map(str::to_ascii_lowercase).as_deref(), o.get("catalog-impl")) {
+            (Some("hadoop"), _) => CatalogType::Hadoop,
+            (Some("sql" | "jdbc"), _) | (None, Some("org.apache.iceberg.jdbc.JdbcCatalog")) => CatalogType::Sql,
+            (Some("rest"), _) => {
+                return Err(WeirError::not_supported(format!(
+                    "table '{name}': 'catalog-type' = 'rest' is not built yet; use 'hadoop' or 'sql'"
+                ))
+                .at(o.location("catalog-type")))
+            }
+            (Some(other), _) => {
+                return Err(bad("catalog-type", format!("= '{other}' is not a catalog type Weir has (hadoop, sql)")))
+            }
+            (None, Some(other)) => {
+                return Err(bad(
+                    "catalog-impl",
+                    format!("= '{other}' is not a catalog Weir has (org.apache.iceberg.jdbc.JdbcCatalog)"),
+                ))
+            }
+            (None, None) => {
+                return Err(WeirError::user(format!(
+                    "table '{name}' needs the option 'catalog-type' ('hadoop' or 'sql')"
+                )))
+            }
+        };
+        let warehouse = o.required(name, "warehouse")?.to_string();
+        catalog::local_path(&warehouse).map_err(|e| e.at(o.location("warehouse")))?;
+        if catalog_type == CatalogType::Sql {
+            o.required(name, "uri")?;
+        }
+        match o.get("write.format.default").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("parquet") => {}
+            Some(other) => {
+                return Err(bad("write.format.default", format!("= '{other}': Weir writes Iceberg data as parquet only")))
+            }
+        }
+        match o.get("format-version") {
+            None | Some("2") => {}
+            Some(v) => {
+                return Err(bad(
+                    "format-version",
+                    format!("= '{v}': Weir writes Iceberg format version 2 (which equality deletes need)"),
+                ))
+            }
+        }
+        if o.bool(name, "upsert-enabled", false)? {
+            return Err(WeirError::not_supported(format!(
+                "table '{name}': 'upsert-enabled' (equality deletes) is not built yet: write a windowed or \
+                 append-only result"
+            ))
+            .at(o.location("upsert-enabled")));
+        }
+        if o.get("equality-field-columns").is_some() {
+            return Err(bad("equality-field-columns", "applies with 'upsert-enabled' = 'true' only".into()));
+        }
+        let target_file_size = match o.get("write.target-file-size-bytes") {
+            None => DEFAULT_TARGET_FILE_SIZE,
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad("write.target-file-size-bytes", format!("must be a positive number of bytes, not '{v}'")))?,
+        };
+        let compression = match o.get("write.parquet.compression-codec").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("zstd") => Compression::ZSTD(ZstdLevel::default()),
+            Some("snappy") => Compression::SNAPPY,
+            Some("uncompressed" | "none") => Compression::UNCOMPRESSED,
+            Some(other) => {
+                return Err(bad(
+                    "write.parquet.compression-codec",
+                    format!("= '{other}' is not one Weir writes (zstd, snappy, uncompressed)"),
+                ))
+            }
+        };
+        let partition_by = match (o.get("partition-by"), def.partition_keys.is_empty()) {
+            (Some(_), false) => {
+                return Err(bad("partition-by", "and PARTITIONED BY both partition the table: give one".into()))
+            }
+            (Some(p), true) => Some(p.to_string()),
+            (None, false) => Some(def.partition_keys.join(", ")),
+            (None, true) => None,
+        };
+        let mut properties = vec![("write.format.default".to_string(), "parquet".to_string())];
+        for key in ["write.target-file-size-bytes", "write.parquet.compression-codec"] {
+            if let Some(v) = o.get(key) {
+                properties.push((key.to_string(), v.to_string()));
+            }
+        }
+        if compression == Compression::ZSTD(ZstdLevel::default()) && o.get("write.parquet.compression-codec").is_none() {
+            properties.push(("write.parquet.compression-codec".into(), "zstd".into()));
+        }
+        Ok(Options {
+            catalog_type,
+            catalog_name: o.get("catalog-name").unwrap_or("default").to_string(),
+            database: o.get("catalog-database").unwrap_or("default").to_string(),
+            table: o.get("catalog-table").unwrap_or(name).to_string(),
+            warehouse,
+            target_file_size,
+            compression,
+            partition_by,
+            properties,
+        })
+    }
+
+    fn catalog(&self, def: &TableDef) -> Result<Box<dyn catalog::Catalog>> {
+        Ok(match self.catalog_type {
+            CatalogType::Hadoop => Box::new(catalog::HadoopCatalog::new(&self.warehouse, &self.database, &self.table)?),
+            CatalogType::Sql => Box::new(catalog::SqlCatalog::new(
+                def,
+                &self.warehouse,
+                &self.catalog_name,
+                &self.database,
+                &self.table,
+            )?),
+        })
+    }
+}
+
+/// The table's options and columns, checked when it is declared; the partition spec is
+/// checked against its columns here too (an existing table's, when the job starts).
+pub fn validate(def: &TableDef) -> Result<()> {
+    let options = Options::parse(def)?;
+    let schema = schema::TableSchema::create(&def.name, &def.schema, &def.primary_key)?;
+    if let Some(p) = &options.partition_by {
+        transform::PartitionSpec::parse(&def.name, p, def.options.location("partition-by"), &schema)?;
+    }
+    Ok(())
+}
