@@ -12,6 +12,8 @@ scripts/kafka-broker.sh install >/dev/null
 # The web endpoint's tests: a real browser (Debian's chromium) and Prometheus' own parser.
 scripts/chromium.sh install >/dev/null
 scripts/parse-metrics.sh install
+# Iceberg tables and Avro read back by independent readers (pyiceberg, fastavro; pinned by hash).
+scripts/lake.sh install
 # Checkpoints in an object store: an S3-compatible server (pinned by hash).
 scripts/object-store.sh install
 # ... and Azure Blob Storage's emulator (npm, pinned by the lock file's hashes).

@@ -7,6 +7,7 @@ mod fixture;
 mod flink_ref;
 mod functions_doc;
 mod guarantees;
+mod iceberg;
 mod identities;
 mod joins;
 mod kafka;

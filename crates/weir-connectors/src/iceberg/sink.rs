@@ -263,6 +263,8 @@ impl IcebergSink {
             let new = self.snapshot(&loaded.metadata, &loaded.location, checkpoint, files)?;
             match self.catalog.commit(Some(&loaded.location), &new).await? {
                 Some(at) => {
+                    // Tests kill here: committed in the catalog, not yet acknowledged.
+                    weir_core::fault::pause("iceberg_committed");
                     log::info!(
                         "Iceberg table '{}': committed {} files of checkpoint {} ({at})",
                         self.table,
