@@ -147,6 +147,11 @@ impl ConnectorFactory for Connectors {
         match self.connector(table)? {
             "upsert-kafka" => return crate::kafka::check_upsert_input(table, changelog, unique_key),
             "jdbc" => return crate::jdbc::check_sink_input(table, changelog, unique_key),
+            "iceberg" if !changelog.is_append_only() => {
+                if let Some(keyed) = crate::iceberg::upsert_key_table(table)? {
+                    return crate::kafka::check_upsert_input(&keyed, changelog, unique_key);
+                }
+            }
             _ => {}
         }
         if changelog.is_append_only() || debezium(table) {
@@ -155,8 +160,9 @@ impl ConnectorFactory for Connectors {
         let why = match self.connector(table)? {
             "print" | "blackhole" => return Ok(()),
             "iceberg" => {
-                "an append-only Iceberg table takes no row back ('upsert-enabled' is not built yet). Compute the \
-                 result over a window (its rows are final when the watermark passes)"
+                "an Iceberg table appends unless 'upsert-enabled' = 'true' (with a PRIMARY KEY): then each \
+                 checkpoint's changes are equality deletes and rows by the key. Or compute the result over a \
+                 window (its rows are final when the watermark passes)"
             }
             "filesystem" => {
                 "a file takes no row back once written. Compute the result over a window (TUMBLE, HOP, \
@@ -243,7 +249,7 @@ impl ConnectorFactory for Connectors {
                 Delivered::ExactlyOnce,
                 "one Iceberg snapshot per completed checkpoint, which records the checkpoint (two-phase commit)",
                 true,
-                false,
+                table.options.get("upsert-enabled").is_some_and(|v| v.eq_ignore_ascii_case("true")),
                 Some("any Iceberg reader: data files are in no snapshot until their checkpoint completes"),
             ),
             ("print", _) => g(Delivered::None, "a console: a replay prints rows again", false, false, None),
@@ -275,9 +281,10 @@ impl ConnectorFactory for Connectors {
             "filesystem" => Ok(Box::new(TwoPhaseCommitSink::new(FileSink::new(table, schema, split)?, split.index))),
             "kafka" | "upsert-kafka" => crate::kafka::sink(table, schema, split),
             "jdbc" => crate::jdbc::sink(table, schema, split),
-            "iceberg" => {
-                Ok(Box::new(TwoPhaseCommitSink::new(crate::iceberg::IcebergSink::new(table, schema, split)?, split.index)))
-            }
+            "iceberg" => Ok(Box::new(TwoPhaseCommitSink::new(
+                crate::iceberg::IcebergSink::new(table, schema, split)?,
+                split.index,
+            ))),
             "print" => Ok(Box::new(PrintSink::new(table)?)),
             _ => Ok(Box::new(BlackholeSink)),
         }

@@ -8,6 +8,7 @@ mod flink_ref;
 mod functions_doc;
 mod guarantees;
 mod iceberg;
+mod iceberg_upsert;
 mod identities;
 mod joins;
 mod kafka;

@@ -232,7 +232,13 @@ impl SqlCatalog {
 #[async_trait]
 impl Catalog for SqlCatalog {
     fn describe(&self) -> String {
-        format!("the sql catalog '{}' ({}), table {}.{}", self.catalog, self.endpoint.describe(), self.namespace, self.table)
+        format!(
+            "the sql catalog '{}' ({}), table {}.{}",
+            self.catalog,
+            self.endpoint.describe(),
+            self.namespace,
+            self.table
+        )
     }
 
     fn default_location(&self) -> String {

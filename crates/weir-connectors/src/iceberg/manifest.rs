@@ -16,6 +16,7 @@ use super::avro::{container, Value};
 
 /// Iceberg's content types of a data file.
 pub const CONTENT_DATA: i32 = 0;
+pub const CONTENT_EQUALITY_DELETES: i32 = 2;
 
 /// One data (or delete) file written by a task, as its pre-commit records it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -225,6 +226,7 @@ fn entry_schema(partition_fields: &str) -> String {
 }
 
 /// A partition field in the manifest's `partition` record.
+#[derive(Clone)]
 pub struct AvroPartitionField<'a> {
     pub name: &'a str,
     pub field_id: i32,
@@ -244,6 +246,7 @@ fn avro_type(iceberg: &str) -> &'static str {
     }
 }
 
+#[derive(Clone)]
 pub struct ManifestHeader<'a> {
     pub schema_json: String,
     pub schema_id: i64,
@@ -270,9 +273,7 @@ pub fn write_manifest(h: &ManifestHeader, files: &[DataFile], snapshot: i64, seq
         .collect();
     let schema = entry_schema(&partition_fields.join(","));
     let map_long = |m: &BTreeMap<i32, i64>| {
-        Value::some(Value::Array(
-            m.iter().map(|(k, v)| Value::Record(vec![Value::Int(*k), Value::Long(*v)])).collect(),
-        ))
+        Value::some(Value::Array(m.iter().map(|(k, v)| Value::Record(vec![Value::Int(*k), Value::Long(*v)])).collect()))
     };
     let map_bytes = |m: &BTreeMap<i32, Vec<u8>>| {
         Value::some(Value::Array(
@@ -507,7 +508,9 @@ mod tests {
         let bytes = write_manifest_list(&[m.clone(), m.clone()], 77, Some(5), 3, [7; 16]);
         let back = read_manifest_list(&bytes, "test");
         let back = back.map_err(|e| e.to_string());
-        let back = back.as_deref().map(|b| b.iter().map(|m| (m.path.clone(), m.length, m.added_rows, m.partitions.clone())).collect::<Vec<_>>());
+        let back = back.as_deref().map(|b| {
+            b.iter().map(|m| (m.path.clone(), m.length, m.added_rows, m.partitions.clone())).collect::<Vec<_>>()
+        });
         let one = (m.path.clone(), 4321, 10, m.partitions.clone());
         assert_eq!(back, Ok(vec![one.clone(), one]));
     }

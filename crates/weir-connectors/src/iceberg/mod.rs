@@ -9,6 +9,7 @@ mod metadata;
 mod schema;
 mod sink;
 mod transform;
+mod upsert;
 
 use parquet::basic::{Compression, ZstdLevel};
 use weir_core::{Result, TableDef, WeirError};
@@ -55,6 +56,8 @@ pub struct Options {
     target_file_size: u64,
     compression: Compression,
     partition_by: Option<String>,
+    /// `'upsert-enabled'`: the key's columns (`'equality-field-columns'`, or the PRIMARY KEY).
+    upsert: Option<Vec<String>>,
     /// Written into a new table's properties.
     properties: Vec<(String, String)>,
 }
@@ -64,8 +67,10 @@ impl Options {
         let o = &def.options;
         let name = &def.name;
         o.check_known(name, KEYS)?;
-        let bad = |key: &str, why: String| WeirError::user(format!("table '{name}': '{key}' {why}")).at(o.location(key));
-        let catalog_type = match (o.get("catalog-type").map(str::to_ascii_lowercase).as_deref(), o.get("catalog-impl")) {
+        let bad =
+            |key: &str, why: String| WeirError::user(format!("table '{name}': '{key}' {why}")).at(o.location(key));
+        let catalog_type = match (o.get("catalog-type").map(str::to_ascii_lowercase).as_deref(), o.get("catalog-impl"))
+        {
             (Some("hadoop"), _) => CatalogType::Hadoop,
             (Some("sql" | "jdbc"), _) | (None, Some("org.apache.iceberg.jdbc.JdbcCatalog")) => CatalogType::Sql,
             (Some("rest"), _) => {
@@ -97,7 +102,10 @@ impl Options {
         match o.get("write.format.default").map(str::to_ascii_lowercase).as_deref() {
             None | Some("parquet") => {}
             Some(other) => {
-                return Err(bad("write.format.default", format!("= '{other}': Weir writes Iceberg data as parquet only")))
+                return Err(bad(
+                    "write.format.default",
+                    format!("= '{other}': Weir writes Iceberg data as parquet only"),
+                ))
             }
         }
         match o.get("format-version") {
@@ -109,23 +117,38 @@ impl Options {
                 ))
             }
         }
-        if o.bool(name, "upsert-enabled", false)? {
-            return Err(WeirError::not_supported(format!(
-                "table '{name}': 'upsert-enabled' (equality deletes) is not built yet: write a windowed or \
-                 append-only result"
-            ))
-            .at(o.location("upsert-enabled")));
-        }
-        if o.get("equality-field-columns").is_some() {
-            return Err(bad("equality-field-columns", "applies with 'upsert-enabled' = 'true' only".into()));
+        let upsert = match (o.bool(name, "upsert-enabled", false)?, o.get("equality-field-columns")) {
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(bad("equality-field-columns", "applies with 'upsert-enabled' = 'true' only".into()))
+            }
+            (true, Some(columns)) => Some(columns.split(',').map(|c| c.trim().to_string()).collect::<Vec<_>>()),
+            (true, None) if !def.primary_key.is_empty() => Some(def.primary_key.clone()),
+            (true, None) => {
+                return Err(bad(
+                    "upsert-enabled",
+                    "needs the key rows are upserted by: declare PRIMARY KEY (…) NOT ENFORCED or \
+                     'equality-field-columns'"
+                        .into(),
+                ))
+            }
+        };
+        if let Some(key) = &upsert {
+            if let Some(c) = key.iter().find(|c| def.schema.index_of(c).is_err()) {
+                return Err(bad("equality-field-columns", format!("names '{c}', which is not a column")));
+            }
+            if !def.primary_key.is_empty() && def.primary_key != *key {
+                return Err(bad(
+                    "equality-field-columns",
+                    format!("differs from the PRIMARY KEY ({})", def.primary_key.join(", ")),
+                ));
+            }
         }
         let target_file_size = match o.get("write.target-file-size-bytes") {
             None => DEFAULT_TARGET_FILE_SIZE,
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| bad("write.target-file-size-bytes", format!("must be a positive number of bytes, not '{v}'")))?,
+            Some(v) => v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                bad("write.target-file-size-bytes", format!("must be a positive number of bytes, not '{v}'"))
+            })?,
         };
         let compression = match o.get("write.parquet.compression-codec").map(str::to_ascii_lowercase).as_deref() {
             None | Some("zstd") => Compression::ZSTD(ZstdLevel::default()),
@@ -146,13 +169,21 @@ impl Options {
             (None, false) => Some(def.partition_keys.join(", ")),
             (None, true) => None,
         };
+        if upsert.is_some() && partition_by.is_some() {
+            return Err(WeirError::not_supported(format!(
+                "table '{name}': an upsert Iceberg table that is also partitioned is not built yet (its equality \
+                 deletes would have to be partitioned alike)"
+            ))
+            .at(o.location("upsert-enabled")));
+        }
         let mut properties = vec![("write.format.default".to_string(), "parquet".to_string())];
         for key in ["write.target-file-size-bytes", "write.parquet.compression-codec"] {
             if let Some(v) = o.get(key) {
                 properties.push((key.to_string(), v.to_string()));
             }
         }
-        if compression == Compression::ZSTD(ZstdLevel::default()) && o.get("write.parquet.compression-codec").is_none() {
+        if compression == Compression::ZSTD(ZstdLevel::default()) && o.get("write.parquet.compression-codec").is_none()
+        {
             properties.push(("write.parquet.compression-codec".into(), "zstd".into()));
         }
         Ok(Options {
@@ -164,6 +195,7 @@ impl Options {
             target_file_size,
             compression,
             partition_by,
+            upsert,
             properties,
         })
     }
@@ -186,9 +218,21 @@ impl Options {
 /// checked against its columns here too (an existing table's, when the job starts).
 pub fn validate(def: &TableDef) -> Result<()> {
     let options = Options::parse(def)?;
-    let schema = schema::TableSchema::create(&def.name, &def.schema, &def.primary_key)?;
+    let key = options.upsert.clone().unwrap_or_default();
+    let schema = schema::TableSchema::create(&def.name, &def.schema, &key)?;
     if let Some(p) = &options.partition_by {
         transform::PartitionSpec::parse(&def.name, p, def.options.location("partition-by"), &schema)?;
     }
     Ok(())
+}
+
+/// The key an upsert Iceberg table is written by, as a table whose PRIMARY KEY it is (for
+/// the planner's check that the query's result is keyed alike); `None` if it appends.
+pub fn upsert_key_table(def: &TableDef) -> Result<Option<TableDef>> {
+    let options = Options::parse(def)?;
+    Ok(options.upsert.map(|key| {
+        let mut keyed = def.clone();
+        keyed.primary_key = key;
+        keyed
+    }))
 }

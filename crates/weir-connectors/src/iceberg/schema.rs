@@ -49,19 +49,23 @@ pub struct Column {
 pub struct TableSchema {
     pub schema_id: i64,
     pub columns: Vec<Column>,
+    /// The key of an upsert table (Iceberg's identifier fields).
+    pub identifier_ids: Vec<i32>,
     pub file_schema: SchemaRef,
 }
 
 impl TableSchema {
     /// The schema of a new table made from the sink's columns: ids 1, 2, … in order.
-    pub fn create(table: &str, schema: &Schema, primary_key: &[String]) -> Result<Self> {
+    pub fn create(table: &str, schema: &Schema, key: &[String]) -> Result<Self> {
         let mut columns = Vec::new();
         for (i, f) in schema.fields().iter().enumerate() {
             let (iceberg, _) = supported(table, f)?;
-            let required = !f.is_nullable() || primary_key.contains(f.name());
+            let required = !f.is_nullable() || key.contains(f.name());
             columns.push(Column { id: i as i32 + 1, name: f.name().clone(), iceberg, required });
         }
-        Self::with_columns(schema, columns, 0)
+        let mut created = Self::with_columns(schema, columns, 0)?;
+        created.identifier_ids = created.columns.iter().filter(|c| key.contains(&c.name)).map(|c| c.id).collect();
+        Ok(created)
     }
 
     /// An existing table's current schema, checked against the sink's columns: each sink
@@ -124,23 +128,26 @@ impl TableSchema {
             .zip(&columns)
             .map(|(f, c)| {
                 let stored = iceberg_type(f.data_type()).map_or_else(|| f.data_type().clone(), |(_, t)| t);
-                Field::new(f.name(), stored, !c.required).with_metadata(
-                    [(parquet::arrow::PARQUET_FIELD_ID_META_KEY.to_string(), c.id.to_string())].into(),
-                )
+                Field::new(f.name(), stored, !c.required)
+                    .with_metadata([(parquet::arrow::PARQUET_FIELD_ID_META_KEY.to_string(), c.id.to_string())].into())
             })
             .collect();
-        Ok(Self { schema_id, columns, file_schema: Arc::new(Schema::new(fields)) })
+        Ok(Self { schema_id, columns, identifier_ids: Vec::new(), file_schema: Arc::new(Schema::new(fields)) })
     }
 
     /// The schema as table metadata holds it.
     pub fn to_json(&self) -> Json {
-        json!({
+        let mut j = json!({
             "type": "struct",
             "schema-id": self.schema_id,
             "fields": self.columns.iter().map(|c| json!({
                 "id": c.id, "name": c.name, "required": c.required, "type": c.iceberg,
             })).collect::<Vec<_>>(),
-        })
+        });
+        if !self.identifier_ids.is_empty() {
+            j["identifier-field-ids"] = json!(self.identifier_ids);
+        }
+        j
     }
 
     pub fn last_column_id(&self) -> i32 {

@@ -33,11 +33,12 @@ use weir_core::{Chunk, Result, Split, TableDef, WeirError};
 use super::catalog::{local_path, Catalog};
 use super::manifest::{
     read_manifest_list, write_manifest, write_manifest_list, AvroPartitionField, DataFile, ManifestFile,
-    ManifestHeader, PartitionValue, CONTENT_DATA,
+    ManifestHeader, PartitionValue, CONTENT_DATA, CONTENT_EQUALITY_DELETES,
 };
 use super::metadata::{self, Added, JOB_ID, MAX_COMMITTED};
 use super::schema::TableSchema;
 use super::transform::{avro_value, path_value, PartitionSpec};
+use super::upsert::Upsert;
 use super::Options;
 
 /// What checkpoint `n` leaves to commit: its closed data files.
@@ -83,6 +84,8 @@ pub struct IcebergSink {
     open: BTreeMap<String, OpenFile>,
     closed: Vec<DataFile>,
     partitioner: Option<RowConverter>,
+    /// An upsert table's changes since the last pre-commit.
+    upsert: Option<Upsert>,
 }
 
 fn io(what: &str, path: &std::path::Path, e: impl std::fmt::Display) -> WeirError {
@@ -107,6 +110,7 @@ impl IcebergSink {
             open: BTreeMap::new(),
             closed: Vec::new(),
             partitioner: None,
+            upsert: None,
         })
     }
 
@@ -119,7 +123,12 @@ impl IcebergSink {
                     let schema = TableSchema::existing(&self.table, &self.sink_schema, &l.metadata)?;
                     let mut spec = PartitionSpec::existing(&self.table, &l.metadata, &schema)?;
                     if let Some(text) = &self.options.partition_by {
-                        let wanted = PartitionSpec::parse(&self.table, text, self.def.options.location("partition-by"), &schema)?;
+                        let wanted = PartitionSpec::parse(
+                            &self.table,
+                            text,
+                            self.def.options.location("partition-by"),
+                            &schema,
+                        )?;
                         let same = wanted.fields.iter().map(|f| (f.source_id, f.transform)).collect::<Vec<_>>()
                             == spec.fields.iter().map(|f| (f.source_id, f.transform)).collect::<Vec<_>>();
                         if !same {
@@ -139,7 +148,8 @@ impl IcebergSink {
                     (schema, spec, location)
                 }
                 None => {
-                    let schema = TableSchema::create(&self.table, &self.sink_schema, &self.def.primary_key)?;
+                    let key = self.options.upsert.clone().unwrap_or_default();
+                    let schema = TableSchema::create(&self.table, &self.sink_schema, &key)?;
                     let spec = match &self.options.partition_by {
                         Some(text) => {
                             PartitionSpec::parse(&self.table, text, self.def.options.location("partition-by"), &schema)?
@@ -171,6 +181,11 @@ impl IcebergSink {
                     .collect();
                 self.partitioner = Some(RowConverter::new(fields)?);
             }
+            if let Some(key) = &self.options.upsert {
+                let columns =
+                    key.iter().map(|k| self.sink_schema.index_of(k)).collect::<std::result::Result<Vec<_>, _>>()?;
+                self.upsert = Some(Upsert::new(&schema.file_schema, columns)?);
+            }
             self.resolved = Some(Resolved { schema, spec, location, ids });
         }
         self.resolved.as_ref().ok_or_else(|| WeirError::internal("Iceberg table not resolved"))
@@ -193,8 +208,7 @@ impl IcebergSink {
             std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
             self.seq += 1;
             let tag = &metadata::uuid()[..8];
-            let path =
-                dir.join(format!("{}-{}-{}-{}-{tag}.parquet", self.job_id, self.task, self.epoch, self.seq));
+            let path = dir.join(format!("{}-{}-{}-{}-{tag}.parquet", self.job_id, self.task, self.epoch, self.seq));
             let file = File::create(&path).map_err(|e| io("create", &path, e))?;
             let writer = ArrowWriter::try_new(file, r.schema.file_schema.clone(), Some(self.writer_properties()))
                 .map_err(|e| io("write", &path, e))?;
@@ -227,6 +241,7 @@ impl IcebergSink {
     }
 
     fn close_all(&mut self) -> Result<()> {
+        self.flush_upserts()?;
         let keys: Vec<String> = self.open.keys().cloned().collect();
         for k in keys {
             self.close(&k)?;
@@ -237,6 +252,55 @@ impl IcebergSink {
             }
         }
         Ok(())
+    }
+
+    /// An upsert table's changes since the last pre-commit, as an equality-delete file of
+    /// the keys changed and a data file of their new rows.
+    fn flush_upserts(&mut self) -> Result<()> {
+        let Some(upsert) = self.upsert.as_mut().filter(|u| !u.is_empty()) else { return Ok(()) };
+        let (deletes, rows) = upsert.drain()?;
+        let key_schema = upsert.key_schema.clone();
+        let key_columns = upsert.key_columns.clone();
+        let r = self.resolved.as_ref().ok_or_else(|| WeirError::internal("Iceberg table not resolved"))?;
+        let key_ids: Vec<(i32, bool)> = key_columns.iter().map(|i| r.ids[*i]).collect();
+        let data_schema = r.schema.file_schema.clone();
+        let ids = r.ids.clone();
+        if let Some(deletes) = deletes {
+            let mut f = self.write_whole(&deletes, key_schema, CONTENT_EQUALITY_DELETES, &key_ids, "deletes")?;
+            f.equality_ids = key_ids.iter().map(|(id, _)| *id).collect();
+            self.closed.push(f);
+        }
+        if let Some(rows) = rows {
+            let f = self.write_whole(&rows, data_schema, CONTENT_DATA, &ids, "data")?;
+            self.closed.push(f);
+        }
+        Ok(())
+    }
+
+    /// One Parquet file of `batch`, closed and synced.
+    fn write_whole(
+        &mut self,
+        batch: &datafusion::arrow::record_batch::RecordBatch,
+        schema: SchemaRef,
+        content: i32,
+        ids: &[(i32, bool)],
+        what: &str,
+    ) -> Result<DataFile> {
+        let r = self.resolved.as_ref().ok_or_else(|| WeirError::internal("Iceberg table not resolved"))?;
+        let dir = local_path(&r.location)?.join("data");
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        self.seq += 1;
+        let tag = &metadata::uuid()[..8];
+        let path = dir.join(format!("{}-{}-{}-{}-{tag}-{what}.parquet", self.job_id, self.task, self.epoch, self.seq));
+        let file = File::create(&path).map_err(|e| io("create", &path, e))?;
+        let mut writer =
+            ArrowWriter::try_new(file, schema, Some(self.writer_properties())).map_err(|e| io("write", &path, e))?;
+        writer.write(batch).map_err(|e| io("write", &path, e))?;
+        let meta = writer.close().map_err(|e| io("write", &path, e))?;
+        let file = File::open(&path).map_err(|e| io("open", &path, e))?;
+        file.sync_all().map_err(|e| io("sync", &path, e))?;
+        let bytes = file.metadata().map_err(|e| io("stat", &path, e))?.len() as i64;
+        Ok(DataFile::from_parquet(content, path.display().to_string(), bytes, &meta, ids, Vec::new()))
     }
 
     /// Commit `files` as one snapshot recording checkpoint `checkpoint` (if any), unless the
@@ -304,9 +368,6 @@ impl IcebergSink {
                 .collect(),
             content: "data",
         };
-        let manifest = write_manifest(&header, files, id, sequence, metadata::random16());
-        let manifest_path = dir.join(format!("{tag}-m0.avro"));
-        super::catalog::write_synced(&manifest_path, &manifest)?;
         let mut manifests = match metadata::current_snapshot(meta).and_then(|s| s.get("manifest-list")?.as_str()) {
             Some(list) => {
                 let path = local_path(list)?;
@@ -315,34 +376,46 @@ impl IcebergSink {
             }
             None => Vec::new(),
         };
-        let records: i64 = files.iter().map(|f| f.records).sum();
-        manifests.push(ManifestFile {
-            path: manifest_path.display().to_string(),
-            length: manifest.len() as i64,
-            spec_id: r.spec.spec_id as i32,
-            content: 0,
-            sequence_number: sequence,
-            min_sequence_number: sequence,
-            added_snapshot_id: id,
-            added_files: files.len() as i32,
-            existing_files: 0,
-            deleted_files: 0,
-            added_rows: records,
-            existing_rows: 0,
-            deleted_rows: 0,
-            partitions: None,
-        });
+        let (deletes, data): (Vec<DataFile>, Vec<DataFile>) =
+            files.iter().cloned().partition(|f| f.content == CONTENT_EQUALITY_DELETES);
+        for (i, (group, content)) in [(&data, "data"), (&deletes, "deletes")].into_iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let header = ManifestHeader { content, ..header.clone() };
+            let manifest = write_manifest(&header, group, id, sequence, metadata::random16());
+            let manifest_path = dir.join(format!("{tag}-m{i}.avro"));
+            super::catalog::write_synced(&manifest_path, &manifest)?;
+            let rows: i64 = group.iter().map(|f| f.records).sum();
+            manifests.push(ManifestFile {
+                path: manifest_path.display().to_string(),
+                length: manifest.len() as i64,
+                spec_id: r.spec.spec_id as i32,
+                content: i as i32,
+                sequence_number: sequence,
+                min_sequence_number: sequence,
+                added_snapshot_id: id,
+                added_files: group.len() as i32,
+                existing_files: 0,
+                deleted_files: 0,
+                added_rows: rows,
+                existing_rows: 0,
+                deleted_rows: 0,
+                partitions: None,
+            });
+        }
+        let records: i64 = data.iter().map(|f| f.records).sum();
         let parent = metadata::current_snapshot(meta).and_then(|s| s.get("snapshot-id")?.as_i64());
         let list = write_manifest_list(&manifests, id, parent, sequence, metadata::random16());
         let list_path = dir.join(format!("snap-{id}-1-{tag}.avro"));
         super::catalog::write_synced(&list_path, &list)?;
         let partitions: std::collections::HashSet<&Vec<PartitionValue>> = files.iter().map(|f| &f.partition).collect();
         let added = Added {
-            data_files: files.len() as i64,
+            data_files: data.len() as i64,
             records,
             bytes: files.iter().map(|f| f.bytes).sum(),
-            delete_files: 0,
-            equality_deletes: 0,
+            delete_files: deletes.len() as i64,
+            equality_deletes: deletes.iter().map(|f| f.records).sum(),
             partitions: partitions.len(),
         };
         let mut extra = vec![(JOB_ID, self.job_id.clone())];
@@ -402,6 +475,12 @@ impl Committer for IcebergSink {
     async fn write(&mut self, chunk: Chunk) -> Result<()> {
         if chunk.num_rows() == 0 {
             return Ok(());
+        }
+        self.resolve().await?;
+        if let Some(upsert) = &mut self.upsert {
+            let r = self.resolved.as_ref().ok_or_else(|| WeirError::internal("Iceberg table not resolved"))?;
+            let batch = r.schema.to_file_batch(&chunk.batch)?;
+            return upsert.push(&chunk, batch);
         }
         if !chunk.is_append_only() {
             return Err(WeirError::internal(format!(

@@ -75,11 +75,23 @@ impl Transform {
     fn result_type(&self, source: &str) -> Option<&'static str> {
         let temporal = matches!(source, "date" | "timestamp" | "timestamptz");
         Some(match self {
-            Transform::Year | Transform::Month | Transform::Hour if temporal && !(source == "date" && *self == Transform::Hour) => "int",
+            Transform::Year | Transform::Month | Transform::Hour
+                if temporal && !(source == "date" && *self == Transform::Hour) =>
+            {
+                "int"
+            }
             Transform::Day if temporal => "date",
-            Transform::Bucket(_) if matches!(source, "int" | "long" | "string" | "binary" | "date" | "timestamp" | "timestamptz") => "int",
+            Transform::Bucket(_)
+                if matches!(source, "int" | "long" | "string" | "binary" | "date" | "timestamp" | "timestamptz") =>
+            {
+                "int"
+            }
             Transform::Truncate(_) if matches!(source, "int" | "long" | "string" | "binary") => as_static(source)?,
-            Transform::Identity if matches!(source, "int" | "long" | "string" | "boolean" | "date" | "timestamp" | "timestamptz") => as_static(source)?,
+            Transform::Identity
+                if matches!(source, "int" | "long" | "string" | "boolean" | "date" | "timestamp" | "timestamptz") =>
+            {
+                as_static(source)?
+            }
             _ => return None,
         })
     }
@@ -125,9 +137,10 @@ impl PartitionSpec {
                     let args = args.strip_suffix(')').ok_or_else(|| bad(format!("'{item}' lacks its ')'")))?;
                     let args: Vec<&str> = args.split(',').map(str::trim).collect();
                     let number = |s: &str| {
-                        s.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            bad(format!("'{item}': '{s}' is not a positive whole number"))
-                        })
+                        s.parse::<u32>()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| bad(format!("'{item}': '{s}' is not a positive whole number")))
                     };
                     match (name.trim().to_ascii_lowercase().as_str(), &args[..]) {
                         ("identity", [c]) => (Transform::Identity, *c),
@@ -312,11 +325,14 @@ fn apply(transform: Transform, a: &ArrayRef) -> Result<ArrayRef> {
             };
             match a.data_type() {
                 DataType::Utf8 => Arc::new(
-                    a.as_string::<i32>().iter().map(|v| v.map(|s| bucket(murmur3(s.as_bytes())))).collect::<Int32Array>(),
+                    a.as_string::<i32>()
+                        .iter()
+                        .map(|v| v.map(|s| bucket(murmur3(s.as_bytes()))))
+                        .collect::<Int32Array>(),
                 ),
-                DataType::Binary => Arc::new(
-                    a.as_binary::<i32>().iter().map(|v| v.map(|b| bucket(murmur3(b)))).collect::<Int32Array>(),
-                ),
+                DataType::Binary => {
+                    Arc::new(a.as_binary::<i32>().iter().map(|v| v.map(|b| bucket(murmur3(b)))).collect::<Int32Array>())
+                }
                 _ => Arc::new(
                     longs(a).ok_or_else(unsupported)?.unary::<_, Int32Type>(|v| bucket(murmur3(&v.to_le_bytes()))),
                 ),
@@ -338,10 +354,7 @@ fn apply(transform: Transform, a: &ArrayRef) -> Result<ArrayRef> {
                     .collect::<StringArray>(),
             ),
             DataType::Binary => Arc::new(
-                a.as_binary::<i32>()
-                    .iter()
-                    .map(|v| v.map(|b| &b[..b.len().min(w as usize)]))
-                    .collect::<BinaryArray>(),
+                a.as_binary::<i32>().iter().map(|v| v.map(|b| &b[..b.len().min(w as usize)])).collect::<BinaryArray>(),
             ),
             _ => return Err(unsupported()),
         },
@@ -463,13 +476,11 @@ mod tests {
 
     #[test]
     fn calendar_transforms() {
-        let ts: ArrayRef = Arc::new(
-            datafusion::arrow::array::TimestampMicrosecondArray::from(vec![
-                Some(1_510_871_468_123_456),
-                Some(-1),
-                None,
-            ]),
-        );
+        let ts: ArrayRef = Arc::new(datafusion::arrow::array::TimestampMicrosecondArray::from(vec![
+            Some(1_510_871_468_123_456),
+            Some(-1),
+            None,
+        ]));
         let get = |t| apply(t, &ts).map(|a| a.as_primitive::<Int32Type>().iter().collect::<Vec<_>>()).ok();
         assert_eq!(get(Transform::Day), Some(vec![Some(17_486), Some(-1), None]));
         assert_eq!(get(Transform::Hour), Some(vec![Some(419_686), Some(-1), None]));
@@ -482,6 +493,9 @@ mod tests {
         assert_eq!(t.map(|a| a.as_primitive::<Int64Type>().values().to_vec()), Some(vec![-10, 10, 10]));
         let s: ArrayRef = Arc::new(StringArray::from(vec!["iceberg", "ice"]));
         let t = apply(Transform::Truncate(3), &s).ok();
-        assert_eq!(t.map(|a| a.as_string::<i32>().iter().flatten().map(String::from).collect::<Vec<_>>()), Some(vec!["ice".to_string(), "ice".into()]));
+        assert_eq!(
+            t.map(|a| a.as_string::<i32>().iter().flatten().map(String::from).collect::<Vec<_>>()),
+            Some(vec!["ice".to_string(), "ice".into()])
+        );
     }
 }
