@@ -5,6 +5,13 @@ decoder of Avro (fastavro). Prints JSON on stdout.
   lake.py sql-table URI CATALOG NAMESPACE.TABLE     the same through pyiceberg's SqlCatalog
   lake.py poll METADATA_DIR STOP OUT               scan each new snapshot until the file STOP exists
   lake.py prune METADATA_JSON COLUMN FROM TO       files planned for FROM <= COLUMN < TO, and rows
+  lake.py count METADATA_JSON|PARQUET_DIR           rows of the table's current snapshot, or of the files
+  lake.py registry PORT_FILE [USER:PASSWORD]       a stand-in for a Confluent schema registry (its REST
+                                                   API's few calls Weir makes), until killed
+  lake.py avro-encode URL|- SUBJECT SCHEMA ROWS    fastavro-encoded rows (JSON lines), hex, one a line:
+                                                   framed with the id the registry gives (or plain: -)
+  lake.py avro-decode URL|SCHEMA VALUES            hex values decoded by fastavro, with each writer
+                                                   schema from the registry (or one plain SCHEMA)
 """
 import glob
 import json
@@ -104,6 +111,142 @@ def newest(metadata_dir):
     return max(files, key=lambda f: int(os.path.basename(f)[1:].split(".")[0]))
 
 
+def registry(port_file, user_info):
+    """Schemas by id and subjects in memory: GET /schemas/ids/ID, POST /subjects/S/versions
+    (register; the same schema twice keeps its id), POST /subjects/S (look up), GET
+    /subjects/S/versions/latest. With USER:PASSWORD, requests without that basic auth get 401."""
+    import base64
+    import http.server
+    import threading
+
+    lock = threading.Lock()
+    schemas = {}  # id -> schema text
+    subjects = {}  # subject -> [id, ...]
+
+    def canonical(text):
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorized(self):
+            if user_info is None:
+                return True
+            want = "Basic " + base64.b64encode(user_info.encode()).decode()
+            if self.headers.get("Authorization") == want:
+                return True
+            self.reply(401, {"error_code": 401, "message": "Unauthorized"})
+            return False
+
+        def do_GET(self):
+            if not self.authorized():
+                return
+            parts = self.path.strip("/").split("/")
+            with lock:
+                if parts[:2] == ["schemas", "ids"] and int(parts[2]) in schemas:
+                    return self.reply(200, {"schema": schemas[int(parts[2])]})
+                if parts[0] == "subjects" and parts[2:] == ["versions", "latest"] and parts[1] in subjects:
+                    ids = subjects[parts[1]]
+                    return self.reply(200, {"subject": parts[1], "version": len(ids), "id": ids[-1], "schema": schemas[ids[-1]]})
+            code = 40403 if parts[0] == "schemas" else 40401
+            self.reply(404, {"error_code": code, "message": "not found"})
+
+        def do_POST(self):
+            if not self.authorized():
+                return
+            parts = self.path.strip("/").split("/")
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            text = canonical(body["schema"])
+            with lock:
+                found = [i for i, s in schemas.items() if canonical(s) == text]
+                if parts[0] == "subjects" and parts[2:] == ["versions"]:
+                    sid = found[0] if found else len(schemas) + 1
+                    schemas.setdefault(sid, body["schema"])
+                    if sid not in subjects.setdefault(parts[1], []):
+                        subjects[parts[1]].append(sid)
+                    return self.reply(200, {"id": sid})
+                if parts[0] == "subjects" and len(parts) == 2:
+                    if parts[1] not in subjects:
+                        return self.reply(404, {"error_code": 40401, "message": "Subject not found"})
+                    mine = [i for i in subjects[parts[1]] if i in found]
+                    if not mine:
+                        return self.reply(404, {"error_code": 40403, "message": "Schema not found"})
+                    return self.reply(200, {"subject": parts[1], "id": mine[0], "version": 1, "schema": schemas[mine[0]]})
+            self.reply(404, {"error_code": 404, "message": "not found"})
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(port_file + ".tmp", port_file)
+    server.serve_forever()
+
+
+def _registry_call(url, method, path, body=None):
+    """A call to the registry; `http://user:password@host:port` sends basic auth."""
+    import base64
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    plain = f"{parts.scheme}://{parts.hostname}:{parts.port}"
+    req = urllib.request.Request(plain + path, method=method, data=json.dumps(body).encode() if body else None)
+    req.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+    if parts.username:
+        token = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
+        req.add_header("Authorization", "Basic " + token)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def avro_encode(url, subject, schema_file, rows_file):
+    import io
+    import fastavro
+
+    text = open(schema_file).read()
+    schema = fastavro.parse_schema(json.loads(text))
+    prefix = b""
+    if url != "-":
+        sid = _registry_call(url, "POST", f"/subjects/{subject}/versions", {"schema": text})["id"]
+        prefix = b"\x00" + sid.to_bytes(4, "big")
+    for line in open(rows_file):
+        if not line.strip():
+            continue
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, json.loads(line))
+        print((prefix + buf.getvalue()).hex())
+
+
+def avro_decode(source, values_file):
+    import io
+    import fastavro
+
+    cache = {}
+    plain = None if source.startswith("http") else fastavro.parse_schema(json.loads(open(source).read()))
+    for line in open(values_file):
+        if not line.strip():
+            continue
+        value = bytes.fromhex(line.strip())
+        if plain is not None:
+            schema, body = plain, value
+        else:
+            assert value[0] == 0, "not Confluent-framed"
+            sid = int.from_bytes(value[1:5], "big")
+            if sid not in cache:
+                cache[sid] = fastavro.parse_schema(json.loads(_registry_call(source, "GET", f"/schemas/ids/{sid}")["schema"]))
+            schema, body = cache[sid], value[5:]
+        row = fastavro.schemaless_reader(io.BytesIO(body), schema)
+        print(json.dumps(row, default=str, sort_keys=True))
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "table":
@@ -149,6 +292,22 @@ def main():
         planned = sorted(os.path.relpath(p.file.file_path, t.location()) for p in scan.plan_files())
         every = sorted(os.path.relpath(p.file.file_path, t.location()) for p in t.scan().plan_files())
         print(json.dumps({"planned": planned, "all": every, "rows": rows_of(scan.to_arrow())}))
+    elif cmd == "count":
+        # Rows of a table's current snapshot, or of a directory of Parquet files.
+        if sys.argv[2].endswith(".json"):
+            from pyiceberg.table import StaticTable
+
+            print(json.dumps(StaticTable.from_metadata(sys.argv[2]).scan().to_arrow().num_rows))
+        else:
+            import pyarrow.dataset as ds
+
+            print(json.dumps(ds.dataset(sys.argv[2], format="parquet", ignore_prefixes=[".", "_"]).count_rows()))
+    elif cmd == "registry":
+        registry(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    elif cmd == "avro-encode":
+        avro_encode(*sys.argv[2:6])
+    elif cmd == "avro-decode":
+        avro_decode(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {cmd}")
 

@@ -334,6 +334,9 @@ impl TaskSink {
         if let Target::Other(sink) = &mut self.target {
             return sink.write_chunk(chunk).await;
         }
+        if let Target::Topic(writer) = &mut self.target {
+            writer.prepare(&chunk.schema()).await?;
+        }
         self.producer()?;
         let Some(producer) = &self.producer else { return Ok(()) };
         match &self.target {

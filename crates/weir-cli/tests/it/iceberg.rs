@@ -40,10 +40,11 @@ pub fn rows(t: &Json) -> Vec<String> {
     t["rows"].as_array().expect("rows").iter().map(|r| r.as_str().unwrap_or_default().to_string()).collect()
 }
 
+/// `weir run sql`, which must succeed: what it printed (stdout, then stderr).
 pub fn run_ok(sql: &Path) -> String {
     let out = Command::new(weir_bin()).arg("run").arg(sql).output().expect("run weir");
     assert!(out.status.success(), "weir run failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 pub fn run_err(sql: &Path) -> String {

@@ -1,5 +1,6 @@
 //! Weir's integration tests: one binary (links once), one module per concern.
 
+mod avro;
 mod committers;
 mod crash;
 mod datagen;

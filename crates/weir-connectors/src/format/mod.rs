@@ -4,11 +4,13 @@
 //! fails naming the file, line and reason; with `'format.ignore-parse-errors' = 'true'` the
 //! record is skipped and counted in the source's `records_skipped` metric.
 
+pub mod avro;
 mod csv;
 mod json;
 mod parquet;
 #[cfg(test)]
 mod range_tests;
+pub mod registry;
 mod text;
 
 use std::fs::File;

@@ -17,9 +17,11 @@ use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use weir_core::{Op, Result, TableDef, WeirError};
 
+use crate::format::avro::AvroDecoder;
+use crate::format::registry::Registry;
 use crate::format::ParsePolicy;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Codec {
     Json,
     /// Rows as JSON objects inside Debezium change events.
@@ -28,7 +30,32 @@ pub enum Codec {
         delimiter: u8,
     },
     Raw,
+    /// Avro binary records with the schema Flink derives from the table.
+    Avro,
+    /// Avro in Confluent's framing, writer schemas in a schema registry.
+    AvroConfluent(Arc<Confluent>),
 }
+
+/// Where an `avro-confluent` format's schemas are registered.
+#[derive(Debug)]
+pub struct Confluent {
+    pub registry: Registry,
+    /// The subject the writer registers the table's schema under (`<topic>-value`).
+    pub subject: String,
+    /// `auto.register.schemas`: off, the schema must be registered under the subject already.
+    pub register: bool,
+}
+
+/// The options of `avro-confluent` (after `avro-confluent.`, `key.avro-confluent.` or
+/// `value.avro-confluent.`), Flink's names.
+pub const AVRO_CONFLUENT_KEYS: &[&str] = &[
+    "url",
+    "schema-registry.url",
+    "basic-auth.credentials-source",
+    "basic-auth.user-info",
+    "subject",
+    "properties.auto.register.schemas",
+];
 
 impl Codec {
     pub fn from_table(table: &TableDef, key: &str) -> Result<Codec> {
@@ -52,9 +79,33 @@ impl Codec {
                 Codec::Csv { delimiter }
             }
             "raw" => Codec::Raw,
+            "avro" => {
+                crate::format::avro::table_schema(&table.name, &table.schema)?;
+                Codec::Avro
+            }
+            "avro-confluent" => {
+                crate::format::avro::table_schema(&table.name, &table.schema)?;
+                let prefix = match key {
+                    "key.format" => "key.avro-confluent.",
+                    "value.format" => "value.avro-confluent.",
+                    _ => "avro-confluent.",
+                };
+                let registry = Registry::from_options(table, prefix)?;
+                let subject = match table.options.get(&format!("{prefix}subject")) {
+                    Some(s) => s.to_string(),
+                    None => {
+                        let topic = super::topic(table)?;
+                        format!("{topic}-{}", if key == "key.format" { "key" } else { "value" })
+                    }
+                };
+                let register =
+                    table.options.bool(&table.name, &format!("{prefix}properties.auto.register.schemas"), true)?;
+                Codec::AvroConfluent(Arc::new(Confluent { registry, subject, register }))
+            }
             other => {
                 return Err(WeirError::user(format!(
-                    "table '{}': '{key}' must be 'json', 'debezium-json', 'csv' or 'raw', not '{other}'",
+                    "table '{}': '{key}' must be 'json', 'debezium-json', 'csv', 'raw', 'avro' or 'avro-confluent', \
+                     not '{other}'",
                     table.name
                 ))
                 .at(table.options.location(key)))
@@ -87,11 +138,47 @@ pub struct Decoder {
     pub policy: ParsePolicy,
     pub topic: String,
     pub skipped: u64,
+    /// The Avro formats' decoder, with the writer schemas fetched so far.
+    avro: Option<AvroDecoder>,
+    /// Schema ids the registry does not have (their records fail to decode).
+    missing: std::collections::HashSet<u32>,
 }
 
 impl Decoder {
-    fn decode_all(&self, values: &[&[u8]]) -> Result<Option<RecordBatch>> {
-        match self.codec {
+    pub fn new(table: &str, codec: Codec, schema: SchemaRef, policy: ParsePolicy, topic: String) -> Result<Self> {
+        let avro = match &codec {
+            Codec::Avro | Codec::AvroConfluent(_) => {
+                let reader = crate::format::avro::table_schema(table, &schema)?;
+                Some(AvroDecoder::new(reader, schema.clone(), matches!(codec, Codec::AvroConfluent(_))))
+            }
+            _ => None,
+        };
+        Ok(Self { codec, schema, policy, topic, skipped: 0, avro, missing: Default::default() })
+    }
+
+    /// Fetch from the registry the writer schemas of `values` not seen yet.
+    pub async fn prepare(&mut self, values: &[&[u8]]) -> Result<()> {
+        let (Codec::AvroConfluent(c), Some(avro)) = (&self.codec, &mut self.avro) else { return Ok(()) };
+        for id in avro.unknown_ids(values) {
+            if self.missing.contains(&id) {
+                continue;
+            }
+            match c.registry.schema(id).await? {
+                Some(schema) => avro.add_writer(id, schema),
+                None => {
+                    self.missing.insert(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_all(&mut self, values: &[&[u8]]) -> Result<Option<RecordBatch>> {
+        match &self.codec {
+            Codec::Avro | Codec::AvroConfluent(_) => match &mut self.avro {
+                Some(avro) => avro.decode(values),
+                None => Err(WeirError::internal("an Avro table without its decoder")),
+            },
             Codec::Raw => {
                 let field = self.schema.field(0);
                 let column: ArrayRef = match field.data_type() {
@@ -130,7 +217,7 @@ impl Decoder {
             }
             Codec::Csv { delimiter } => {
                 let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(self.schema.clone())
-                    .with_delimiter(delimiter)
+                    .with_delimiter(*delimiter)
                     .with_batch_size(values.len().max(1))
                     .build_decoder();
                 let mut text = Vec::with_capacity(values.iter().map(|v| v.len() + 1).sum());
@@ -182,6 +269,8 @@ impl Decoder {
                         Codec::DebeziumJson => "debezium-json",
                         Codec::Csv { .. } => "CSV",
                         Codec::Raw => "raw",
+                        Codec::Avro => "Avro",
+                        Codec::AvroConfluent(_) => "avro-confluent",
                     };
                     return Err(WeirError::user(format!(
                         "malformed {what} record in topic '{}' partition {} at offset {}: {} \
@@ -202,7 +291,7 @@ impl Decoder {
 }
 
 /// Each row of `batch` as one value: JSON objects or CSV lines, written a batch at a time.
-pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+pub fn encode(codec: &Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
     let mut buf = Vec::with_capacity(batch.num_rows() * 64);
     match codec {
         Codec::Json | Codec::DebeziumJson => {
@@ -213,7 +302,7 @@ pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
         Codec::Csv { delimiter } => {
             let mut writer = datafusion::arrow::csv::WriterBuilder::new()
                 .with_header(false)
-                .with_delimiter(delimiter)
+                .with_delimiter(*delimiter)
                 .build(&mut buf);
             writer.write(batch)?;
         }
@@ -226,6 +315,9 @@ pub fn encode(codec: Codec, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
                 return Ok(b.iter().map(|v| v.unwrap_or(&[]).to_vec()).collect());
             }
             return Err(WeirError::user("format 'raw' writes one STRING or BYTES column"));
+        }
+        Codec::Avro | Codec::AvroConfluent(_) => {
+            return Err(WeirError::internal("Avro rows are encoded by the topic writer's encoder"))
         }
     }
     let mut rows: Vec<Vec<u8>> = buf.split(|b| *b == b'\n').map(|l| l.to_vec()).collect();

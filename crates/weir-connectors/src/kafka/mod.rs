@@ -154,7 +154,14 @@ const UPSERT_OPTIONS: &[&str] = &[
 
 fn check_known(table: &TableDef, known: &[&str]) -> Result<()> {
     for (key, _) in table.options.iter() {
-        if !key.starts_with("properties.") && !known.contains(&key) && !weir_core::table::ENGINE_OPTIONS.contains(&key)
+        let avro_confluent = ["avro-confluent.", "key.avro-confluent.", "value.avro-confluent."]
+            .iter()
+            .find_map(|p| key.strip_prefix(p))
+            .is_some_and(|k| codec::AVRO_CONFLUENT_KEYS.contains(&k));
+        if !key.starts_with("properties.")
+            && !avro_confluent
+            && !known.contains(&key)
+            && !weir_core::table::ENGINE_OPTIONS.contains(&key)
         {
             return Err(WeirError::user(format!(
                 "table '{}': unknown option '{key}'; options here are: {}, properties.* (librdkafka settings)",

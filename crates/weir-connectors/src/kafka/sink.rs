@@ -350,6 +350,7 @@ impl Sink for KafkaSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
+        self.writer.prepare(&chunk.schema()).await?;
         self.plain()?;
         let Some((producer, context)) = &self.plain else { return Err(WeirError::internal("no producer")) };
         // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
@@ -388,6 +389,7 @@ impl Committer for KafkaSink {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
+        self.writer.prepare(&chunk.schema()).await?;
         super::blocking(|| self.begin())?;
         let Some(t) = &self.open else { return Err(WeirError::internal("no open transaction")) };
         // Sending waits while librdkafka's queue is full: off the runtime's worker threads.

@@ -133,7 +133,10 @@ impl KafkaSource {
         // all of them (CSV maps by position); metadata columns come from the record.
         let is_value = |i: &usize| !table.metadata.contains_key(table.schema.field(*i).name());
         let value_columns: Vec<usize> = match codec {
-            Codec::Csv { .. } => (0..table.schema.fields().len()).filter(is_value).collect(),
+            // By position: every value column, in order.
+            Codec::Csv { .. } | Codec::Avro | Codec::AvroConfluent(_) => {
+                (0..table.schema.fields().len()).filter(is_value).collect()
+            }
             _ => projection.iter().copied().filter(is_value).collect(),
         };
         let decode_schema = std::sync::Arc::new(table.schema.project(&value_columns)?);
@@ -153,13 +156,13 @@ impl KafkaSource {
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .any(|b| b);
-        let decoder = Decoder {
+        let decoder = Decoder::new(
+            &table.name,
             codec,
-            schema: decode_schema,
-            policy: if skip { ParsePolicy::Skip } else { ParsePolicy::Fail },
-            topic: topic.clone(),
-            skipped: 0,
-        };
+            decode_schema,
+            if skip { ParsePolicy::Skip } else { ParsePolicy::Fail },
+            topic.clone(),
+        )?;
         let startup = startup(table)?;
         let mut source = Self {
             consumer,
@@ -406,7 +409,7 @@ impl Source for KafkaSource {
                 self.decoder.topic.clone_from(&self.parts[p as usize].0);
             }
             // Debezium events: their rows, each with its op and record.
-            let (rows, ops, at) = match self.decoder.codec {
+            let (rows, ops, at) = match &self.decoder.codec {
                 Codec::DebeziumJson => {
                     let (mut rows, mut ops, mut rows_at) = (Vec::new(), Vec::new(), Vec::new());
                     for (value, record) in values.iter().zip(&at) {
@@ -441,6 +444,7 @@ impl Source for KafkaSource {
                 _ => (values, None, at),
             };
             let refs: Vec<&[u8]> = rows.iter().map(|v| v.as_slice()).collect();
+            self.decoder.prepare(&refs).await?;
             let Some((values, kept)) = self.decoder.decode(&refs, &at)? else { continue };
             let (records, ops): (Vec<RecordAt>, _) = match kept {
                 Some(kept) => {

@@ -12,12 +12,17 @@ use weir_core::{Chunk, Op, Result, TableDef, WeirError};
 
 use super::codec::{encode, Codec};
 use super::source::kafka_error;
+use crate::format::avro::{table_schema, AvroEncoder};
 
 pub struct TopicWriter {
     table: String,
     topic: String,
     value: Codec,
     key: Option<(Codec, Vec<usize>)>,
+    /// The Avro formats' encoders of the value and the key: plain ones made at once,
+    /// Confluent ones by [`TopicWriter::prepare`] (registering the schema).
+    value_avro: Option<AvroEncoder>,
+    key_avro: Option<AvroEncoder>,
     /// `upsert-kafka`: changes are written by key.
     upsert: bool,
     /// Columns written as the value (metadata columns are not), and the column that gives
@@ -60,15 +65,28 @@ impl TopicWriter {
                 Some((codec, columns))
             }
         };
+        let value_columns: Vec<usize> =
+            (0..schema.fields().len()).filter(|i| !table.metadata.contains_key(schema.field(*i).name())).collect();
+        let plain = |codec: &Codec, columns: &[usize]| -> Result<Option<AvroEncoder>> {
+            match codec {
+                Codec::Avro => Ok(Some(AvroEncoder::new(table_schema(&table.name, &schema.project(columns)?)?, None)?)),
+                _ => Ok(None),
+            }
+        };
+        let value_avro = plain(&value, &value_columns)?;
+        let key_avro = match &key {
+            Some((codec, columns)) => plain(codec, columns)?,
+            None => None,
+        };
         Ok(Self {
             table: table.name.clone(),
             topic: super::topic(table)?,
             value,
             key,
+            value_avro,
+            key_avro,
             upsert,
-            value_columns: (0..schema.fields().len())
-                .filter(|i| !table.metadata.contains_key(schema.field(*i).name()))
-                .collect(),
+            value_columns,
             timestamp_column: table
                 .metadata
                 .iter()
@@ -86,9 +104,39 @@ impl TopicWriter {
         &self.topic
     }
 
+    /// Register (or look up) the table's schemas in the registry of an `avro-confluent`
+    /// format, once, before the first write.
+    pub async fn prepare(&mut self, schema: &SchemaRef) -> Result<()> {
+        if let (Codec::AvroConfluent(c), None) = (&self.value, &self.value_avro) {
+            let avro = table_schema(&self.table, &schema.project(&self.value_columns)?)?;
+            let id = c.registry.id_for(&c.subject, &avro, c.register).await?;
+            self.value_avro = Some(AvroEncoder::new(avro, Some(id))?);
+        }
+        if let (Some((Codec::AvroConfluent(c), columns)), None) = (&self.key, &self.key_avro) {
+            let avro = table_schema(&self.table, &schema.project(columns)?)?;
+            let id = c.registry.id_for(&c.subject, &avro, c.register).await?;
+            self.key_avro = Some(AvroEncoder::new(avro, Some(id))?);
+        }
+        Ok(())
+    }
+
+    fn encode(
+        codec: &Codec,
+        avro: &Option<AvroEncoder>,
+        batch: &datafusion::arrow::record_batch::RecordBatch,
+    ) -> Result<Vec<Vec<u8>>> {
+        match (codec, avro) {
+            (Codec::Avro | Codec::AvroConfluent(_), Some(encoder)) => encoder.encode(batch),
+            (Codec::Avro | Codec::AvroConfluent(_), None) => {
+                Err(WeirError::internal("the Avro schema was not registered before the first write"))
+            }
+            _ => encode(codec, batch),
+        }
+    }
+
     /// Refuse a chunk the table's format cannot express (updates to a plain topic).
     pub fn check(&self, chunk: &Chunk) -> Result<()> {
-        if !chunk.is_append_only() && !self.upsert && self.value != Codec::DebeziumJson {
+        if !chunk.is_append_only() && !self.upsert && !matches!(self.value, Codec::DebeziumJson) {
             return Err(WeirError::not_supported(format!(
                 "writing updates or deletes to the Kafka table '{}'",
                 self.table
@@ -108,8 +156,8 @@ impl TopicWriter {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        let mut values = encode(self.value, &chunk.batch.project(&self.value_columns)?)?;
-        if self.value == Codec::DebeziumJson {
+        let mut values = Self::encode(&self.value, &self.value_avro, &chunk.batch.project(&self.value_columns)?)?;
+        if matches!(self.value, Codec::DebeziumJson) {
             values = super::codec::debezium_events(values, &chunk.ops());
         }
         let timestamps = match self.timestamp_column {
@@ -127,7 +175,7 @@ impl TopicWriter {
             self.headers_column.map(|c| super::metadata::headers_to_write(chunk.batch.column(c))).transpose()?;
         let keys = match &self.key {
             None => None,
-            Some((codec, columns)) => Some(encode(*codec, &chunk.batch.project(columns)?)?),
+            Some((codec, columns)) => Some(Self::encode(codec, &self.key_avro, &chunk.batch.project(columns)?)?),
         };
         for (i, value) in values.iter().enumerate() {
             let op = chunk.op(i);
