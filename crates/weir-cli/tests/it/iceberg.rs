@@ -367,3 +367,69 @@ fn exactly_once_into_iceberg_under_sigkill() {
     }
     assert!(polled >= 3, "the reader saw only {polled} snapshots");
 }
+
+/// Two jobs append to one table at once, each committing every 30 ms, so that their commits
+/// race through the catalog's compare-and-swap; then the same file runs again, restoring both
+/// jobs from their final checkpoints. Every row is in the table once, and each job's
+/// checkpoints are one snapshot each.
+#[test]
+fn concurrent_writers_retry_and_a_restart_from_the_final_checkpoint_adds_nothing() {
+    let dir = crate::slt::tempdir();
+    let wh = dir.join("wh");
+    let source = |name: &str, from: u64| {
+        format!(
+            "CREATE TABLE {name} (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '20000',
+  'rows-per-second' = '40000', 'fields.id.kind' = 'sequence', 'fields.id.start' = '{from}', 'fields.id.end' = '{}');\n",
+            from + 19_999
+        )
+    };
+    let sql = dir.join("job.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "SET 'checkpoint.interval' = '30ms';
+SET 'checkpoint.dir' = '{}';
+{}{}CREATE TABLE out (id BIGINT) WITH ({});
+SET 'pipeline.name' = 'writer-a';
+INSERT INTO out SELECT id FROM a;
+SET 'pipeline.name' = 'writer-b';
+INSERT INTO out SELECT id FROM b;
+",
+            dir.join("ck").display(),
+            source("a", 1),
+            source("b", 20_001),
+            hadoop(&wh)
+        ),
+    )
+    .expect("sql");
+    let out = run_ok(&sql);
+    let check = |t: &Json| {
+        let got = rows(t);
+        let want: Vec<String> = {
+            let mut w: Vec<String> = (1..=40_000u64).map(|i| i.to_string()).collect();
+            w.sort();
+            w
+        };
+        assert_eq!(got.len(), want.len(), "rows");
+        assert_eq!(got, want);
+        let mut by_job: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for s in t["snapshots"].as_array().expect("snapshots") {
+            let job = s["summary"]["weir.job-id"].as_str().expect("job").to_string();
+            let n = s["summary"]["weir.max-committed-checkpoint-id"].as_str().expect("id").parse().expect("n");
+            by_job.entry(job).or_default().push(n);
+        }
+        assert_eq!(by_job.len(), 2, "two jobs");
+        for (job, ids) in &by_job {
+            let distinct: BTreeSet<u64> = ids.iter().copied().collect();
+            assert_eq!(distinct.len(), ids.len(), "job {job} committed a checkpoint twice: {ids:?}");
+        }
+        t["snapshots"].as_array().map_or(0, Vec::len)
+    };
+    let t = read_table(&wh.join("db").join("out"));
+    let snapshots = check(&t);
+    assert!(snapshots >= 6, "{snapshots} snapshots: the commits did not interleave ({out})");
+    // Again: both jobs restore from their final checkpoints and have nothing more to write.
+    run_ok(&sql);
+    let t = read_table(&wh.join("db").join("out"));
+    assert_eq!(check(&t), snapshots, "a restart from the final checkpoint committed again");
+}
