@@ -433,3 +433,50 @@ INSERT INTO out SELECT id FROM b;
     let t = read_table(&wh.join("db").join("out"));
     assert_eq!(check(&t), snapshots, "a restart from the final checkpoint committed again");
 }
+
+/// The SQL catalog in a SQLite file (`jdbc:sqlite:` as Iceberg's JdbcCatalog writes it), read
+/// by pyiceberg's `SqlCatalog` from `sqlite:///`; two runs of one job file append once each.
+#[test]
+fn sql_catalog_in_sqlite_is_read_by_pyiceberg() {
+    let dir = crate::slt::tempdir();
+    let db = dir.join("catalog.db");
+    let job = |checkpoints: &str| {
+        format!(
+            "SET 'checkpoint.interval' = '100ms';
+SET 'checkpoint.dir' = '{}';
+CREATE TABLE src (id BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'datagen', 'number-of-rows' = '2000',
+  'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '2000');
+CREATE TABLE out (id BIGINT) WITH ('connector' = 'iceberg', 'catalog-type' = 'sql', 'catalog-name' = 'local',
+  'uri' = 'jdbc:sqlite:{}', 'warehouse' = '{}', 'catalog-database' = 'ns');
+INSERT INTO out SELECT id FROM src;
+",
+            dir.join(checkpoints).display(),
+            db.display(),
+            dir.join("wh").display()
+        )
+    };
+    for (i, checkpoints) in ["ck1", "ck2"].into_iter().enumerate() {
+        let sql = dir.join(format!("{checkpoints}.sql"));
+        std::fs::write(&sql, job(checkpoints)).expect("sql");
+        run_ok(&sql);
+        let t = lake(&["sql-table", &format!("sqlite:///{}", db.display()), "local", "ns.out"]);
+        let got = rows(&t);
+        assert_eq!(got.len(), 2000 * (i + 1));
+        let distinct: BTreeSet<&String> = got.iter().collect();
+        assert_eq!(distinct.len(), 2000, "each id, once per run");
+        assert_one_snapshot_per_checkpoint_per_job(&t);
+    }
+}
+
+/// [`assert_one_snapshot_per_checkpoint`] for a table several jobs wrote: each job's
+/// checkpoints once.
+fn assert_one_snapshot_per_checkpoint_per_job(t: &Json) {
+    let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+    for s in t["snapshots"].as_array().expect("snapshots") {
+        let key = (
+            s["summary"]["weir.job-id"].as_str().expect("job").to_string(),
+            s["summary"]["weir.max-committed-checkpoint-id"].as_str().expect("checkpoint").to_string(),
+        );
+        assert!(seen.insert(key.clone()), "committed twice: {key:?}");
+    }
+}

@@ -4,7 +4,8 @@
 //!   created only if absent (a hard link, which fails if the name exists), then
 //!   `version-hint.text`;
 //! - `sql`: the `iceberg_tables` table of pyiceberg's `SqlCatalog` and Iceberg's
-//!   `JdbcCatalog`, in PostgreSQL, updated only where it still names the previous file.
+//!   `JdbcCatalog`, in PostgreSQL (or in a SQLite file, [`super::sqlite`]), updated only where
+//!   it still names the previous file.
 
 use std::path::{Path, PathBuf};
 
@@ -51,7 +52,7 @@ pub fn local_path(location: &str) -> Result<PathBuf> {
     }
 }
 
-fn read_json(path: &Path) -> Result<Json> {
+pub fn read_json(path: &Path) -> Result<Json> {
     let bytes = std::fs::read(path).map_err(|e| io("read", path, e))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| WeirError::external(format!("Iceberg metadata '{}' is not valid JSON: {e}", path.display())))

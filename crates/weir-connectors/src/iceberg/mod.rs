@@ -8,6 +8,7 @@ mod manifest;
 mod metadata;
 mod schema;
 mod sink;
+mod sqlite;
 mod transform;
 mod upsert;
 
@@ -53,6 +54,8 @@ pub struct Options {
     database: String,
     table: String,
     warehouse: String,
+    /// The `sql` catalog's SQLite file, when its `uri` is SQLite's.
+    sqlite: Option<std::path::PathBuf>,
     target_file_size: u64,
     compression: Compression,
     partition_by: Option<String>,
@@ -96,8 +99,15 @@ impl Options {
         };
         let warehouse = o.required(name, "warehouse")?.to_string();
         catalog::local_path(&warehouse).map_err(|e| e.at(o.location("warehouse")))?;
-        if catalog_type == CatalogType::Sql {
-            o.required(name, "uri")?;
+        let sqlite = match catalog_type {
+            CatalogType::Sql => sqlite::sqlite_file(o.required(name, "uri")?),
+            CatalogType::Hadoop => None,
+        };
+        if let Some(file) = sqlite.as_ref().filter(|f| !f.is_absolute()) {
+            return Err(bad(
+                "uri",
+                format!("names the SQLite file '{}', which must be an absolute path", file.display()),
+            ));
         }
         match o.get("write.format.default").map(str::to_ascii_lowercase).as_deref() {
             None | Some("parquet") => {}
@@ -192,6 +202,7 @@ impl Options {
             database: o.get("catalog-database").unwrap_or("default").to_string(),
             table: o.get("catalog-table").unwrap_or(name).to_string(),
             warehouse,
+            sqlite,
             target_file_size,
             compression,
             partition_by,
@@ -203,6 +214,13 @@ impl Options {
     fn catalog(&self, def: &TableDef) -> Result<Box<dyn catalog::Catalog>> {
         Ok(match self.catalog_type {
             CatalogType::Hadoop => Box::new(catalog::HadoopCatalog::new(&self.warehouse, &self.database, &self.table)?),
+            CatalogType::Sql if self.sqlite.is_some() => Box::new(sqlite::SqliteCatalog::new(
+                self.sqlite.clone().unwrap_or_default(),
+                &self.warehouse,
+                &self.catalog_name,
+                &self.database,
+                &self.table,
+            )?),
             CatalogType::Sql => Box::new(catalog::SqlCatalog::new(
                 def,
                 &self.warehouse,
