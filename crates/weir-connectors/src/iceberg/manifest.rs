@@ -323,6 +323,10 @@ pub fn write_manifest(h: &ManifestHeader, files: &[DataFile], snapshot: i64, seq
     )
 }
 
+/// A partition field's summary in a manifest list: contains_null, contains_nan, lower and
+/// upper bound.
+pub type FieldSummary = (bool, Option<bool>, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// One entry of a manifest list.
 #[derive(Debug, Clone)]
 pub struct ManifestFile {
@@ -340,8 +344,8 @@ pub struct ManifestFile {
     pub added_rows: i64,
     pub existing_rows: i64,
     pub deleted_rows: i64,
-    /// Each partition field's summary: contains_null, contains_nan, lower and upper bound.
-    pub partitions: Option<Vec<(bool, Option<bool>, Option<Vec<u8>>, Option<Vec<u8>>)>>,
+    /// Each partition field's summary.
+    pub partitions: Option<Vec<FieldSummary>>,
 }
 
 const MANIFEST_FILE_SCHEMA: &str = r#"{"type":"record","name":"manifest_file","fields":[{"name":"manifest_path","type":"string","field-id":500},{"name":"manifest_length","type":"long","field-id":501},{"name":"partition_spec_id","type":"int","field-id":502},{"name":"content","type":"int","field-id":517},{"name":"sequence_number","type":"long","field-id":515},{"name":"min_sequence_number","type":"long","field-id":516},{"name":"added_snapshot_id","type":"long","field-id":503},{"name":"added_files_count","type":"int","field-id":504},{"name":"existing_files_count","type":"int","field-id":505},{"name":"deleted_files_count","type":"int","field-id":506},{"name":"added_rows_count","type":"long","field-id":512},{"name":"existing_rows_count","type":"long","field-id":513},{"name":"deleted_rows_count","type":"long","field-id":514},{"name":"partitions","type":["null",{"type":"array","items":{"type":"record","name":"r508","fields":[{"name":"contains_null","type":"boolean","field-id":509},{"name":"contains_nan","type":["null","boolean"],"default":null,"field-id":518},{"name":"lower_bound","type":["null","bytes"],"default":null,"field-id":510},{"name":"upper_bound","type":["null","bytes"],"default":null,"field-id":511}]},"element-id":508}],"default":null,"field-id":507}]}"#;
