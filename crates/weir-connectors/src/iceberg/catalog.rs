@@ -174,6 +174,28 @@ impl Catalog for HadoopCatalog {
     }
 }
 
+/// The tables of pyiceberg's `SqlCatalog` and Iceberg's `JdbcCatalog` (schema V1), made by
+/// whichever writer comes first.
+pub const SQL_CATALOG_TABLES: &str = "CREATE TABLE IF NOT EXISTS iceberg_tables (catalog_name VARCHAR(255) NOT NULL, \
+     table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, \
+     metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), \
+     iceberg_type VARCHAR(5), PRIMARY KEY (catalog_name, table_namespace, table_name)); \
+     CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (catalog_name VARCHAR(255) NOT NULL, \
+     namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255) NOT NULL, \
+     property_value VARCHAR(1000), PRIMARY KEY (catalog_name, namespace, property_key));";
+
+/// A SQL catalog's next metadata file, `<location>/metadata/<NNNNN>-<uuid>.metadata.json`
+/// (the number one more than `previous`'s), written; `None` if the name was taken.
+pub fn write_next_metadata(previous: Option<&str>, metadata: &Json) -> Result<Option<PathBuf>> {
+    let table_location = super::metadata::location(metadata).unwrap_or_default().to_string();
+    let next = previous
+        .and_then(|p| Path::new(p).file_name()?.to_str()?.split('-').next()?.parse::<u64>().ok())
+        .map_or(0, |n| n + 1);
+    let path = local_path(&table_location)?.join("metadata").join(format!("{next:05}-{}.metadata.json", uuid()));
+    let bytes = serde_json::to_vec_pretty(metadata).map_err(|e| WeirError::internal(e.to_string()))?;
+    Ok(create_new(&path, &bytes)?.then_some(path))
+}
+
 /// The SQL catalog on PostgreSQL.
 pub struct SqlCatalog {
     endpoint: crate::jdbc::Endpoint,
@@ -210,18 +232,7 @@ impl SqlCatalog {
             WeirError::external(format!("Iceberg: the sql catalog '{}' cannot be reached: {e}", self.catalog))
         })?;
         // The tables pyiceberg's SqlCatalog and Iceberg's JdbcCatalog (schema V1) create.
-        client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS iceberg_tables (catalog_name VARCHAR(255) NOT NULL, \
-                 table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, \
-                 metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), \
-                 iceberg_type VARCHAR(5), PRIMARY KEY (catalog_name, table_namespace, table_name)); \
-                 CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (catalog_name VARCHAR(255) NOT NULL, \
-                 namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255) NOT NULL, \
-                 property_value VARCHAR(1000), PRIMARY KEY (catalog_name, namespace, property_key));",
-            )
-            .await
-            .map_err(|e| self.error("prepare", e))?;
+        client.batch_execute(SQL_CATALOG_TABLES).await.map_err(|e| self.error("prepare", e))?;
         Ok(client)
     }
 
@@ -263,15 +274,7 @@ impl Catalog for SqlCatalog {
     }
 
     async fn commit(&self, previous: Option<&str>, metadata: &Json) -> Result<Option<String>> {
-        let table_location = super::metadata::location(metadata).unwrap_or_default().to_string();
-        let next = previous
-            .and_then(|p| Path::new(p).file_name()?.to_str()?.split('-').next()?.parse::<u64>().ok())
-            .map_or(0, |n| n + 1);
-        let path = local_path(&table_location)?.join("metadata").join(format!("{next:05}-{}.metadata.json", uuid()));
-        let bytes = serde_json::to_vec_pretty(metadata).map_err(|e| WeirError::internal(e.to_string()))?;
-        if !create_new(&path, &bytes)? {
-            return Ok(None);
-        }
+        let Some(path) = write_next_metadata(previous, metadata)? else { return Ok(None) };
         let new = path.display().to_string();
         let client = self.client().await?;
         let (c, n, t) = (&self.catalog, &self.namespace, &self.table);

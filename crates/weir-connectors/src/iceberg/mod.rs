@@ -4,6 +4,8 @@
 
 mod avro;
 mod catalog;
+#[cfg(test)]
+mod contract_tests;
 mod manifest;
 mod metadata;
 mod schema;

@@ -303,9 +303,9 @@ impl IcebergSink {
         Ok(DataFile::from_parquet(content, path.display().to_string(), bytes, &meta, ids, Vec::new()))
     }
 
-    /// Commit `files` as one snapshot recording checkpoint `checkpoint` (if any), unless the
-    /// table records it already.
-    async fn commit_files(&mut self, checkpoint: Option<u64>, files: &[DataFile]) -> Result<()> {
+    /// Commit `files` as one snapshot recording checkpoint `checkpoint` (if any) of job `job`,
+    /// unless the table records it already.
+    async fn commit_files(&mut self, job: &str, checkpoint: Option<u64>, files: &[DataFile]) -> Result<()> {
         if files.is_empty() {
             return Ok(());
         }
@@ -319,12 +319,12 @@ impl IcebergSink {
                 )));
             };
             if let Some(n) = checkpoint {
-                if metadata::max_committed(&loaded.metadata, &self.job_id).is_some_and(|m| m >= n) {
+                if metadata::max_committed(&loaded.metadata, job).is_some_and(|m| m >= n) {
                     log::info!("Iceberg table '{}': checkpoint {n} is committed already", self.table);
                     return Ok(());
                 }
             }
-            let new = self.snapshot(&loaded.metadata, &loaded.location, checkpoint, files)?;
+            let new = self.snapshot(&loaded.metadata, &loaded.location, job, checkpoint, files)?;
             match self.catalog.commit(Some(&loaded.location), &new).await? {
                 Some(at) => {
                     // Tests kill here: committed in the catalog, not yet acknowledged.
@@ -349,7 +349,14 @@ impl IcebergSink {
 
     /// The table's next metadata: `files` in a new manifest, the current snapshot's
     /// manifests carried over, one snapshot on top.
-    fn snapshot(&self, meta: &Json, previous: &str, checkpoint: Option<u64>, files: &[DataFile]) -> Result<Json> {
+    fn snapshot(
+        &self,
+        meta: &Json,
+        previous: &str,
+        job: &str,
+        checkpoint: Option<u64>,
+        files: &[DataFile],
+    ) -> Result<Json> {
         let r = self.resolved.as_ref().ok_or_else(|| WeirError::internal("Iceberg table not resolved"))?;
         let dir = local_path(&r.location)?.join("metadata");
         let id = metadata::snapshot_id();
@@ -418,7 +425,7 @@ impl IcebergSink {
             equality_deletes: deletes.iter().map(|f| f.records).sum(),
             partitions: partitions.len(),
         };
-        let mut extra = vec![(JOB_ID, self.job_id.clone())];
+        let mut extra = vec![(JOB_ID, job.to_string())];
         if let Some(n) = checkpoint {
             extra.push((MAX_COMMITTED, n.to_string()));
         }
@@ -544,18 +551,24 @@ impl Committer for IcebergSink {
     }
 
     async fn commit(&mut self, epoch: u64, pre_commit: &PreCommit) -> Result<()> {
-        self.commit_files(Some(epoch), pre_commit).await
+        let job = self.job_id.clone();
+        self.commit_files(&job, Some(epoch), pre_commit).await
     }
 
     async fn recover(&mut self, epoch: u64, earlier: Vec<Earlier<PreCommit, Recovery>>) -> Result<()> {
-        if let Some(job) = earlier.iter().map(|e| &e.recovery.job_id).find(|j| !j.is_empty()) {
+        // This task goes on as its own earlier task's job (at another parallelism, the first
+        // earlier task's); each earlier task's checkpoints are committed under its own job id,
+        // which the table's snapshots record them by.
+        let own = earlier.iter().find(|e| e.task == self.task).or(earlier.first());
+        if let Some(job) = own.map(|e| &e.recovery.job_id).filter(|j| !j.is_empty()) {
             self.job_id = job.clone();
         }
         self.resolve().await?;
-        let mut due: Vec<(u64, PreCommit)> = earlier.into_iter().flat_map(|e| e.pre_commits).collect();
-        due.sort_by_key(|(n, _)| *n);
-        for (n, files) in &due {
-            self.commit_files(Some(*n), files).await?;
+        for e in earlier {
+            let job = if e.recovery.job_id.is_empty() { self.job_id.clone() } else { e.recovery.job_id };
+            for (n, files) in &e.pre_commits {
+                self.commit_files(&job, Some(*n), files).await?;
+            }
         }
         let committed = match self.catalog.load().await? {
             Some(l) => metadata::max_committed(&l.metadata, &self.job_id),
@@ -572,6 +585,7 @@ impl Committer for IcebergSink {
         // checkpoint's commit has (nothing is left open or closed here).
         self.close_all()?;
         let files = std::mem::take(&mut self.closed);
-        self.commit_files(None, &files).await
+        let job = self.job_id.clone();
+        self.commit_files(&job, None, &files).await
     }
 }

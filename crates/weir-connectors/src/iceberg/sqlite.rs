@@ -10,8 +10,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value as Json;
 use weir_core::{Result, WeirError};
 
-use super::catalog::{create_new, local_path, read_json, Catalog, Loaded};
-use super::metadata::uuid;
+use super::catalog::{local_path, read_json, write_next_metadata, Catalog, Loaded, SQL_CATALOG_TABLES};
 
 pub struct SqliteCatalog {
     file: PathBuf,
@@ -73,15 +72,7 @@ fn open(file: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(file)?;
     // Writers of other processes hold the file's lock for a moment: wait for it.
     conn.busy_timeout(Duration::from_secs(10))?;
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS iceberg_tables (catalog_name VARCHAR(255) NOT NULL, \
-         table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, \
-         metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), \
-         iceberg_type VARCHAR(5), PRIMARY KEY (catalog_name, table_namespace, table_name)); \
-         CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (catalog_name VARCHAR(255) NOT NULL, \
-         namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255) NOT NULL, \
-         property_value VARCHAR(1000), PRIMARY KEY (catalog_name, namespace, property_key));",
-    )?;
+    conn.execute_batch(SQL_CATALOG_TABLES)?;
     Ok(conn)
 }
 
@@ -120,15 +111,7 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn commit(&self, previous: Option<&str>, metadata: &Json) -> Result<Option<String>> {
-        let table_location = super::metadata::location(metadata).unwrap_or_default().to_string();
-        let next = previous
-            .and_then(|p| Path::new(p).file_name()?.to_str()?.split('-').next()?.parse::<u64>().ok())
-            .map_or(0, |n| n + 1);
-        let path = local_path(&table_location)?.join("metadata").join(format!("{next:05}-{}.metadata.json", uuid()));
-        let bytes = serde_json::to_vec_pretty(metadata).map_err(|e| WeirError::internal(e.to_string()))?;
-        if !create_new(&path, &bytes)? {
-            return Ok(None);
-        }
+        let Some(path) = write_next_metadata(previous, metadata)? else { return Ok(None) };
         let new = path.display().to_string();
         let previous = previous.map(str::to_string);
         let location = new.clone();
