@@ -121,7 +121,7 @@ impl IcebergSink {
             let (schema, spec, location) = match &loaded {
                 Some(l) => {
                     let schema = TableSchema::existing(&self.table, &self.sink_schema, &l.metadata)?;
-                    let mut spec = PartitionSpec::existing(&self.table, &l.metadata, &schema)?;
+                    let spec = PartitionSpec::existing(&self.table, &l.metadata, &schema)?;
                     if let Some(text) = &self.options.partition_by {
                         let wanted = PartitionSpec::parse(
                             &self.table,
@@ -140,7 +140,6 @@ impl IcebergSink {
                             ))
                             .at(self.def.options.location("partition-by")));
                         }
-                        spec.spec_id = spec.spec_id.max(0);
                     }
                     let location = metadata::location(&l.metadata)
                         .ok_or_else(|| super::schema::damaged(&self.table, "its metadata has no location"))?
