@@ -8,8 +8,15 @@ decoder of Avro (fastavro). Prints JSON on stdout.
   lake.py count METADATA_JSON|PARQUET_DIR           rows of the table's current snapshot, or of the files
   lake.py registry PORT_FILE [USER:PASSWORD]       a stand-in for a Confluent schema registry (its REST
                                                    API's few calls Weir makes), until killed
+  lake.py rest-catalog PORT_FILE SQL_URI WAREHOUSE TOKEN
+                                                   a stand-in for an Iceberg REST catalog (the calls
+                                                   Weir makes), backed by pyiceberg's SqlCatalog
+  lake.py rest-table URL TOKEN NAMESPACE.TABLE      snapshots and rows through pyiceberg's RestCatalog
   lake.py avro-encode URL|- SUBJECT SCHEMA ROWS    fastavro-encoded rows (JSON lines), hex, one a line:
                                                    framed with the id the registry gives (or plain: -)
+  lake.py avro-file-write SCHEMA ROWS OUT CODEC    an Avro object container file of the rows (JSON lines)
+  lake.py avro-file-read DIR                       rows of every .avro file under DIR (JSON lines,
+                                                   sorted), and each file's codec and schema name
   lake.py avro-decode URL|SCHEMA VALUES            hex values decoded by fastavro, with each writer
                                                    schema from the registry (or one plain SCHEMA)
 """
@@ -114,7 +121,8 @@ def newest(metadata_dir):
 def registry(port_file, user_info):
     """Schemas by id and subjects in memory: GET /schemas/ids/ID, POST /subjects/S/versions
     (register; the same schema twice keeps its id), POST /subjects/S (look up), GET
-    /subjects/S/versions/latest. With USER:PASSWORD, requests without that basic auth get 401."""
+    /subjects/S/versions/latest. With USER:PASSWORD, requests without that basic auth (or the
+    bearer token PASSWORD) get 401."""
     import base64
     import http.server
     import threading
@@ -141,8 +149,8 @@ def registry(port_file, user_info):
         def authorized(self):
             if user_info is None:
                 return True
-            want = "Basic " + base64.b64encode(user_info.encode()).decode()
-            if self.headers.get("Authorization") == want:
+            want = ["Basic " + base64.b64encode(user_info.encode()).decode(), "Bearer " + user_info.split(":", 1)[1]]
+            if self.headers.get("Authorization") in want:
                 return True
             self.reply(401, {"error_code": 401, "message": "Unauthorized"})
             return False
@@ -182,6 +190,124 @@ def registry(port_file, user_info):
                         return self.reply(404, {"error_code": 40403, "message": "Schema not found"})
                     return self.reply(200, {"subject": parts[1], "id": mine[0], "version": 1, "schema": schemas[mine[0]]})
             self.reply(404, {"error_code": 404, "message": "not found"})
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(port_file + ".tmp", port_file)
+    server.serve_forever()
+
+
+def rest_catalog(port_file, uri, warehouse, token):
+    """The Iceberg REST catalog's calls a writer makes, served from pyiceberg's SqlCatalog, so
+    that requirements and updates are checked and applied by pyiceberg's own code:
+    GET /v1/config, POST /v1/oauth/tokens (client credentials `weir:secret` give TOKEN),
+    POST /v1/{prefix}/namespaces, GET and POST /v1/{prefix}/namespaces/NS/tables[/T].
+    Every other call needs `Authorization: Bearer TOKEN`. Errors are the spec's ErrorModel."""
+    import http.server
+    import threading
+    import urllib.parse
+
+    from pyiceberg.catalog.rest import CreateTableRequest
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import (
+        CommitFailedException, NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError,
+        TableAlreadyExistsError,
+    )
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.table import CommitTableRequest
+
+    catalog = SqlCatalog("rest-backing", uri=uri, warehouse="file://" + warehouse)
+    lock = threading.Lock()
+    prefix = "cat1"
+
+    def loaded(table):
+        return {"metadata-location": table.metadata_location, "metadata": json.loads(table.metadata.model_dump_json(by_alias=True, exclude_none=True)), "config": {}}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def error(self, code, kind, message):
+            self.reply(code, {"error": {"message": message, "type": kind, "code": code}})
+
+        def route(self):
+            url = urllib.parse.urlsplit(self.path)
+            parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+            if parts[:2] == ["v1", "oauth"]:
+                return parts, url
+            if self.headers.get("Authorization") != "Bearer " + token:
+                self.error(401, "NotAuthorizedException", "Not authorized")
+                return None, url
+            return parts, url
+
+        def body(self):
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
+        def do_GET(self):
+            parts, url = self.route()
+            if parts is None:
+                return
+            with lock:
+                if parts == ["v1", "config"]:
+                    return self.reply(200, {"defaults": {}, "overrides": {"prefix": prefix}})
+                if parts[:3] == ["v1", prefix, "namespaces"] and len(parts) == 6 and parts[4] == "tables":
+                    try:
+                        return self.reply(200, loaded(catalog.load_table((parts[3], parts[5]))))
+                    except NoSuchTableError as e:
+                        return self.error(404, "NoSuchTableException", str(e))
+            self.error(404, "NotFoundException", "no route " + url.path)
+
+        def do_POST(self):
+            parts, url = self.route()
+            if parts is None:
+                return
+            if parts == ["v1", "oauth", "tokens"]:
+                form = urllib.parse.parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
+                if form.get("client_id") == ["weir"] and form.get("client_secret") == ["secret"]:
+                    return self.reply(200, {"access_token": token, "token_type": "bearer", "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
+                return self.reply(401, {"error": "invalid_client", "error_description": "bad credentials"})
+            body = self.body()
+            with lock:
+                if parts == ["v1", prefix, "namespaces"]:
+                    try:
+                        catalog.create_namespace(tuple(body["namespace"]), body.get("properties", {}))
+                        return self.reply(200, {"namespace": body["namespace"], "properties": {}})
+                    except NamespaceAlreadyExistsError as e:
+                        return self.error(409, "AlreadyExistsException", str(e))
+                if parts[:3] == ["v1", prefix, "namespaces"] and len(parts) == 5 and parts[4] == "tables":
+                    for optional in ("location", "partition-spec", "write-order"):
+                        body.setdefault(optional, None)
+                    req = CreateTableRequest.model_validate(body)
+                    try:
+                        t = catalog.create_table(
+                            (parts[3], req.name), req.table_schema, req.location,
+                            req.partition_spec or UNPARTITIONED_PARTITION_SPEC, properties=req.properties,
+                        )
+                        return self.reply(200, loaded(t))
+                    except NoSuchNamespaceError as e:
+                        return self.error(404, "NoSuchNamespaceException", str(e))
+                    except TableAlreadyExistsError as e:
+                        return self.error(409, "AlreadyExistsException", str(e))
+                if parts[:3] == ["v1", prefix, "namespaces"] and len(parts) == 6 and parts[4] == "tables":
+                    req = CommitTableRequest.model_validate({"identifier": {"namespace": [parts[3]], "name": parts[5]}, **body})
+                    try:
+                        t = catalog.load_table((parts[3], parts[5]))
+                        r = catalog.commit_table(t, req.requirements, req.updates)
+                        return self.reply(200, {"metadata-location": r.metadata_location, "metadata": json.loads(r.metadata.model_dump_json(by_alias=True, exclude_none=True))})
+                    except NoSuchTableError as e:
+                        return self.error(404, "NoSuchTableException", str(e))
+                    except CommitFailedException as e:
+                        return self.error(409, "CommitFailedException", str(e))
+            self.error(404, "NotFoundException", "no route " + url.path)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     with open(port_file + ".tmp", "w") as f:
@@ -247,6 +373,29 @@ def avro_decode(source, values_file):
         print(json.dumps(row, default=str, sort_keys=True))
 
 
+def avro_file_write(schema_file, rows_file, out, codec):
+    import fastavro
+
+    schema = fastavro.parse_schema(json.loads(open(schema_file).read()))
+    rows = [json.loads(line) for line in open(rows_file) if line.strip()]
+    with open(out, "wb") as f:
+        fastavro.writer(f, schema, rows, codec=codec)
+
+
+def avro_file_read(directory):
+    import fastavro
+
+    rows, files = [], []
+    for path in sorted(glob.glob(os.path.join(directory, "**", "*.avro"), recursive=True)):
+        if os.path.basename(path).startswith((".", "_")):
+            continue
+        with open(path, "rb") as f:
+            reader = fastavro.reader(f)
+            files.append({"codec": reader.codec, "schema": reader.writer_schema.get("name")})
+            rows.extend(json.dumps(r, default=str, sort_keys=True) for r in reader)
+    print(json.dumps({"rows": sorted(rows), "files": files}))
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "table":
@@ -304,8 +453,19 @@ def main():
             print(json.dumps(ds.dataset(sys.argv[2], format="parquet", ignore_prefixes=[".", "_"]).count_rows()))
     elif cmd == "registry":
         registry(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    elif cmd == "rest-catalog":
+        rest_catalog(*sys.argv[2:6])
+    elif cmd == "rest-table":
+        from pyiceberg.catalog.rest import RestCatalog
+
+        catalog = RestCatalog("rest", uri=sys.argv[2], token=sys.argv[3])
+        print(json.dumps(describe(catalog.load_table(sys.argv[4]))))
     elif cmd == "avro-encode":
         avro_encode(*sys.argv[2:6])
+    elif cmd == "avro-file-write":
+        avro_file_write(*sys.argv[2:6])
+    elif cmd == "avro-file-read":
+        avro_file_read(sys.argv[2])
     elif cmd == "avro-decode":
         avro_decode(sys.argv[2], sys.argv[3])
     else:

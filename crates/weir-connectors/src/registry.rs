@@ -100,9 +100,11 @@ impl ConnectorFactory for Connectors {
             // Row n is a pure function of the seed and n.
             Some("nexmark" | "datagen") => Ok(()),
             Some("kafka" | "upsert-kafka") => crate::kafka::replays(table),
-            // Text files up to the byte a position names; Parquet positions count rows.
+            // Text files up to the byte a position names; Parquet and Avro positions count rows.
             Some("filesystem") => match table.options.get("format") {
-                Some("parquet") => Err("Parquet files are not read again up to a row inside them (not built)".into()),
+                Some(f @ ("parquet" | "avro")) => {
+                    Err(format!("{f} files are not read again up to a row inside them (not built)"))
+                }
                 _ => Ok(()),
             },
             Some(c) => Err(format!("the '{c}' connector cannot read its input a second time (not built for it yet)")),
@@ -170,7 +172,8 @@ impl ConnectorFactory for Connectors {
                  'print' table"
             }
             "kafka" => {
-                "its format writes appended rows only. Give it 'format' = 'debezium-json' (each change an event), \
+                "its format writes appended rows only. Give it 'format' = 'debezium-json' or \
+                 'debezium-avro-confluent' (each change an event), \
                  or write it to an 'upsert-kafka' table whose PRIMARY KEY is the query's GROUP BY columns (an \
                  update is the key's new value, a delete a tombstone), or compute the result over a window, \
                  whose rows are final"
@@ -294,7 +297,10 @@ impl ConnectorFactory for Connectors {
 /// A Kafka table whose records are Debezium change events.
 fn debezium(table: &TableDef) -> bool {
     table.options.get("connector") == Some("kafka")
-        && table.options.get("value.format").or_else(|| table.options.get("format")) == Some("debezium-json")
+        && matches!(
+            table.options.get("value.format").or_else(|| table.options.get("format")),
+            Some("debezium-json" | "debezium-avro-confluent")
+        )
 }
 
 /// A format of flat records (CSV) has no way to hold a collection or structured column.

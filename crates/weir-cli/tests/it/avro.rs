@@ -13,39 +13,22 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::iceberg::{run_err, run_ok};
+use crate::iceberg::{run_err, run_ok, StandIn};
 use crate::kafka::Broker;
 use crate::repo;
 
 /// The registry stand-in, killed on drop.
 struct Registry {
-    child: Child,
+    _server: StandIn,
     url: String,
 }
 
 impl Registry {
     fn start(dir: &Path, user_info: Option<&str>) -> Registry {
-        let port_file = dir.join("registry-port");
-        let mut cmd = Command::new(repo().join("scripts/lake.sh"));
-        cmd.arg("registry").arg(&port_file);
-        if let Some(u) = user_info {
-            cmd.arg(u);
-        }
-        let child = cmd.spawn().expect("start the registry");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !port_file.exists() {
-            assert!(Instant::now() < deadline, "the registry did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let port = std::fs::read_to_string(&port_file).expect("port").trim().to_string();
-        Registry { child, url: format!("http://127.0.0.1:{port}") }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut args = vec!["registry"];
+        args.extend(user_info);
+        let server = StandIn::start(dir, &args);
+        Registry { url: server.url.clone(), _server: server }
     }
 }
 
@@ -118,8 +101,8 @@ fn consume(broker: &Broker, topic: &str) -> Vec<Vec<u8>> {
 
 /// The schema Flink derives for (id BIGINT, name STRING, score DOUBLE), all nullable.
 const TABLE_SCHEMA: &str = r#"{"type":"record","name":"record","namespace":"org.apache.flink.avro.generated","fields":[{"name":"id","type":["null","long"],"default":null},{"name":"name","type":["null","string"],"default":null},{"name":"score","type":["null","double"],"default":null}]}"#;
-/// An earlier writer schema, without `score`.
-const V1: &str = r#"{"type":"record","name":"record","namespace":"org.apache.flink.avro.generated","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
+/// An earlier writer schema, without `score`, named by its producer (not as Flink names it).
+const V1: &str = r#"{"type":"record","name":"Customer","namespace":"com.acme","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
 
 fn topic_table(name: &str, topic: &str, broker: &Broker, format: &str) -> String {
     format!(
@@ -267,4 +250,159 @@ async fn registry_errors_name_the_registry_and_subject() {
         run_err(&job(&dir, &sink(&registry.url, ", 'avro-confluent.properties.auto.register.schemas' = 'false'")));
     assert!(err.contains("has no subject 'out-value'"), "{err}");
     assert!(consume(&broker, "out").is_empty());
+}
+
+/// Debezium's Avro envelope as its connector registers it: records named `Envelope` and
+/// `Value` (`after` naming `Value` again), a `source` block and `ts_ms` that the table does
+/// not read.
+const DEBEZIUM: &str = r#"{"type":"record","name":"Envelope","namespace":"dbserver1.inventory.customers","fields":[
+ {"name":"before","type":["null",{"type":"record","name":"Value","fields":[{"name":"id","type":"long"},{"name":"name","type":["null","string"],"default":null}]}],"default":null},
+ {"name":"after","type":["null","Value"],"default":null},
+ {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql","fields":[{"name":"db","type":"string"},{"name":"lsn","type":["null","long"],"default":null}]}},
+ {"name":"op","type":"string"},
+ {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
+
+/// Change events fastavro wrote with Debezium's schema are read as a changelog (an update as
+/// its pair, a tombstone as nothing, an update without its old row located, then skipped and
+/// counted), and written by Weir as Flink writes `debezium-avro-confluent`: `+I`/`+U` as `c`
+/// with `after`, `-U`/`-D` as `d` with `before`, read back by fastavro in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_avro_confluent_change_events_round_trip() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    broker.create_topic("in", 1).await;
+    broker.create_topic("out", 1).await;
+    let registry = Registry::start(&dir, Some("weir:secret"));
+    let authed = registry.url.replace("http://", "http://weir:secret@");
+    let event = |op: &str, before: &str, after: &str| {
+        format!(r#"{{"before": {before}, "after": {after}, "source": {{"db": "inventory", "lsn": 7}}, "op": "{op}", "ts_ms": 1}}"#)
+    };
+    let events = [
+        event("c", "null", r#"{"id": 1, "name": "a"}"#),
+        event("c", "null", r#"{"id": 2, "name": "b"}"#),
+        event("u", r#"{"id": 1, "name": "a"}"#, r#"{"id": 1, "name": "a2"}"#),
+        event("d", r#"{"id": 2, "name": "b"}"#, "null"),
+        event("r", "null", r#"{"id": 3, "name": null}"#),
+        // An update without its old row (a table without REPLICA IDENTITY FULL).
+        event("u", "null", r#"{"id": 3, "name": "c"}"#),
+    ];
+    let mut values = encode(&dir, &authed, "in-value", DEBEZIUM, &events);
+    values.insert(5, Vec::new()); // a tombstone, at offset 5
+    produce(&broker, "in", &values);
+    let table = |name: &str, topic: &str, extra: &str| {
+        format!(
+            "CREATE TABLE {name} (id BIGINT, name STRING) WITH ('connector' = 'kafka', 'topic' = '{topic}',
+  'properties.bootstrap.servers' = '{}', 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset',
+  'format' = 'debezium-avro-confluent', 'debezium-avro-confluent.url' = '{}',
+  'debezium-avro-confluent.bearer-auth.token' = 'secret'{extra});
+",
+            broker.bootstrap, registry.url
+        )
+    };
+    let text = |skip: &str| {
+        format!("{}{}INSERT INTO dst SELECT id, name FROM src;\n", table("src", "in", skip), table("dst", "out", ""))
+    };
+    let err = run_err(&job(&dir, &text("")));
+    assert!(
+        err.contains(
+            "malformed debezium-avro-confluent record in topic 'in' partition 0 at offset 6: the event has no \
+             'before' row: an update needs its old row"
+        ),
+        "{err}"
+    );
+    let out = run_ok(&job(&dir, &text(", 'format.ignore-parse-errors' = 'true'")));
+    assert!(out.contains("1 malformed record(s) skipped"), "{out}");
+    let written = consume(&broker, "out");
+    let v = dir.join("out.hex");
+    std::fs::write(&v, written.iter().map(|b| hex(b)).collect::<Vec<_>>().join("\n")).expect("values");
+    let got = lake_lines(&["avro-decode", &authed, v.to_str().expect("path")]);
+    let row = |id: u32, name: &str| format!(r#"{{"id": {id}, "name": {name}}}"#);
+    let c = |r: String| format!(r#"{{"after": {r}, "before": null, "op": "c"}}"#);
+    let d = |r: String| format!(r#"{{"after": null, "before": {r}, "op": "d"}}"#);
+    let want = vec![
+        c(row(1, "\"a\"")),
+        c(row(2, "\"b\"")),
+        d(row(1, "\"a\"")),
+        c(row(1, "\"a2\"")),
+        d(row(2, "\"b\"")),
+        c(row(3, "null")),
+    ];
+    assert_eq!(got, want);
+}
+
+/// Avro object container files in the filesystem connector: files fastavro wrote (a record
+/// named by its producer, a column the table does not read, columns in another order,
+/// deflate-compressed and not) are read; the files Weir writes are read by fastavro, with
+/// Flink's record name and default codec. A file without a table column, and a codec Weir
+/// does not write, are one-line errors.
+#[test]
+fn avro_files_round_trip_with_fastavro() {
+    let dir = crate::slt::tempdir();
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).expect("dir");
+    let write = |name: &str, schema: &str, rows: &[String], codec: &str| {
+        let (s, r) = (dir.join(format!("{name}.avsc")), dir.join(format!("{name}.jsonl")));
+        std::fs::write(&s, schema).expect("schema");
+        std::fs::write(&r, rows.join("\n")).expect("rows");
+        let out = input.join(format!("{name}.avro"));
+        lake_lines(&["avro-file-write", path(&s), path(&r), path(&out), codec]);
+    };
+    let first = r#"{"type":"record","name":"Order","namespace":"com.acme","fields":[{"name":"id","type":"long"},{"name":"note","type":"string"},{"name":"name","type":["null","string"]}]}"#;
+    let second = r#"{"type":"record","name":"Order","fields":[{"name":"name","type":["null","string"]},{"name":"id","type":"long"}]}"#;
+    let rows1: Vec<String> =
+        (1..=1000).map(|i| format!(r#"{{"id": {i}, "note": "x", "name": {}}}"#, name_json(i))).collect();
+    let rows2: Vec<String> = (1001..=1500).map(|i| format!(r#"{{"id": {i}, "name": {}}}"#, name_json(i))).collect();
+    write("part-0", first, &rows1, "deflate");
+    write("part-1", second, &rows2, "null");
+    let out = dir.join("out");
+    let text = format!(
+        "CREATE TABLE src (id BIGINT, name STRING) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');
+CREATE TABLE dst (id BIGINT, name STRING) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');
+INSERT INTO dst SELECT id, name FROM src;
+",
+        input.display(),
+        out.display()
+    );
+    run_ok(&job(&dir, &text));
+    let read: serde_json::Value =
+        serde_json::from_str(&lake_lines(&["avro-file-read", path(&out)]).join("")).expect("json");
+    let mut want: Vec<String> = (1..=1500).map(|i| format!(r#"{{"id": {i}, "name": {}}}"#, name_json(i))).collect();
+    want.sort();
+    let got: Vec<String> =
+        read["rows"].as_array().expect("rows").iter().map(|r| r.as_str().unwrap_or_default().to_string()).collect();
+    assert_eq!(got, want);
+    for f in read["files"].as_array().expect("files") {
+        assert_eq!(f["codec"], "snappy", "Flink's default codec: {f}");
+        assert_eq!(f["schema"], "org.apache.flink.avro.generated.record", "Flink's record name: {f}");
+    }
+
+    let missing = format!(
+        "CREATE TABLE src (id BIGINT, price DOUBLE) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');
+CREATE TABLE dst (id BIGINT) WITH ('connector' = 'print');
+INSERT INTO dst SELECT id FROM src WHERE price > 0;
+",
+        input.display()
+    );
+    let err = run_err(&job(&dir, &missing));
+    assert!(err.contains("has no column 'price'"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let codec = format!(
+        "CREATE TABLE dst (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro',\n  'avro.codec' = 'lzo');
+",
+        out.display()
+    );
+    let err = run_err(&job(&dir, &codec));
+    assert!(err.contains("'avro.codec' = 'lzo' is not a codec Weir writes") && err.contains("2:3"), "{err}");
+}
+
+fn name_json(i: u32) -> String {
+    if i % 7 == 0 {
+        "null".into()
+    } else {
+        format!("\"n{i}\"")
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
 }

@@ -18,6 +18,39 @@ pub fn lake(args: &[&str]) -> Json {
     serde_json::from_slice(&out.stdout).expect("lake.sh prints JSON")
 }
 
+/// A server `scripts/lake.sh` serves (`registry`, `rest-catalog`), on the port it writes
+/// into the file given after its first argument; killed on drop.
+pub struct StandIn {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl StandIn {
+    pub fn start(dir: &Path, args: &[&str]) -> StandIn {
+        let port_file = dir.join(format!("{}-port", args[0]));
+        let child = Command::new(repo().join("scripts/lake.sh"))
+            .arg(args[0])
+            .arg(&port_file)
+            .args(&args[1..])
+            .spawn()
+            .expect("start a stand-in server");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !port_file.exists() {
+            assert!(std::time::Instant::now() < deadline, "{} did not start", args[0]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let port = std::fs::read_to_string(&port_file).expect("port").trim().to_string();
+        StandIn { child, url: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The newest `v<N>.metadata.json` of a hadoop-catalog table.
 pub fn newest_metadata(table: &Path) -> PathBuf {
     let dir = table.join("metadata");
@@ -470,7 +503,7 @@ INSERT INTO out SELECT id FROM src;
 
 /// [`assert_one_snapshot_per_checkpoint`] for a table several jobs wrote: each job's
 /// checkpoints once.
-fn assert_one_snapshot_per_checkpoint_per_job(t: &Json) {
+pub fn assert_one_snapshot_per_checkpoint_per_job(t: &Json) {
     let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     for s in t["snapshots"].as_array().expect("snapshots") {
         let key = (

@@ -9,6 +9,7 @@ mod flink_ref;
 mod functions_doc;
 mod guarantees;
 mod iceberg;
+mod iceberg_rest;
 mod iceberg_upsert;
 mod identities;
 mod joins;

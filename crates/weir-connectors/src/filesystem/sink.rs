@@ -1,4 +1,4 @@
-//! The filesystem sink: a table directory of CSV, JSON or Parquet files, optionally
+//! The filesystem sink: a table directory of CSV, JSON, Parquet or Avro files, optionally
 //! partitioned into Hive-style directories (`PARTITIONED BY (col)` -> `col=value/`), that
 //! Spark, DuckDB, pyarrow and DataFusion read as is.
 //!

@@ -122,7 +122,8 @@ fn list_files(table: &str, path: &Path) -> Result<Vec<PathBuf>> {
 const MIN_SPLIT_BYTES: u64 = 1 << 20;
 
 /// What task `split` reads of each file: every task reads a byte range of a large text file,
-/// or some row groups of each Parquet file; a small text file is read by one task.
+/// or some row groups of each Parquet file; a small text file, or an Avro file, is read by one
+/// task.
 fn assign(format: &Format, files: Vec<PathBuf>, split: Split) -> Result<Vec<(PathBuf, Portion)>> {
     if split.count == 1 {
         return Ok(files.into_iter().map(|f| (f, Portion::Whole)).collect());
@@ -135,9 +136,13 @@ fn assign(format: &Format, files: Vec<PathBuf>, split: Split) -> Result<Vec<(Pat
             parts.push((path, Portion::RowGroups { index, count: split.count }));
             continue;
         }
-        let size = std::fs::metadata(&path)
-            .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?
-            .len();
+        // An Avro file is read whole, by one task (splitting at its sync markers is not built).
+        let size = match format {
+            Format::Avro { .. } => 0,
+            _ => std::fs::metadata(&path)
+                .map_err(|e| WeirError::external(format!("cannot read '{}': {e}", path.display())))?
+                .len(),
+        };
         if size >= MIN_SPLIT_BYTES {
             let (i, n) = (split.index as u64, split.count as u64);
             parts.push((path, Portion::Bytes { start: size * i / n, end: size * (i + 1) / n }));
@@ -369,9 +374,10 @@ impl Source for FileSource {
                 return Err(WeirError::internal("a file source position past its parts"));
             };
             let start = match (portion, &self.format) {
-                (_, crate::format::Format::Parquet { .. }) => {
+                (_, crate::format::Format::Parquet { .. } | crate::format::Format::Avro { .. }) => {
                     return Err(WeirError::not_supported(format!(
-                        "reading '{}' again up to a row inside it (Parquet files are read again whole parts only)",
+                        "reading '{}' again up to a row inside it (Parquet and Avro files are read again whole \
+                         parts only)",
                         path.display()
                     )))
                 }

@@ -16,7 +16,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde_json::{json, Value as Json};
-use weir_core::{sql_type_name, Result, WeirError};
+use weir_core::{sql_type_name, Op, Result, WeirError};
 
 /// The Avro schema Flink's `AvroSchemaConverter` derives from a table's columns: a record
 /// named `record` (nested rows `record_<field>`), nullable columns as `["null", T]` with a
@@ -25,6 +25,72 @@ pub fn table_schema(table: &str, schema: &Schema) -> Result<String> {
     let fields: Vec<Json> = schema.fields().iter().map(|f| field(table, "record", f)).collect::<Result<_>>()?;
     Ok(json!({"type": "record", "name": "record", "namespace": "org.apache.flink.avro.generated", "fields": fields})
         .to_string())
+}
+
+/// The Avro schema of Debezium change events whose rows are the table's, as Flink's
+/// `debezium-avro-confluent` derives it: a record of `before` and `after` (nullable rows) and
+/// `op`.
+pub fn envelope_schema(table: &str, schema: &Schema) -> Result<String> {
+    table_schema(table, &envelope_arrow(schema))
+}
+
+fn envelope_arrow(schema: &Schema) -> Schema {
+    let row = DataType::Struct(schema.fields().clone());
+    Schema::new(vec![
+        Field::new("before", row.clone(), true),
+        Field::new("after", row, true),
+        Field::new("op", DataType::Utf8, true),
+    ])
+}
+
+/// The rows of decoded change events with their ops and each row's event: `c` and `r` insert
+/// `after`, `u` is the pair (`before`, `after`), `d` deletes `before`.
+pub fn changes(events: &RecordBatch, table: &SchemaRef) -> Result<(RecordBatch, Vec<Op>, Vec<usize>)> {
+    use datafusion::arrow::array::{Array, AsArray, StructArray};
+    let column = |name: &str| {
+        events.column_by_name(name).ok_or_else(|| WeirError::internal(format!("a change event without '{name}'")))
+    };
+    let (before, after) = (column("before")?.as_struct(), column("after")?.as_struct());
+    let op = cast(column("op")?, &DataType::Utf8)?;
+    let op = op.as_string::<i32>();
+    let (mut take, mut ops, mut event) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..events.num_rows() {
+        let row = |side: &StructArray, which: usize, name: &str| {
+            if side.is_null(i) {
+                return Err(WeirError::user(format!("the event has no '{name}' row")));
+            }
+            Ok((which, i))
+        };
+        let code = if op.is_null(i) { "" } else { op.value(i) };
+        match code {
+            "c" | "r" => {
+                take.push(row(after, 1, "after")?);
+                ops.push(Op::Insert);
+            }
+            "u" => {
+                let old = row(before, 0, "before").map_err(|e| {
+                    WeirError::user(format!(
+                        "{}: an update needs its old row (for PostgreSQL, REPLICA IDENTITY FULL)",
+                        e.message
+                    ))
+                })?;
+                take.extend([old, row(after, 1, "after")?]);
+                ops.extend([Op::UpdateBefore, Op::UpdateAfter]);
+            }
+            "d" => {
+                take.push(row(before, 0, "before")?);
+                ops.push(Op::Delete);
+            }
+            "" => return Err(WeirError::user("no 'op'")),
+            other => return Err(WeirError::user(format!("unknown op '{other}' (Debezium's are c, r, u and d)"))),
+        }
+        event.resize(take.len(), i);
+    }
+    let sides: [&dyn Array; 2] = [before, after];
+    let rows = datafusion::arrow::compute::interleave(&sides, &take)?;
+    let (fields, columns, _) = rows.as_struct().clone().into_parts();
+    let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+    Ok((to_table(&rows, table)?, ops, event))
 }
 
 fn field(table: &str, parent: &str, f: &Field) -> Result<Json> {
@@ -82,13 +148,13 @@ fn unsupported(table: &str, f: &Field) -> WeirError {
     ))
 }
 
-fn avro_error(e: impl std::fmt::Display) -> WeirError {
+pub fn avro_error(e: impl std::fmt::Display) -> WeirError {
     WeirError::user(format!("Avro: {e}"))
 }
 
 /// The Arrow types arrow-avro reads an Avro schema as (what a batch is cast to before it is
 /// encoded with that schema).
-fn arrow_schema_of(avro: &str) -> Result<SchemaRef> {
+pub fn arrow_schema_of(avro: &str) -> Result<SchemaRef> {
     let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
     store.set(Fingerprint::Id(0), AvroSchema::new(avro.to_string())).map_err(avro_error)?;
     let decoder = ReaderBuilder::new()
@@ -97,6 +163,25 @@ fn arrow_schema_of(avro: &str) -> Result<SchemaRef> {
         .build_decoder()
         .map_err(avro_error)?;
     Ok(decoder.schema())
+}
+
+/// `batch` (the table's columns) in the Arrow types arrow-avro writes `avro` from, the Avro
+/// schema in the batch's metadata.
+pub fn conform(avro: &str, arrow: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .zip(arrow.fields())
+        .map(|(a, f)| if a.data_type() == f.data_type() { Ok(a.clone()) } else { cast(a, f.data_type()) })
+        .collect::<std::result::Result<_, _>>()?;
+    let fields: Vec<Field> = arrow
+        .fields()
+        .iter()
+        .zip(batch.schema().fields())
+        .map(|(f, b)| f.as_ref().clone().with_nullable(b.is_nullable() || f.is_nullable()))
+        .collect();
+    let metadata = HashMap::from([(SCHEMA_METADATA_KEY.to_string(), avro.to_string())]);
+    Ok(RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, metadata)), columns)?)
 }
 
 /// Rows to Avro records with one writer schema, a batch at a time.
@@ -115,22 +200,8 @@ impl AvroEncoder {
 
     /// Each row of `batch` (the table's columns, in the schema's order) as one record.
     pub fn encode(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
-        let columns: Vec<ArrayRef> = batch
-            .columns()
-            .iter()
-            .zip(self.arrow.fields())
-            .map(|(a, f)| if a.data_type() == f.data_type() { Ok(a.clone()) } else { cast(a, f.data_type()) })
-            .collect::<std::result::Result<_, _>>()?;
-        let fields: Vec<Field> = self
-            .arrow
-            .fields()
-            .iter()
-            .zip(batch.schema().fields())
-            .map(|(f, b)| f.as_ref().clone().with_nullable(b.is_nullable() || f.is_nullable()))
-            .collect();
-        let metadata = HashMap::from([(SCHEMA_METADATA_KEY.to_string(), self.avro.clone())]);
-        let schema = Schema::new_with_metadata(fields, metadata);
-        let batch = RecordBatch::try_new(Arc::new(schema.clone()), columns)?;
+        let batch = conform(&self.avro, &self.arrow, batch)?;
+        let schema = batch.schema().as_ref().clone();
         let builder = WriterBuilder::new(schema);
         let mut encoder = match self.id {
             Some(id) => builder.with_fingerprint_strategy(FingerprintStrategy::Id(id)).build_encoder::<AvroSoeFormat>(),
@@ -143,29 +214,56 @@ impl AvroEncoder {
     }
 }
 
+impl AvroEncoder {
+    /// Change events for a Debezium topic, as Flink writes them: `+I` and `+U` as `c` events
+    /// with `after`, `-U` and `-D` as `d` events with `before`. The encoder's schema is
+    /// [`envelope_schema`]'s.
+    pub fn encode_changes(&self, batch: &RecordBatch, ops: &[Op]) -> Result<Vec<Vec<u8>>> {
+        use datafusion::arrow::array::{StringArray, StructArray};
+        use datafusion::arrow::buffer::NullBuffer;
+        let fields = batch.schema().fields().clone();
+        let inserted: Vec<bool> = ops.iter().map(|o| matches!(o, Op::Insert | Op::UpdateAfter)).collect();
+        let side = |present: NullBuffer| -> Result<ArrayRef> {
+            Ok(Arc::new(StructArray::try_new(fields.clone(), batch.columns().to_vec(), Some(present))?))
+        };
+        let before = side(NullBuffer::from(inserted.iter().map(|i| !i).collect::<Vec<_>>()))?;
+        let after = side(NullBuffer::from(inserted.clone()))?;
+        let op: ArrayRef = Arc::new(StringArray::from_iter_values(inserted.iter().map(|i| if *i { "c" } else { "d" })));
+        let events = RecordBatch::try_new(Arc::new(envelope_arrow(&batch.schema())), vec![before, after, op])?;
+        self.encode(&events)
+    }
+}
+
 /// Avro records to rows of the table's columns: plain records (all written with the table's
 /// schema) or Confluent-framed ones, each decoded with its writer's schema (by id) and
-/// resolved against the table's (a field added with a default, one dropped).
+/// resolved against the table's (a field added with a default, one dropped). The reader
+/// schema takes each writer's record names (see [`with_writer_names`]): a topic's schemas
+/// are named by whoever registered them, and Avro resolves records by name.
 pub struct AvroDecoder {
-    reader: String,
+    reader: Json,
     table: SchemaRef,
     framed: bool,
+    /// Debezium change events (`before`, `after`, `op`) whose rows are the table's.
+    envelope: bool,
     /// Writer schemas by registry id; for plain records, the table's under id 0.
     writers: HashMap<u32, String>,
-    /// Built for the writer schemas known; rebuilt when one is added.
-    decoder: Option<arrow_avro::reader::Decoder>,
+    /// A decoder per writer schema, built on first use.
+    decoders: HashMap<u32, arrow_avro::reader::Decoder>,
 }
 
 /// Rows per batch of the streaming decoder.
 const BATCH: usize = 8192;
 
 impl AvroDecoder {
-    pub fn new(reader: String, table: SchemaRef, framed: bool) -> Self {
+    /// `reader`: the table's Avro schema ([`table_schema`]), or for change events
+    /// [`envelope_schema`]'s.
+    pub fn new(reader: String, table: SchemaRef, framed: bool, envelope: bool) -> Result<Self> {
         let writers = match framed {
             true => HashMap::new(),
             false => HashMap::from([(0, reader.clone())]),
         };
-        Self { reader, table, framed, writers, decoder: None }
+        let reader = serde_json::from_str(&reader).map_err(avro_error)?;
+        Ok(Self { reader, table, framed, envelope, writers, decoders: HashMap::new() })
     }
 
     /// The writer schema ids of Confluent-framed records that are not known yet.
@@ -179,55 +277,85 @@ impl AvroDecoder {
 
     pub fn add_writer(&mut self, id: u32, schema: String) {
         self.writers.insert(id, schema);
-        self.decoder = None;
+        self.decoders.remove(&id);
     }
 
-    /// The records as one batch of the table's columns; an error if any record does not
-    /// decode (the caller then finds which, record by record).
+    /// Each record's writer id (0 for plain records); an error for one not framed or of an
+    /// id the registry lacks.
+    fn ids(&self, values: &[&[u8]]) -> Result<Vec<u32>> {
+        if !self.framed {
+            return Ok(vec![0; values.len()]);
+        }
+        values
+            .iter()
+            .map(|v| {
+                let id = framed_id(v).ok_or_else(|| {
+                    WeirError::user("not in Confluent's Avro framing (a zero byte and a 4-byte schema id)")
+                })?;
+                match self.writers.contains_key(&id) {
+                    true => Ok(id),
+                    false => Err(WeirError::user(format!("schema id {id} is not in the schema registry"))),
+                }
+            })
+            .collect()
+    }
+
+    /// The records as one batch of the table's columns (or, for change events, of
+    /// `before`, `after` and `op`); an error if any record does not decode (the caller
+    /// then finds which, record by record).
     pub fn decode(&mut self, values: &[&[u8]]) -> Result<Option<RecordBatch>> {
-        let mut buf = Vec::with_capacity(values.iter().map(|v| v.len() + 5).sum());
-        for v in values {
-            match self.framed {
-                true => {
-                    let id = framed_id(v).ok_or_else(|| {
-                        WeirError::user("not in Confluent's Avro framing (a zero byte and a 4-byte schema id)")
-                    })?;
-                    if !self.writers.contains_key(&id) {
-                        return Err(WeirError::user(format!("schema id {id} is not in the schema registry")));
-                    }
-                    buf.extend_from_slice(v);
-                }
-                // Plain records get the framing of the table's schema (id 0), which the
-                // streaming decoder reads records by.
-                false => {
+        let ids = self.ids(values)?;
+        let mut batches = Vec::new();
+        let mut from = 0;
+        // Runs of records of one writer schema, each through its decoder.
+        while from < values.len() {
+            let id = ids[from];
+            let to = ids[from..].iter().position(|i| *i != id).map_or(values.len(), |n| from + n);
+            let mut buf = Vec::with_capacity(values[from..to].iter().map(|v| v.len() + 5).sum());
+            for v in &values[from..to] {
+                if !self.framed {
+                    // Plain records get the framing of the table's schema (id 0), which the
+                    // streaming decoder reads records by.
                     buf.extend_from_slice(&[0, 0, 0, 0, 0]);
-                    buf.extend_from_slice(v);
                 }
+                buf.extend_from_slice(v);
             }
+            let result = self.decode_run(id, &buf, to - from);
+            if result.is_err() {
+                // Its state is that of a record cut short: start afresh.
+                self.decoders.remove(&id);
+            }
+            batches.extend(result?);
+            from = to;
         }
-        let result = self.decode_framed(&buf, values.len());
-        if result.is_err() {
-            // Its state is that of a record cut short: start afresh.
-            self.decoder = None;
+        let Some(first) = batches.first() else { return Ok(None) };
+        let batch = datafusion::arrow::compute::concat_batches(&first.schema(), &batches)?;
+        if self.envelope {
+            return Ok(Some(batch));
         }
-        result
+        Ok(Some(to_table(&batch, &self.table)?))
     }
 
-    fn decode_framed(&mut self, buf: &[u8], records: usize) -> Result<Option<RecordBatch>> {
-        if self.decoder.is_none() {
+    fn decoder(&mut self, id: u32) -> Result<&mut arrow_avro::reader::Decoder> {
+        if !self.decoders.contains_key(&id) {
+            let text = self.writers.get(&id).ok_or_else(|| WeirError::internal("an Avro writer schema went missing"))?;
+            let writer: Json = serde_json::from_str(text).map_err(avro_error)?;
+            let reader = with_writer_names(&self.reader, &writer, &mut Default::default());
             let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
-            for (id, s) in &self.writers {
-                store.set(Fingerprint::Id(*id), AvroSchema::new(s.clone())).map_err(avro_error)?;
-            }
+            store.set(Fingerprint::Id(id), AvroSchema::new(text.clone())).map_err(avro_error)?;
             let decoder = ReaderBuilder::new()
                 .with_writer_schema_store(store)
-                .with_reader_schema(AvroSchema::new(self.reader.clone()))
+                .with_reader_schema(AvroSchema::new(reader.to_string()))
                 .with_batch_size(BATCH)
                 .build_decoder()
                 .map_err(avro_error)?;
-            self.decoder = Some(decoder);
+            self.decoders.insert(id, decoder);
         }
-        let decoder = self.decoder.as_mut().ok_or_else(|| WeirError::internal("no Avro decoder"))?;
+        self.decoders.get_mut(&id).ok_or_else(|| WeirError::internal("no Avro decoder"))
+    }
+
+    fn decode_run(&mut self, id: u32, buf: &[u8], records: usize) -> Result<Vec<RecordBatch>> {
+        let decoder = self.decoder(id)?;
         let (mut at, mut batches) = (0, Vec::new());
         while at < buf.len() {
             let read = decoder.decode(&buf[at..]).map_err(avro_error)?;
@@ -243,18 +371,113 @@ impl AvroDecoder {
         if let Some(b) = decoder.flush().map_err(avro_error)? {
             batches.push(b);
         }
-        let Some(first) = batches.first() else { return Ok(None) };
-        let batch = datafusion::arrow::compute::concat_batches(&first.schema(), &batches)?;
-        if batch.num_rows() != records {
+        if batches.iter().map(RecordBatch::num_rows).sum::<usize>() != records {
             return Err(WeirError::user("not one Avro record per value"));
         }
-        let columns: Vec<ArrayRef> = batch
-            .columns()
-            .iter()
-            .zip(self.table.fields())
-            .map(|(a, f)| if a.data_type() == f.data_type() { Ok(a.clone()) } else { cast(a, f.data_type()) })
-            .collect::<std::result::Result<_, _>>()?;
-        Ok(Some(RecordBatch::try_new(self.table.clone(), columns)?))
+        Ok(batches)
+    }
+}
+
+/// `batch`'s columns cast to the table's types.
+fn to_table(batch: &RecordBatch, table: &SchemaRef) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .zip(table.fields())
+        .map(|(a, f)| if a.data_type() == f.data_type() { Ok(a.clone()) } else { cast(a, f.data_type()) })
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(RecordBatch::try_new(table.clone(), columns)?)
+}
+
+/// `reader` with each record named as the writer's record in the same place (with its
+/// namespace and aliases), and a record the writer names again written as that name: Avro
+/// resolves a record only against one of the same name, and the table's schema names its
+/// records as Flink does (`record`, `record_<field>`), which other writers do not.
+pub fn with_writer_names(reader: &Json, writer: &Json, defined: &mut std::collections::HashSet<String>) -> Json {
+    match (reader, writer) {
+        // A nullable reader type against the writer's union (or its one type).
+        (Json::Array(branches), _) => {
+            let writer_branches: Vec<&Json> = match writer {
+                Json::Array(w) => w.iter().collect(),
+                w => vec![w],
+            };
+            let adapted = branches.iter().map(|b| {
+                if kind(b) != Some("record") {
+                    return b.clone();
+                }
+                match writer_branches.iter().find(|w| is_record(w, defined)) {
+                    Some(w) => with_writer_names(b, w, defined),
+                    None => b.clone(),
+                }
+            });
+            Json::Array(adapted.collect())
+        }
+        (Json::Object(r), _) if kind(reader) == Some("record") => {
+            if let Json::String(name) = writer {
+                if defined.contains(name) {
+                    return Json::String(name.clone());
+                }
+            }
+            let Json::Object(w) = writer else { return reader.clone() };
+            if w.get("type").and_then(Json::as_str) != Some("record") {
+                return reader.clone();
+            }
+            let mut out = r.clone();
+            for key in ["name", "namespace", "aliases"] {
+                match w.get(key) {
+                    Some(v) => out.insert(key.to_string(), v.clone()),
+                    None => out.remove(key),
+                };
+            }
+            if let Some(name) = w.get("name").and_then(Json::as_str) {
+                defined.insert(name.to_string());
+                if let Some(ns) = w.get("namespace").and_then(Json::as_str) {
+                    defined.insert(format!("{ns}.{name}"));
+                }
+            }
+            let writer_fields = w.get("fields").and_then(Json::as_array);
+            if let Some(Json::Array(fields)) = r.get("fields") {
+                let fields = fields
+                    .iter()
+                    .map(|f| {
+                        let name = f.get("name");
+                        let theirs = writer_fields.and_then(|w| w.iter().find(|x| x.get("name") == name));
+                        match (f.get("type"), theirs.and_then(|t| t.get("type"))) {
+                            (Some(rt), Some(wt)) => {
+                                let mut f = f.clone();
+                                f["type"] = with_writer_names(rt, wt, defined);
+                                f
+                            }
+                            _ => f.clone(),
+                        }
+                    })
+                    .collect();
+                out.insert("fields".into(), Json::Array(fields));
+            }
+            Json::Object(out)
+        }
+        (Json::Object(r), Json::Object(w)) => {
+            // Arrays and maps: their items or values.
+            let mut out = r.clone();
+            for key in ["items", "values"] {
+                if let (Some(rt), Some(wt)) = (r.get(key), w.get(key)) {
+                    out.insert(key.to_string(), with_writer_names(rt, wt, defined));
+                }
+            }
+            Json::Object(out)
+        }
+        _ => reader.clone(),
+    }
+}
+
+fn kind(t: &Json) -> Option<&str> {
+    t.get("type").and_then(Json::as_str)
+}
+
+fn is_record(w: &Json, defined: &std::collections::HashSet<String>) -> bool {
+    match w {
+        Json::String(name) => defined.contains(name),
+        w => kind(w) == Some("record"),
     }
 }
 
@@ -294,13 +517,13 @@ mod tests {
         let plain = AvroEncoder::new(avro.clone(), None)?.encode(&batch())?;
         assert_eq!(plain[0], vec![2, 2, 2, b'a', 2, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f]);
         let refs: Vec<&[u8]> = plain.iter().map(Vec::as_slice).collect();
-        let mut decoder = AvroDecoder::new(avro.clone(), table(), false);
+        let mut decoder = AvroDecoder::new(avro.clone(), table(), false, false)?;
         assert_eq!(decoder.decode(&refs)?, Some(batch()));
 
         let framed = AvroEncoder::new(avro.clone(), Some(7))?.encode(&batch())?;
         assert_eq!(&framed[0][..5], &[0, 0, 0, 0, 7]);
         let refs: Vec<&[u8]> = framed.iter().map(Vec::as_slice).collect();
-        let mut decoder = AvroDecoder::new(avro.clone(), table(), true);
+        let mut decoder = AvroDecoder::new(avro.clone(), table(), true, false)?;
         assert_eq!(decoder.unknown_ids(&refs), vec![7]);
         assert!(decoder.decode(&refs).is_err(), "an unknown writer schema");
         decoder.add_writer(7, avro);
@@ -317,7 +540,7 @@ mod tests {
         let old_batch = RecordBatch::try_new(old.clone(), old_batch.columns().to_vec())?;
         let framed = AvroEncoder::new(old_avro.clone(), Some(1))?.encode(&old_batch)?;
         let refs: Vec<&[u8]> = framed.iter().map(Vec::as_slice).collect();
-        let mut decoder = AvroDecoder::new(table_schema("t", &table())?, table(), true);
+        let mut decoder = AvroDecoder::new(table_schema("t", &table())?, table(), true, false)?;
         decoder.add_writer(1, old_avro);
         let got = decoder.decode(&refs)?.expect("rows");
         assert_eq!(got.column(2).null_count(), 3);

@@ -5,6 +5,7 @@
 //! record is skipped and counted in the source's `records_skipped` metric.
 
 pub mod avro;
+mod avro_file;
 mod csv;
 mod json;
 mod parquet;
@@ -49,6 +50,8 @@ pub enum Format {
     Csv { delimiter: u8, quote: u8, header: bool, policy: ParsePolicy },
     Json { policy: ParsePolicy },
     Parquet { compression: ::parquet::basic::Compression, row_group_rows: usize },
+    /// Avro object container files; `codec` as `avro.codec` names it (checked).
+    Avro { codec: String },
 }
 
 const CSV_KEYS: &[&str] = &[
@@ -60,6 +63,7 @@ const CSV_KEYS: &[&str] = &[
 ];
 const JSON_KEYS: &[&str] = &["format.ignore-parse-errors", "json.ignore-parse-errors"];
 const PARQUET_KEYS: &[&str] = &["parquet.compression", "parquet.row-group-size"];
+const AVRO_KEYS: &[&str] = &["avro.codec"];
 
 impl Format {
     pub fn from_options(table: &TableDef) -> Result<Format> {
@@ -119,8 +123,17 @@ impl Format {
                 };
                 Ok(Format::Parquet { compression, row_group_rows })
             }
+            "avro" => {
+                avro::table_schema(name, &table.schema)?;
+                // Flink writes snappy-compressed blocks unless told otherwise.
+                let codec = opts.get("avro.codec").unwrap_or("snappy").to_string();
+                avro_file::codec(&codec).map_err(|why| {
+                    WeirError::user(format!("table '{name}': 'avro.codec' = {why}")).at(opts.location("avro.codec"))
+                })?;
+                Ok(Format::Avro { codec })
+            }
             other => Err(WeirError::user(format!(
-                "table '{name}': unknown format '{other}'; formats are: csv, json, parquet"
+                "table '{name}': unknown format '{other}'; formats are: csv, json, parquet, avro"
             ))
             .at(opts.location("format"))),
         }
@@ -131,6 +144,7 @@ impl Format {
             Format::Csv { .. } => CSV_KEYS,
             Format::Json { .. } => JSON_KEYS,
             Format::Parquet { .. } => PARQUET_KEYS,
+            Format::Avro { .. } => AVRO_KEYS,
         }
     }
 
@@ -139,6 +153,7 @@ impl Format {
             Format::Csv { .. } => "csv",
             Format::Json { .. } => "json",
             Format::Parquet { .. } => "parquet",
+            Format::Avro { .. } => "avro",
         }
     }
 
@@ -160,7 +175,7 @@ impl Format {
         let range = match (portion, resume) {
             // Resuming: the offset is a record start already.
             (Portion::Bytes { end, .. }, Some(at)) => Some(resume_range(&mut file, path, at, end)?),
-            (_, Some(at)) if !matches!(self, Format::Parquet { .. }) => {
+            (_, Some(at)) if !matches!(self, Format::Parquet { .. } | Format::Avro { .. }) => {
                 Some(resume_range(&mut file, path, at, u64::MAX)?)
             }
             (Portion::Bytes { start, end }, None) => Some(text_range(&mut file, path, start, end)?),
@@ -189,6 +204,9 @@ impl Format {
                 projection,
                 batch_size,
             )?),
+            Format::Avro { .. } => {
+                Box::new(avro_file::AvroFileReader::new(file, path, resume, table_schema, projection, batch_size)?)
+            }
         })
     }
 
@@ -199,6 +217,12 @@ impl Format {
             Format::Parquet { compression, row_group_rows } => {
                 Box::new(parquet::ParquetFileWriter::new(file, schema, *compression, *row_group_rows)?)
             }
+            Format::Avro { codec } => Box::new(avro_file::AvroFileWriter::new(
+                file,
+                "avro",
+                schema,
+                avro_file::codec(codec).map_err(WeirError::user)?,
+            )?),
         })
     }
 }

@@ -14,6 +14,8 @@ pub struct Registry {
     url: String,
     /// `user:password` (`basic-auth.user-info`).
     user_info: Option<String>,
+    /// `bearer-auth.token`.
+    token: Option<String>,
     client: reqwest::Client,
 }
 
@@ -55,21 +57,43 @@ impl Registry {
                 .at(o.location(&key("basic-auth.credentials-source"))))
             }
         };
+        let token = match o.get(&key("bearer-auth.credentials-source")).map(str::to_ascii_uppercase).as_deref() {
+            None | Some("STATIC_TOKEN") => o.get(&key("bearer-auth.token")).map(str::to_string),
+            Some(other) => {
+                return Err(WeirError::not_supported(format!(
+                    "table '{}': '{}' = '{other}': Weir reads a bearer token from 'bearer-auth.token' (STATIC_TOKEN) \
+                     only",
+                    table.name,
+                    key("bearer-auth.credentials-source")
+                ))
+                .at(o.location(&key("bearer-auth.credentials-source"))))
+            }
+        };
+        if user_info.is_some() && token.is_some() {
+            return Err(WeirError::user(format!(
+                "table '{}': give one of '{}' and '{}', not both",
+                table.name,
+                key("basic-auth.user-info"),
+                key("bearer-auth.token")
+            ))
+            .at(o.location(&key("bearer-auth.token"))));
+        }
         let client = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| WeirError::internal(format!("an HTTP client for the schema registry: {e}")))?;
-        Ok(Self { url, user_info, client })
+        Ok(Self { url, user_info, token, client })
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let r = self.client.request(method, format!("{}{path}", self.url));
-        match &self.user_info {
-            Some(info) => {
+        match (&self.user_info, &self.token) {
+            (Some(info), _) => {
                 let (user, password) = info.split_once(':').unwrap_or((info, ""));
                 r.basic_auth(user, Some(password))
             }
-            None => r,
+            (None, Some(token)) => r.bearer_auth(token),
+            (None, None) => r,
         }
     }
 

@@ -8,6 +8,7 @@ mod catalog;
 mod contract_tests;
 mod manifest;
 mod metadata;
+mod rest;
 mod schema;
 mod sink;
 mod sqlite;
@@ -30,6 +31,10 @@ const KEYS: &[&str] = &[
     "uri",
     "jdbc.user",
     "jdbc.password",
+    "token",
+    "credential",
+    "oauth2-server-uri",
+    "scope",
     "write.format.default",
     "write.target-file-size-bytes",
     "write.parquet.compression-codec",
@@ -46,6 +51,7 @@ const DEFAULT_TARGET_FILE_SIZE: u64 = 512 << 20;
 enum CatalogType {
     Hadoop,
     Sql,
+    Rest,
 }
 
 /// A table's Iceberg options, checked.
@@ -78,32 +84,41 @@ impl Options {
         {
             (Some("hadoop"), _) => CatalogType::Hadoop,
             (Some("sql" | "jdbc"), _) | (None, Some("org.apache.iceberg.jdbc.JdbcCatalog")) => CatalogType::Sql,
-            (Some("rest"), _) => {
-                return Err(WeirError::not_supported(format!(
-                    "table '{name}': 'catalog-type' = 'rest' is not built yet; use 'hadoop' or 'sql'"
-                ))
-                .at(o.location("catalog-type")))
-            }
+            (Some("rest"), _) | (None, Some("org.apache.iceberg.rest.RESTCatalog")) => CatalogType::Rest,
             (Some(other), _) => {
-                return Err(bad("catalog-type", format!("= '{other}' is not a catalog type Weir has (hadoop, sql)")))
+                return Err(bad("catalog-type", format!("= '{other}' is not a catalog type Weir has (hadoop, sql, rest)")))
             }
             (None, Some(other)) => {
                 return Err(bad(
                     "catalog-impl",
-                    format!("= '{other}' is not a catalog Weir has (org.apache.iceberg.jdbc.JdbcCatalog)"),
+                    format!(
+                        "= '{other}' is not a catalog Weir has (org.apache.iceberg.jdbc.JdbcCatalog, \
+                         org.apache.iceberg.rest.RESTCatalog)"
+                    ),
                 ))
             }
             (None, None) => {
                 return Err(WeirError::user(format!(
-                    "table '{name}' needs the option 'catalog-type' ('hadoop' or 'sql')"
+                    "table '{name}' needs the option 'catalog-type' ('hadoop', 'sql' or 'rest')"
                 )))
             }
         };
-        let warehouse = o.required(name, "warehouse")?.to_string();
-        catalog::local_path(&warehouse).map_err(|e| e.at(o.location("warehouse")))?;
+        // A REST catalog chooses where tables go (its warehouse is a name it is given).
+        let warehouse = match catalog_type {
+            CatalogType::Rest => o.get("warehouse").unwrap_or_default().to_string(),
+            _ => o.required(name, "warehouse")?.to_string(),
+        };
+        if catalog_type != CatalogType::Rest {
+            catalog::local_path(&warehouse).map_err(|e| e.at(o.location("warehouse")))?;
+        }
+        for key in ["token", "credential", "oauth2-server-uri", "scope"] {
+            if catalog_type != CatalogType::Rest && o.get(key).is_some() {
+                return Err(bad(key, "applies to 'catalog-type' = 'rest' only".into()));
+            }
+        }
         let sqlite = match catalog_type {
             CatalogType::Sql => sqlite::sqlite_file(o.required(name, "uri")?),
-            CatalogType::Hadoop => None,
+            CatalogType::Hadoop | CatalogType::Rest => None,
         };
         if let Some(file) = sqlite.as_ref().filter(|f| !f.is_absolute()) {
             return Err(bad(
@@ -220,6 +235,12 @@ impl Options {
                 self.sqlite.clone().unwrap_or_default(),
                 &self.warehouse,
                 &self.catalog_name,
+                &self.database,
+                &self.table,
+            )?),
+            CatalogType::Rest => Box::new(rest::RestCatalog::new(
+                def,
+                Some(self.warehouse.as_str()).filter(|w| !w.is_empty()),
                 &self.database,
                 &self.table,
             )?),

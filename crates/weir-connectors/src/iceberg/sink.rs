@@ -76,6 +76,8 @@ pub struct IcebergSink {
     options: Options,
     catalog: Box<dyn Catalog>,
     resolved: Option<Resolved>,
+    /// The table was created, by this sink or another writer (so it must load from now on).
+    created: bool,
     task: usize,
     job_id: String,
     /// The checkpoint the rows written now belong to.
@@ -103,6 +105,7 @@ impl IcebergSink {
             options,
             catalog,
             resolved: None,
+            created: false,
             task: split.index,
             job_id: metadata::uuid(),
             epoch: 1,
@@ -146,6 +149,12 @@ impl IcebergSink {
                         .to_string();
                     (schema, spec, location)
                 }
+                None if self.created => {
+                    return Err(WeirError::external(format!(
+                        "Iceberg: {} does not show the table just created",
+                        self.catalog.describe()
+                    )))
+                }
                 None => {
                     let key = self.options.upsert.clone().unwrap_or_default();
                     let schema = TableSchema::create(&self.table, &self.sink_schema, &key)?;
@@ -157,12 +166,13 @@ impl IcebergSink {
                     };
                     let location = self.catalog.default_location();
                     let meta = metadata::create(&location, &schema, &spec, &self.options.properties);
-                    if self.catalog.commit(None, &meta).await?.is_none() {
-                        // Created meanwhile by another writer: use theirs.
-                        return Box::pin(self.resolve()).await;
+                    if self.catalog.commit(None, &meta).await?.is_some() {
+                        log::info!("created Iceberg table '{}' in {}", self.table, self.catalog.describe());
                     }
-                    log::info!("created Iceberg table '{}' in {}", self.table, self.catalog.describe());
-                    (schema, spec, location)
+                    self.created = true;
+                    // Load what was created (a REST catalog assigns the location and ids), or
+                    // what another writer created meanwhile.
+                    return Box::pin(self.resolve()).await;
                 }
             };
             local_path(&location)?;

@@ -44,6 +44,9 @@ pub struct Confluent {
     pub subject: String,
     /// `auto.register.schemas`: off, the schema must be registered under the subject already.
     pub register: bool,
+    /// `debezium-avro-confluent`: each record a Debezium change event whose rows are the
+    /// table's.
+    pub debezium: bool,
 }
 
 /// The options of `avro-confluent` (after `avro-confluent.`, `key.avro-confluent.` or
@@ -53,6 +56,8 @@ pub const AVRO_CONFLUENT_KEYS: &[&str] = &[
     "schema-registry.url",
     "basic-auth.credentials-source",
     "basic-auth.user-info",
+    "bearer-auth.credentials-source",
+    "bearer-auth.token",
     "subject",
     "properties.auto.register.schemas",
 ];
@@ -83,12 +88,23 @@ impl Codec {
                 crate::format::avro::table_schema(&table.name, &table.schema)?;
                 Codec::Avro
             }
-            "avro-confluent" => {
+            "avro-confluent" | "debezium-avro-confluent" => {
                 crate::format::avro::table_schema(&table.name, &table.schema)?;
-                let prefix = match key {
-                    "key.format" => "key.avro-confluent.",
-                    "value.format" => "value.avro-confluent.",
-                    _ => "avro-confluent.",
+                let debezium = value == "debezium-avro-confluent";
+                let prefix = match (key, debezium) {
+                    ("key.format", false) => "key.avro-confluent.",
+                    ("value.format", false) => "value.avro-confluent.",
+                    (_, false) => "avro-confluent.",
+                    ("key.format", true) => {
+                        return Err(WeirError::user(format!(
+                            "table '{}': 'key.format' cannot be 'debezium-avro-confluent' (a change event is a \
+                             record's value)",
+                            table.name
+                        ))
+                        .at(table.options.location(key)))
+                    }
+                    ("value.format", true) => "value.debezium-avro-confluent.",
+                    (_, true) => "debezium-avro-confluent.",
                 };
                 let registry = Registry::from_options(table, prefix)?;
                 let subject = match table.options.get(&format!("{prefix}subject")) {
@@ -100,17 +116,42 @@ impl Codec {
                 };
                 let register =
                     table.options.bool(&table.name, &format!("{prefix}properties.auto.register.schemas"), true)?;
-                Codec::AvroConfluent(Arc::new(Confluent { registry, subject, register }))
+                Codec::AvroConfluent(Arc::new(Confluent { registry, subject, register, debezium }))
             }
             other => {
                 return Err(WeirError::user(format!(
-                    "table '{}': '{key}' must be 'json', 'debezium-json', 'csv', 'raw', 'avro' or 'avro-confluent', \
-                     not '{other}'",
+                    "table '{}': '{key}' must be 'json', 'debezium-json', 'csv', 'raw', 'avro', 'avro-confluent' or \
+                     'debezium-avro-confluent', not '{other}'",
                     table.name
                 ))
                 .at(table.options.location(key)))
             }
         })
+    }
+}
+
+impl Codec {
+    /// `debezium-avro-confluent`.
+    pub fn is_debezium_avro(&self) -> bool {
+        matches!(self, Codec::AvroConfluent(c) if c.debezium)
+    }
+
+    /// A format whose records are change events (each with its ops).
+    pub fn is_changelog(&self) -> bool {
+        matches!(self, Codec::DebeziumJson) || self.is_debezium_avro()
+    }
+
+    /// The format's name, for errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Codec::Json => "JSON",
+            Codec::DebeziumJson => "debezium-json",
+            Codec::Csv { .. } => "CSV",
+            Codec::Raw => "raw",
+            Codec::Avro => "Avro",
+            Codec::AvroConfluent(c) if c.debezium => "debezium-avro-confluent",
+            Codec::AvroConfluent(_) => "avro-confluent",
+        }
     }
 }
 
@@ -148,8 +189,12 @@ impl Decoder {
     pub fn new(table: &str, codec: Codec, schema: SchemaRef, policy: ParsePolicy, topic: String) -> Result<Self> {
         let avro = match &codec {
             Codec::Avro | Codec::AvroConfluent(_) => {
-                let reader = crate::format::avro::table_schema(table, &schema)?;
-                Some(AvroDecoder::new(reader, schema.clone(), matches!(codec, Codec::AvroConfluent(_))))
+                let debezium = codec.is_debezium_avro();
+                let reader = match debezium {
+                    true => crate::format::avro::envelope_schema(table, &schema)?,
+                    false => crate::format::avro::table_schema(table, &schema)?,
+                };
+                Some(AvroDecoder::new(reader, schema.clone(), matches!(codec, Codec::AvroConfluent(_)), debezium)?)
             }
             _ => None,
         };
@@ -263,30 +308,76 @@ impl Decoder {
                     kept.push(i);
                 }
                 Err(_) if self.policy == ParsePolicy::Skip => self.skipped += 1,
-                Err(e) => {
-                    let what = match self.codec {
-                        Codec::Json => "JSON",
-                        Codec::DebeziumJson => "debezium-json",
-                        Codec::Csv { .. } => "CSV",
-                        Codec::Raw => "raw",
-                        Codec::Avro => "Avro",
-                        Codec::AvroConfluent(_) => "avro-confluent",
-                    };
-                    return Err(WeirError::user(format!(
-                        "malformed {what} record in topic '{}' partition {} at offset {}: {} \
-                         (set 'format.ignore-parse-errors' = 'true' to skip such records)",
-                        self.topic,
-                        where_.partition,
-                        where_.offset,
-                        e.message.trim_start_matches("Json error: ")
-                    )));
-                }
+                Err(e) => return Err(self.malformed(where_, &e)),
             }
         }
         if good.is_empty() {
             return Ok(None);
         }
         Ok(self.decode_all(&good)?.map(|b| (b, Some(kept))))
+    }
+
+    fn malformed(&self, at: &RecordAt, e: &WeirError) -> WeirError {
+        WeirError::user(format!(
+            "malformed {} record in topic '{}' partition {} at offset {}: {} \
+             (set 'format.ignore-parse-errors' = 'true' to skip such records)",
+            self.codec.name(),
+            self.topic,
+            at.partition,
+            at.offset,
+            e.message.trim_start_matches("Json error: ")
+        ))
+    }
+
+    fn decode_events(&mut self, values: &[&[u8]]) -> Result<Option<(RecordBatch, Vec<Op>, Vec<usize>)>> {
+        let avro = self.avro.as_mut().ok_or_else(|| WeirError::internal("an Avro table without its decoder"))?;
+        match avro.decode(values)? {
+            Some(events) => Ok(Some(crate::format::avro::changes(&events, &self.schema)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `debezium-avro-confluent` records as rows with their ops and records, applying the
+    /// malformed-record policy (an empty record, a tombstone, is nothing).
+    pub fn decode_changes(
+        &mut self,
+        values: &[&[u8]],
+        at: &[RecordAt],
+    ) -> Result<Option<(RecordBatch, Vec<Op>, Vec<RecordAt>)>> {
+        let (values, at): (Vec<&[u8]>, Vec<&RecordAt>) =
+            values.iter().zip(at).filter(|(v, _)| !v.is_empty()).map(|(v, a)| (*v, a)).unzip();
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let all = self.decode_events(&values);
+        let (good, kept): (Vec<&[u8]>, Vec<&RecordAt>) = match all {
+            Ok(Some((rows, ops, event))) => {
+                let records = event.iter().map(|e| at[*e].clone()).collect();
+                return Ok(Some((rows, ops, records)));
+            }
+            Ok(None) => return Ok(None),
+            Err(_) => {
+                let mut good = (Vec::new(), Vec::new());
+                for (v, where_) in values.iter().zip(&at) {
+                    match self.decode_events(&[v]) {
+                        Ok(_) => {
+                            good.0.push(*v);
+                            good.1.push(*where_);
+                        }
+                        Err(_) if self.policy == ParsePolicy::Skip => self.skipped += 1,
+                        Err(e) => return Err(self.malformed(where_, &e)),
+                    }
+                }
+                good
+            }
+        };
+        if good.is_empty() {
+            return Ok(None);
+        }
+        Ok(self.decode_events(&good)?.map(|(rows, ops, event)| {
+            let records = event.iter().map(|e| kept[*e].clone()).collect();
+            (rows, ops, records)
+        }))
     }
 }
 

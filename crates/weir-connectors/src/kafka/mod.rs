@@ -154,7 +154,13 @@ const UPSERT_OPTIONS: &[&str] = &[
 
 fn check_known(table: &TableDef, known: &[&str]) -> Result<()> {
     for (key, _) in table.options.iter() {
-        let avro_confluent = ["avro-confluent.", "key.avro-confluent.", "value.avro-confluent."]
+        let avro_confluent = [
+            "avro-confluent.",
+            "key.avro-confluent.",
+            "value.avro-confluent.",
+            "debezium-avro-confluent.",
+            "value.debezium-avro-confluent.",
+        ]
             .iter()
             .find_map(|p| key.strip_prefix(p))
             .is_some_and(|k| codec::AVRO_CONFLUENT_KEYS.contains(&k));

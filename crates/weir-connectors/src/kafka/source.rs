@@ -408,6 +408,14 @@ impl Source for KafkaSource {
             if let Some(p) = partition {
                 self.decoder.topic.clone_from(&self.parts[p as usize].0);
             }
+            // Avro change events decode to rows with ops in one pass.
+            if self.decoder.codec.is_debezium_avro() {
+                let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+                self.decoder.prepare(&refs).await?;
+                let Some((rows, ops, records)) = self.decoder.decode_changes(&refs, &at)? else { continue };
+                self.last_ops = Some(ops);
+                return Ok(Some(self.output(&rows, &records)?));
+            }
             // Debezium events: their rows, each with its op and record.
             let (rows, ops, at) = match &self.decoder.codec {
                 Codec::DebeziumJson => {

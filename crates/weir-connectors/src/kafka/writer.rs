@@ -12,7 +12,7 @@ use weir_core::{Chunk, Op, Result, TableDef, WeirError};
 
 use super::codec::{encode, Codec};
 use super::source::kafka_error;
-use crate::format::avro::{table_schema, AvroEncoder};
+use crate::format::avro::{envelope_schema, table_schema, AvroEncoder};
 
 pub struct TopicWriter {
     table: String,
@@ -108,7 +108,11 @@ impl TopicWriter {
     /// format, once, before the first write.
     pub async fn prepare(&mut self, schema: &SchemaRef) -> Result<()> {
         if let (Codec::AvroConfluent(c), None) = (&self.value, &self.value_avro) {
-            let avro = table_schema(&self.table, &schema.project(&self.value_columns)?)?;
+            let columns = schema.project(&self.value_columns)?;
+            let avro = match c.debezium {
+                true => envelope_schema(&self.table, &columns)?,
+                false => table_schema(&self.table, &columns)?,
+            };
             let id = c.registry.id_for(&c.subject, &avro, c.register).await?;
             self.value_avro = Some(AvroEncoder::new(avro, Some(id))?);
         }
@@ -136,7 +140,7 @@ impl TopicWriter {
 
     /// Refuse a chunk the table's format cannot express (updates to a plain topic).
     pub fn check(&self, chunk: &Chunk) -> Result<()> {
-        if !chunk.is_append_only() && !self.upsert && !matches!(self.value, Codec::DebeziumJson) {
+        if !chunk.is_append_only() && !self.upsert && !self.value.is_changelog() {
             return Err(WeirError::not_supported(format!(
                 "writing updates or deletes to the Kafka table '{}'",
                 self.table
@@ -156,10 +160,12 @@ impl TopicWriter {
         if chunk.num_rows() == 0 {
             return Ok(());
         }
-        let mut values = Self::encode(&self.value, &self.value_avro, &chunk.batch.project(&self.value_columns)?)?;
-        if matches!(self.value, Codec::DebeziumJson) {
-            values = super::codec::debezium_events(values, &chunk.ops());
-        }
+        let rows = chunk.batch.project(&self.value_columns)?;
+        let values = match (&self.value, &self.value_avro) {
+            (Codec::DebeziumJson, _) => super::codec::debezium_events(Self::encode(&self.value, &None, &rows)?, &chunk.ops()),
+            (c, Some(encoder)) if c.is_debezium_avro() => encoder.encode_changes(&rows, &chunk.ops())?,
+            _ => Self::encode(&self.value, &self.value_avro, &rows)?,
+        };
         let timestamps = match self.timestamp_column {
             None => None,
             Some(c) => {

@@ -1,0 +1,161 @@
+//! Avro object container files, Flink's `avro` format in the filesystem connector, through
+//! arrow-avro: read with the writer schema each file's header carries, columns matched by
+//! name and cast to the table's (a file of another schema version reads as long as it has the
+//! columns); written with the schema Flink derives from the table, in blocks compressed by
+//! `avro.codec`.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_avro::compression::CompressionCodec;
+use arrow_avro::reader::{Reader, ReaderBuilder};
+use arrow_avro::writer::format::AvroOcfFormat;
+use arrow_avro::writer::{Writer, WriterBuilder};
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use weir_core::{Result, WeirError};
+
+use super::avro::{arrow_schema_of, conform, table_schema};
+use super::{BatchReader, BatchWriter};
+
+/// `avro.codec`: Flink's names; `None` writes blocks uncompressed (`null`).
+pub fn codec(name: &str) -> std::result::Result<Option<CompressionCodec>, String> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "null" => None,
+        "snappy" => Some(CompressionCodec::Snappy),
+        "deflate" => Some(CompressionCodec::Deflate),
+        "zstandard" | "zstd" => Some(CompressionCodec::ZStandard),
+        other => return Err(format!("'{other}' is not a codec Weir writes (null, snappy, deflate, zstandard)")),
+    })
+}
+
+fn avro_file_error(path: &Path, e: impl std::fmt::Display) -> WeirError {
+    WeirError::user(format!("cannot read Avro file '{}': {e}", path.display()))
+}
+
+pub struct AvroFileReader {
+    reader: Reader<BufReader<File>>,
+    /// Records of the file returned so far; on resume, those still to pass over first.
+    records: u64,
+    skip: u64,
+    path: PathBuf,
+    schema: SchemaRef,
+}
+
+impl AvroFileReader {
+    /// `resume`: records of the file already read (what [`BatchReader::position`] said).
+    pub fn new(
+        file: File,
+        path: &Path,
+        resume: Option<u64>,
+        table_schema: &SchemaRef,
+        projection: &[usize],
+        batch_size: usize,
+    ) -> Result<Self> {
+        let schema = Arc::new(table_schema.project(projection)?);
+        let reader = ReaderBuilder::new()
+            .with_batch_size(batch_size)
+            .build(BufReader::new(file))
+            .map_err(|e| avro_file_error(path, e))?;
+        let file_schema = reader.schema();
+        if let Some(missing) = schema.fields().iter().find(|f| file_schema.index_of(f.name()).is_err()) {
+            return Err(WeirError::user(format!(
+                "Avro file '{}' has no column '{}' (its schema has {})",
+                path.display(),
+                missing.name(),
+                file_schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let skip = resume.unwrap_or(0);
+        Ok(Self { reader, records: skip, skip, path: path.to_path_buf(), schema })
+    }
+
+    fn to_table(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for field in self.schema.fields() {
+            let column = batch
+                .column_by_name(field.name())
+                .ok_or_else(|| WeirError::internal(format!("projected column '{}' missing", field.name())))?;
+            columns.push(match column.data_type() == field.data_type() {
+                true => column.clone(),
+                false => cast(column, field.data_type()).map_err(|e| {
+                    WeirError::user(format!(
+                        "Avro file '{}': column '{}' of type {} cannot be read as {}: {e}",
+                        self.path.display(),
+                        field.name(),
+                        column.data_type(),
+                        field.data_type()
+                    ))
+                })?,
+            });
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        Ok(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)
+    }
+}
+
+impl BatchReader for AvroFileReader {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        loop {
+            let Some(batch) = self.reader.next() else { return Ok(None) };
+            let mut batch = batch.map_err(|e| avro_file_error(&self.path, e))?;
+            // Resuming: pass over the records read before the checkpoint.
+            if self.skip > 0 {
+                let n = (batch.num_rows() as u64).min(self.skip);
+                self.skip -= n;
+                batch = batch.slice(n as usize, batch.num_rows() - n as usize);
+                if batch.num_rows() == 0 {
+                    continue;
+                }
+            }
+            self.records += batch.num_rows() as u64;
+            return self.to_table(&batch).map(Some);
+        }
+    }
+
+    fn records_skipped(&self) -> u64 {
+        0
+    }
+
+    fn position(&self) -> u64 {
+        self.records
+    }
+}
+
+pub struct AvroFileWriter {
+    writer: Writer<File, AvroOcfFormat>,
+    avro: String,
+    arrow: SchemaRef,
+}
+
+impl AvroFileWriter {
+    pub fn new(file: File, table: &str, schema: &SchemaRef, codec: Option<CompressionCodec>) -> Result<Self> {
+        let avro = table_schema(table, schema)?;
+        let arrow = arrow_schema_of(&avro)?;
+        // The writer takes its schema from the first batch's shape: an empty one.
+        let empty = conform(&avro, &arrow, &RecordBatch::new_empty(schema.clone()))?;
+        let writer = WriterBuilder::new(empty.schema().as_ref().clone())
+            .with_compression(codec)
+            .build::<_, AvroOcfFormat>(file)
+            .map_err(|e| WeirError::external(format!("Avro writer: {e}")))?;
+        Ok(Self { writer, avro, arrow })
+    }
+}
+
+impl BatchWriter for AvroFileWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = conform(&self.avro, &self.arrow, batch)?;
+        self.writer.write(&batch).map_err(|e| WeirError::external(format!("Avro write: {e}")))
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let mut writer = self.writer;
+        writer.finish().map_err(|e| WeirError::external(format!("Avro close: {e}")))?;
+        let file = writer.into_inner();
+        file.sync_all().map_err(|e| WeirError::external(format!("fsync: {e}")))
+    }
+}
