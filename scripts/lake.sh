@@ -10,7 +10,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 VENV="${WEIR_LAKE_VENV:-$HOME/.cache/weir/lake-venv}"
 
 install() {
-  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pyiceberg, fastavro, psycopg2' 2>/dev/null; then
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pyiceberg, fastavro, psycopg2, cramjam' 2>/dev/null; then
     return
   fi
   python3 -m venv "$VENV" >&2

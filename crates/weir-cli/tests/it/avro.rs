@@ -5,7 +5,7 @@
 //! schema id the registry lacks is located, then skipped or failing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -275,7 +275,9 @@ async fn debezium_avro_confluent_change_events_round_trip() {
     let registry = Registry::start(&dir, Some("weir:secret"));
     let authed = registry.url.replace("http://", "http://weir:secret@");
     let event = |op: &str, before: &str, after: &str| {
-        format!(r#"{{"before": {before}, "after": {after}, "source": {{"db": "inventory", "lsn": 7}}, "op": "{op}", "ts_ms": 1}}"#)
+        format!(
+            r#"{{"before": {before}, "after": {after}, "source": {{"db": "inventory", "lsn": 7}}, "op": "{op}", "ts_ms": 1}}"#
+        )
     };
     let events = [
         event("c", "null", r#"{"id": 1, "name": "a"}"#),
@@ -358,10 +360,15 @@ fn avro_files_round_trip_with_fastavro() {
     let text = format!(
         "CREATE TABLE src (id BIGINT, name STRING) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');
 CREATE TABLE dst (id BIGINT, name STRING) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');
+CREATE TABLE typed (id BIGINT, ts TIMESTAMP(3), amount DECIMAL(10, 2)) WITH ('connector' = 'filesystem',
+  'path' = '{}', 'format' = 'avro', 'avro.codec' = 'deflate');
 INSERT INTO dst SELECT id, name FROM src;
+INSERT INTO typed SELECT id, TO_TIMESTAMP(CONCAT('2026-01-01 00:00:0', CAST(id AS STRING))),
+  CAST(id AS DECIMAL(10, 2)) / 4 FROM src WHERE id <= 3;
 ",
         input.display(),
-        out.display()
+        out.display(),
+        dir.join("typed").display()
     );
     run_ok(&job(&dir, &text));
     let read: serde_json::Value =
@@ -375,6 +382,19 @@ INSERT INTO dst SELECT id, name FROM src;
         assert_eq!(f["codec"], "snappy", "Flink's default codec: {f}");
         assert_eq!(f["schema"], "org.apache.flink.avro.generated.record", "Flink's record name: {f}");
     }
+
+    // Logical types as the table's schema gives them (timestamp-millis, bytes decimal).
+    let typed: serde_json::Value =
+        serde_json::from_str(&lake_lines(&["avro-file-read", path(&dir.join("typed"))]).join("")).expect("json");
+    assert_eq!(
+        typed["rows"],
+        serde_json::json!([
+            r#"{"amount": "0.25", "id": 1, "ts": "2026-01-01 00:00:01+00:00"}"#,
+            r#"{"amount": "0.50", "id": 2, "ts": "2026-01-01 00:00:02+00:00"}"#,
+            r#"{"amount": "0.75", "id": 3, "ts": "2026-01-01 00:00:03+00:00"}"#,
+        ])
+    );
+    assert_eq!(typed["files"][0]["codec"], "deflate");
 
     let missing = format!(
         "CREATE TABLE src (id BIGINT, price DOUBLE) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'avro');

@@ -64,8 +64,12 @@ INSERT INTO agg SELECT id % 10, COUNT(*) FROM b GROUP BY id % 10;
         want.sort();
         assert_eq!(rows(out), want, "each id once");
         assert_one_snapshot_per_checkpoint_per_job(out);
-        let jobs: BTreeSet<&str> =
-            out["snapshots"].as_array().expect("snapshots").iter().filter_map(|s| s["summary"]["weir.job-id"].as_str()).collect();
+        let jobs: BTreeSet<&str> = out["snapshots"]
+            .as_array()
+            .expect("snapshots")
+            .iter()
+            .filter_map(|s| s["summary"]["weir.job-id"].as_str())
+            .collect();
         assert_eq!(jobs.len(), 2, "two writers");
         let want: Vec<String> = (0..10).map(|k| format!("{k},500")).collect();
         assert_eq!(rows(agg), want, "the GROUP BY's final result, each key once");
@@ -89,8 +93,14 @@ fn rest_catalog_errors_name_the_catalog() {
     let server = rest_catalog(&dir);
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let cases = [
-        (options(&server.url, "'token' = 'wrong'"), "refused to give its configuration: HTTP 401 NotAuthorizedException".to_string()),
-        (options(&server.url, "'credential' = 'weir:nope'"), "refused to give a token for 'credential': HTTP 401".to_string()),
+        (
+            options(&server.url, "'token' = 'wrong'"),
+            "refused to give its configuration: HTTP 401 NotAuthorizedException".to_string(),
+        ),
+        (
+            options(&server.url, "'credential' = 'weir:nope'"),
+            "refused to give a token for 'credential': HTTP 401".to_string(),
+        ),
         (
             options(&format!("http://127.0.0.1:{closed}"), "'token' = 'tok'"),
             format!("the rest catalog at http://127.0.0.1:{closed} cannot be reached"),

@@ -338,7 +338,8 @@ impl AvroDecoder {
 
     fn decoder(&mut self, id: u32) -> Result<&mut arrow_avro::reader::Decoder> {
         if !self.decoders.contains_key(&id) {
-            let text = self.writers.get(&id).ok_or_else(|| WeirError::internal("an Avro writer schema went missing"))?;
+            let text =
+                self.writers.get(&id).ok_or_else(|| WeirError::internal("an Avro writer schema went missing"))?;
             let writer: Json = serde_json::from_str(text).map_err(avro_error)?;
             let reader = with_writer_names(&self.reader, &writer, &mut Default::default());
             let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
@@ -545,6 +546,57 @@ mod tests {
         let got = decoder.decode(&refs)?.expect("rows");
         assert_eq!(got.column(2).null_count(), 3);
         assert_eq!(got.column(1), batch().column(1));
+        Ok(())
+    }
+
+    /// Debezium's names replace Flink's, and the second use of `Value` is a reference.
+    #[test]
+    fn reader_records_take_the_writers_names() -> Result<()> {
+        let reader: Json =
+            serde_json::from_str(&envelope_schema("t", &table().project(&[0, 1])?)?).map_err(avro_error)?;
+        let writer = json!({"type": "record", "name": "Envelope", "namespace": "db.inv.customers", "fields": [
+            {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+                {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]}]}]},
+            {"name": "after", "type": ["null", "Value"]},
+            {"name": "op", "type": "string"}]});
+        let got = with_writer_names(&reader, &writer, &mut Default::default());
+        assert_eq!(got["name"], "Envelope");
+        assert_eq!(got["namespace"], "db.inv.customers");
+        assert_eq!(got["fields"][0]["type"][1]["name"], "Value");
+        assert!(got["fields"][0]["type"][1].get("namespace").is_none(), "inherits the envelope's");
+        assert_eq!(got["fields"][1]["type"], json!(["null", "Value"]));
+        assert_eq!(got["fields"][2], reader["fields"][2], "op is not a record");
+        Ok(())
+    }
+
+    /// Change events to rows: `c`/`r` insert `after`, `u` is a pair, `d` deletes `before`;
+    /// an update without `before` or an unknown op is an error.
+    #[test]
+    fn change_events_become_rows_with_ops() -> Result<()> {
+        use datafusion::arrow::array::{StringArray, StructArray};
+        use datafusion::arrow::buffer::NullBuffer;
+        let rows = batch();
+        let side = |present: Vec<bool>| -> Result<ArrayRef> {
+            Ok(Arc::new(StructArray::try_new(
+                rows.schema().fields().clone(),
+                rows.columns().to_vec(),
+                Some(NullBuffer::from(present)),
+            )?))
+        };
+        let events = |ops: Vec<&str>, before: Vec<bool>, after: Vec<bool>| -> Result<RecordBatch> {
+            let op: ArrayRef = Arc::new(StringArray::from(ops));
+            Ok(RecordBatch::try_new(Arc::new(envelope_arrow(&table())), vec![side(before)?, side(after)?, op])?)
+        };
+        let (got, ops, event) =
+            changes(&events(vec!["c", "u", "d"], vec![false, true, true], vec![true, true, false])?, &table())?;
+        assert_eq!(ops, vec![Op::Insert, Op::UpdateBefore, Op::UpdateAfter, Op::Delete]);
+        assert_eq!(event, vec![0, 1, 1, 2]);
+        let ids = got.column(0).as_any().downcast_ref::<Int64Array>().expect("ids");
+        assert_eq!(ids.values().to_vec(), vec![1, 2, 2, 3]);
+        let err = changes(&events(vec!["u"; 3], vec![false; 3], vec![true; 3])?, &table()).err().expect("an error");
+        assert!(err.message.contains("no 'before' row: an update needs its old row"), "{}", err.message);
+        let err = changes(&events(vec!["x"; 3], vec![true; 3], vec![true; 3])?, &table()).err().expect("an error");
+        assert!(err.message.contains("unknown op 'x'"), "{}", err.message);
         Ok(())
     }
 }

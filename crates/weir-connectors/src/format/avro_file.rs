@@ -127,7 +127,7 @@ impl BatchReader for AvroFileReader {
 }
 
 pub struct AvroFileWriter {
-    writer: Writer<File, AvroOcfFormat>,
+    writer: Writer<Advertise, AvroOcfFormat>,
     avro: String,
     arrow: SchemaRef,
 }
@@ -138,9 +138,10 @@ impl AvroFileWriter {
         let arrow = arrow_schema_of(&avro)?;
         // The writer takes its schema from the first batch's shape: an empty one.
         let empty = conform(&avro, &arrow, &RecordBatch::new_empty(schema.clone()))?;
+        let advertise = Advertise { file, schema: avro.clone(), header: Some(Vec::new()) };
         let writer = WriterBuilder::new(empty.schema().as_ref().clone())
             .with_compression(codec)
-            .build::<_, AvroOcfFormat>(file)
+            .build::<_, AvroOcfFormat>(advertise)
             .map_err(|e| WeirError::external(format!("Avro writer: {e}")))?;
         Ok(Self { writer, avro, arrow })
     }
@@ -155,7 +156,108 @@ impl BatchWriter for AvroFileWriter {
     fn close(self: Box<Self>) -> Result<()> {
         let mut writer = self.writer;
         writer.finish().map_err(|e| WeirError::external(format!("Avro close: {e}")))?;
-        let file = writer.into_inner();
-        file.sync_all().map_err(|e| WeirError::external(format!("fsync: {e}")))
+        let advertise = writer.into_inner();
+        if advertise.header.is_some() {
+            return Err(WeirError::internal("an Avro file closed before its header was written"));
+        }
+        advertise.file.sync_all().map_err(|e| WeirError::external(format!("fsync: {e}")))
     }
+}
+
+/// The file under arrow-avro's container writer, whose header advertises a schema derived
+/// again from the Arrow types (without the record names and logical types of the schema its
+/// encoder writes by): the header's `avro.schema` is replaced by that schema, which readers
+/// must decode the blocks with. Everything after the header passes through.
+pub struct Advertise {
+    file: File,
+    schema: String,
+    /// The header's bytes until they are complete; then `None`.
+    header: Option<Vec<u8>>,
+}
+
+impl std::io::Write for Advertise {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(header) = &mut self.header else { return self.file.write(buf) };
+        header.extend_from_slice(buf);
+        if let Some(rewritten) = with_schema(header, &self.schema)? {
+            self.file.write_all(&rewritten)?;
+            self.header = None;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A container file's header (magic, metadata map, sync marker) with `avro.schema` set to
+/// `schema`, and whatever followed it; `None` while the header is incomplete.
+fn with_schema(header: &[u8], schema: &str) -> std::io::Result<Option<Vec<u8>>> {
+    fn long(b: &[u8], at: &mut usize) -> Option<i64> {
+        let (mut n, mut shift) = (0u64, 0);
+        loop {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some((n >> 1) as i64 ^ -((n & 1) as i64));
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+    }
+    fn put_long(out: &mut Vec<u8>, v: i64) {
+        let mut n = ((v << 1) ^ (v >> 63)) as u64;
+        while n >= 0x80 {
+            out.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    fn string<'a>(b: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+        let n = usize::try_from(long(b, at)?).ok()?;
+        let v = b.get(*at..*at + n)?;
+        *at += n;
+        Some(v)
+    }
+    if header.len() < 4 {
+        return Ok(None);
+    }
+    if &header[..4] != b"Obj\x01" {
+        return Err(std::io::Error::other("not an Avro container header"));
+    }
+    let mut at = 4;
+    let mut entries: Vec<(&[u8], &[u8])> = Vec::new();
+    loop {
+        let Some(mut count) = long(header, &mut at) else { return Ok(None) };
+        if count == 0 {
+            break;
+        }
+        if count < 0 {
+            count = -count;
+            if long(header, &mut at).is_none() {
+                return Ok(None);
+            }
+        }
+        for _ in 0..count {
+            let (Some(k), Some(v)) = (string(header, &mut at), string(header, &mut at)) else { return Ok(None) };
+            entries.push((k, v));
+        }
+    }
+    let Some(rest) = header.get(at..).filter(|r| r.len() >= 16) else { return Ok(None) };
+    let mut out = b"Obj\x01".to_vec();
+    put_long(&mut out, entries.len() as i64);
+    for (k, v) in entries {
+        let v = if k == b"avro.schema" { schema.as_bytes() } else { v };
+        for part in [k, v] {
+            put_long(&mut out, part.len() as i64);
+            out.extend_from_slice(part);
+        }
+    }
+    put_long(&mut out, 0);
+    out.extend_from_slice(rest);
+    Ok(Some(out))
 }

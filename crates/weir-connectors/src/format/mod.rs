@@ -47,11 +47,23 @@ pub enum ParsePolicy {
 
 #[derive(Debug, Clone)]
 pub enum Format {
-    Csv { delimiter: u8, quote: u8, header: bool, policy: ParsePolicy },
-    Json { policy: ParsePolicy },
-    Parquet { compression: ::parquet::basic::Compression, row_group_rows: usize },
+    Csv {
+        delimiter: u8,
+        quote: u8,
+        header: bool,
+        policy: ParsePolicy,
+    },
+    Json {
+        policy: ParsePolicy,
+    },
+    Parquet {
+        compression: ::parquet::basic::Compression,
+        row_group_rows: usize,
+    },
     /// Avro object container files; `codec` as `avro.codec` names it (checked).
-    Avro { codec: String },
+    Avro {
+        codec: String,
+    },
 }
 
 const CSV_KEYS: &[&str] = &[

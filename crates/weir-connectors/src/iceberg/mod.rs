@@ -86,7 +86,10 @@ impl Options {
             (Some("sql" | "jdbc"), _) | (None, Some("org.apache.iceberg.jdbc.JdbcCatalog")) => CatalogType::Sql,
             (Some("rest"), _) | (None, Some("org.apache.iceberg.rest.RESTCatalog")) => CatalogType::Rest,
             (Some(other), _) => {
-                return Err(bad("catalog-type", format!("= '{other}' is not a catalog type Weir has (hadoop, sql, rest)")))
+                return Err(bad(
+                    "catalog-type",
+                    format!("= '{other}' is not a catalog type Weir has (hadoop, sql, rest)"),
+                ))
             }
             (None, Some(other)) => {
                 return Err(bad(

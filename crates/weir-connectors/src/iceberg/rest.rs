@@ -35,7 +35,11 @@ enum Auth {
     None,
     Token(String),
     /// `client_id:client_secret`, exchanged at the token endpoint for a bearer token.
-    Credential { credential: String, server: String, scope: String },
+    Credential {
+        credential: String,
+        server: String,
+        scope: String,
+    },
 }
 
 #[derive(Clone)]
@@ -126,14 +130,21 @@ impl RestCatalog {
             Auth::Token(t) => Some(t.clone()),
             Auth::Credential { credential, server, scope } => {
                 let (id, secret) = credential.split_once(':').unwrap_or(("", credential.as_str()));
-                let form = [("grant_type", "client_credentials"), ("client_id", id), ("client_secret", secret), ("scope", scope)];
+                let form = [
+                    ("grant_type", "client_credentials"),
+                    ("client_id", id),
+                    ("client_secret", secret),
+                    ("scope", scope),
+                ];
                 let what = "give a token for 'credential'";
                 let a = self.send(self.client.post(server).form(&form), what).await?;
                 if a.status != 200 {
                     return Err(self.refused(what, &a));
                 }
                 let token = a.body.get("access_token").and_then(Json::as_str).ok_or_else(|| {
-                    WeirError::external(format!("Iceberg: the rest catalog's token endpoint {server} gave no access_token"))
+                    WeirError::external(format!(
+                        "Iceberg: the rest catalog's token endpoint {server} gave no access_token"
+                    ))
                 })?;
                 Some(token.to_string())
             }
@@ -185,7 +196,9 @@ impl RestCatalog {
     fn loaded(&self, what: &str, a: &Answer) -> Result<Loaded> {
         let location = a.body.get("metadata-location").and_then(Json::as_str);
         match (location, a.body.get("metadata")) {
-            (Some(location), Some(metadata)) => Ok(Loaded { location: location.to_string(), metadata: metadata.clone() }),
+            (Some(location), Some(metadata)) => {
+                Ok(Loaded { location: location.to_string(), metadata: metadata.clone() })
+            }
             _ => Err(WeirError::external(format!(
                 "Iceberg: the rest catalog at {} answered '{what}' without 'metadata-location' and 'metadata'",
                 self.uri
@@ -205,7 +218,8 @@ impl RestCatalog {
             "properties": metadata["properties"],
         });
         let what = "create the table";
-        let mut a = self.call(reqwest::Method::POST, &format!("{}/tables", self.namespace_path()), Some(&body), what).await?;
+        let mut a =
+            self.call(reqwest::Method::POST, &format!("{}/tables", self.namespace_path()), Some(&body), what).await?;
         if a.status == 404 {
             // No namespace yet: create it (another writer may have meanwhile), then the table.
             let ns = json!({"namespace": self.namespace, "properties": {}});
@@ -213,7 +227,9 @@ impl RestCatalog {
             if n.status != 200 && n.status != 409 {
                 return Err(self.refused("create the namespace", &n));
             }
-            a = self.call(reqwest::Method::POST, &format!("{}/tables", self.namespace_path()), Some(&body), what).await?;
+            a = self
+                .call(reqwest::Method::POST, &format!("{}/tables", self.namespace_path()), Some(&body), what)
+                .await?;
         }
         match a.status {
             200 => Ok(true),

@@ -161,9 +161,9 @@ fn check_known(table: &TableDef, known: &[&str]) -> Result<()> {
             "debezium-avro-confluent.",
             "value.debezium-avro-confluent.",
         ]
-            .iter()
-            .find_map(|p| key.strip_prefix(p))
-            .is_some_and(|k| codec::AVRO_CONFLUENT_KEYS.contains(&k));
+        .iter()
+        .find_map(|p| key.strip_prefix(p))
+        .is_some_and(|k| codec::AVRO_CONFLUENT_KEYS.contains(&k));
         if !key.starts_with("properties.")
             && !avro_confluent
             && !known.contains(&key)

@@ -162,7 +162,9 @@ impl TopicWriter {
         }
         let rows = chunk.batch.project(&self.value_columns)?;
         let values = match (&self.value, &self.value_avro) {
-            (Codec::DebeziumJson, _) => super::codec::debezium_events(Self::encode(&self.value, &None, &rows)?, &chunk.ops()),
+            (Codec::DebeziumJson, _) => {
+                super::codec::debezium_events(Self::encode(&self.value, &None, &rows)?, &chunk.ops())
+            }
             (c, Some(encoder)) if c.is_debezium_avro() => encoder.encode_changes(&rows, &chunk.ops())?,
             _ => Self::encode(&self.value, &self.value_avro, &rows)?,
         };
