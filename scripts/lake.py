@@ -21,6 +21,7 @@ decoder of Avro (fastavro). Prints JSON on stdout.
                                                    schema from the registry (or one plain SCHEMA)
 """
 import glob
+import http.server
 import json
 import os
 import sys
@@ -118,13 +119,38 @@ def newest(metadata_dir):
     return max(files, key=lambda f: int(os.path.basename(f)[1:].split(".")[0]))
 
 
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """A stand-in server's handler: JSON replies, no request log."""
+
+    content_type = "application/json"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def serve(port_file, handler):
+    """Serve on a free loopback port, written to PORT_FILE once listening, until killed."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(port_file + ".tmp", port_file)
+    server.serve_forever()
+
+
 def registry(port_file, user_info):
     """Schemas by id and subjects in memory: GET /schemas/ids/ID, POST /subjects/S/versions
     (register; the same schema twice keeps its id), POST /subjects/S (look up), GET
     /subjects/S/versions/latest. With USER:PASSWORD, requests without that basic auth (or the
     bearer token PASSWORD) get 401."""
     import base64
-    import http.server
     import threading
 
     lock = threading.Lock()
@@ -134,17 +160,8 @@ def registry(port_file, user_info):
     def canonical(text):
         return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JsonHandler):
+        content_type = "application/vnd.schemaregistry.v1+json"
 
         def authorized(self):
             if user_info is None:
@@ -191,11 +208,7 @@ def registry(port_file, user_info):
                     return self.reply(200, {"subject": parts[1], "id": mine[0], "version": 1, "schema": schemas[mine[0]]})
             self.reply(404, {"error_code": 404, "message": "not found"})
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(server.server_address[1]))
-    os.rename(port_file + ".tmp", port_file)
-    server.serve_forever()
+    serve(port_file, Handler)
 
 
 def rest_catalog(port_file, uri, warehouse, token):
@@ -204,7 +217,6 @@ def rest_catalog(port_file, uri, warehouse, token):
     GET /v1/config, POST /v1/oauth/tokens (client credentials `weir:secret` give TOKEN),
     POST /v1/{prefix}/namespaces, GET and POST /v1/{prefix}/namespaces/NS/tables[/T].
     Every other call needs `Authorization: Bearer TOKEN`. Errors are the spec's ErrorModel."""
-    import http.server
     import threading
     import urllib.parse
 
@@ -224,18 +236,7 @@ def rest_catalog(port_file, uri, warehouse, token):
     def loaded(table):
         return {"metadata-location": table.metadata_location, "metadata": json.loads(table.metadata.model_dump_json(by_alias=True, exclude_none=True)), "config": {}}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def error(self, code, kind, message):
             self.reply(code, {"error": {"message": message, "type": kind, "code": code}})
 
@@ -309,11 +310,7 @@ def rest_catalog(port_file, uri, warehouse, token):
                         return self.error(409, "CommitFailedException", str(e))
             self.error(404, "NotFoundException", "no route " + url.path)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(server.server_address[1]))
-    os.rename(port_file + ".tmp", port_file)
-    server.serve_forever()
+    serve(port_file, Handler)
 
 
 def _registry_call(url, method, path, body=None):

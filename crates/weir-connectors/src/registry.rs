@@ -102,9 +102,8 @@ impl ConnectorFactory for Connectors {
             Some("kafka" | "upsert-kafka") => crate::kafka::replays(table),
             // Text files up to the byte a position names; Parquet and Avro positions count rows.
             Some("filesystem") => match table.options.get("format") {
-                Some(f @ ("parquet" | "avro")) => {
-                    Err(format!("{f} files are not read again up to a row inside them (not built)"))
-                }
+                Some("parquet") => Err("Parquet files are not read again up to a row inside them (not built)".into()),
+                Some("avro") => Err("Avro files are not read again up to a record inside them (not built)".into()),
                 _ => Ok(()),
             },
             Some(c) => Err(format!("the '{c}' connector cannot read its input a second time (not built for it yet)")),

@@ -51,6 +51,15 @@ impl Drop for StandIn {
     }
 }
 
+/// A datagen table `name (id BIGINT)` of `rows` ids from `from` on, at `rate` rows a second.
+pub fn sequence(name: &str, rows: u64, rate: u64, from: u64) -> String {
+    format!(
+        "CREATE TABLE {name} (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '{rows}',
+  'rows-per-second' = '{rate}', 'fields.id.kind' = 'sequence', 'fields.id.start' = '{from}', 'fields.id.end' = '{}');\n",
+        from + rows - 1
+    )
+}
+
 /// The newest `v<N>.metadata.json` of a hadoop-catalog table.
 pub fn newest_metadata(table: &Path) -> PathBuf {
     let dir = table.join("metadata");
@@ -409,13 +418,7 @@ fn exactly_once_into_iceberg_under_sigkill() {
 fn concurrent_writers_retry_and_a_restart_from_the_final_checkpoint_adds_nothing() {
     let dir = crate::slt::tempdir();
     let wh = dir.join("wh");
-    let source = |name: &str, from: u64| {
-        format!(
-            "CREATE TABLE {name} (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '20000',
-  'rows-per-second' = '40000', 'fields.id.kind' = 'sequence', 'fields.id.start' = '{from}', 'fields.id.end' = '{}');\n",
-            from + 19_999
-        )
-    };
+    let source = |name: &str, from: u64| sequence(name, 20_000, 40_000, from);
     let sql = dir.join("job.sql");
     std::fs::write(
         &sql,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use crate::iceberg::{assert_one_snapshot_per_checkpoint_per_job, lake, rows, run_err, run_ok, StandIn};
+use crate::iceberg::{assert_one_snapshot_per_checkpoint_per_job, lake, rows, run_err, run_ok, sequence, StandIn};
 
 fn rest_catalog(dir: &Path) -> StandIn {
     let db = format!("sqlite:///{}", dir.join("catalog.db").display());
@@ -30,13 +30,7 @@ fn rest_catalog_tables_are_created_committed_and_read_by_pyiceberg() {
     let dir = crate::slt::tempdir();
     let server = rest_catalog(&dir);
     let with = options(&server.url, "'credential' = 'weir:secret'");
-    let source = |name: &str, from: u64| {
-        format!(
-            "CREATE TABLE {name} (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '5000',
-  'rows-per-second' = '20000', 'fields.id.kind' = 'sequence', 'fields.id.start' = '{from}', 'fields.id.end' = '{}');\n",
-            from + 4_999
-        )
-    };
+    let source = |name: &str, from: u64| sequence(name, 5_000, 20_000, from);
     let sql = dir.join("job.sql");
     std::fs::write(
         &sql,

@@ -13,10 +13,8 @@ use arrow_avro::compression::CompressionCodec;
 use arrow_avro::reader::{Reader, ReaderBuilder};
 use arrow_avro::writer::format::AvroOcfFormat;
 use arrow_avro::writer::{Writer, WriterBuilder};
-use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::record_batch::RecordBatch;
 use weir_core::{Result, WeirError};
 
 use super::avro::{arrow_schema_of, conform, table_schema};
@@ -73,29 +71,6 @@ impl AvroFileReader {
         let skip = resume.unwrap_or(0);
         Ok(Self { reader, records: skip, skip, path: path.to_path_buf(), schema })
     }
-
-    fn to_table(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for field in self.schema.fields() {
-            let column = batch
-                .column_by_name(field.name())
-                .ok_or_else(|| WeirError::internal(format!("projected column '{}' missing", field.name())))?;
-            columns.push(match column.data_type() == field.data_type() {
-                true => column.clone(),
-                false => cast(column, field.data_type()).map_err(|e| {
-                    WeirError::user(format!(
-                        "Avro file '{}': column '{}' of type {} cannot be read as {}: {e}",
-                        self.path.display(),
-                        field.name(),
-                        column.data_type(),
-                        field.data_type()
-                    ))
-                })?,
-            });
-        }
-        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-        Ok(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?)
-    }
 }
 
 impl BatchReader for AvroFileReader {
@@ -113,7 +88,7 @@ impl BatchReader for AvroFileReader {
                 }
             }
             self.records += batch.num_rows() as u64;
-            return self.to_table(&batch).map(Some);
+            return super::by_name(&batch, &self.schema, &format!("Avro file '{}'", self.path.display())).map(Some);
         }
     }
 

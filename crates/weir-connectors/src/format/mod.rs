@@ -253,6 +253,31 @@ pub trait BatchWriter: Send {
     fn close(self: Box<Self>) -> Result<()>;
 }
 
+/// A file's `batch` as rows of `schema`: its columns by name, in the schema's order and cast
+/// to its types (`file` names the file in errors: "Parquet file '/x'").
+pub(crate) fn by_name(batch: &RecordBatch, schema: &SchemaRef, file: &str) -> Result<RecordBatch> {
+    use datafusion::arrow::record_batch::RecordBatchOptions;
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = batch
+            .column_by_name(field.name())
+            .ok_or_else(|| WeirError::internal(format!("projected column '{}' missing", field.name())))?;
+        columns.push(match column.data_type() == field.data_type() {
+            true => column.clone(),
+            false => datafusion::arrow::compute::cast(column, field.data_type()).map_err(|e| {
+                WeirError::user(format!(
+                    "{file}: column '{}' of type {} cannot be read as {}: {e}",
+                    field.name(),
+                    column.data_type(),
+                    field.data_type()
+                ))
+            })?,
+        });
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}
+
 pub(crate) fn io_error(path: &Path, e: impl std::fmt::Display) -> WeirError {
     WeirError::external(format!("'{}': {e}", path.display()))
 }

@@ -6,10 +6,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
@@ -74,28 +72,7 @@ impl BatchReader for ParquetReader {
         let batch = batch.map_err(|e| parquet_error(&self.path, e))?;
         self.rows += batch.num_rows() as u64;
         // The reader returns columns in file order; put them in table order and types.
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for field in self.schema.fields() {
-            let column = batch
-                .column_by_name(field.name())
-                .ok_or_else(|| WeirError::internal(format!("projected column '{}' missing", field.name())))?;
-            let column = if column.data_type() == field.data_type() {
-                column.clone()
-            } else {
-                cast(column, field.data_type()).map_err(|e| {
-                    WeirError::user(format!(
-                        "Parquet file '{}': column '{}' of type {} cannot be read as {}: {e}",
-                        self.path.display(),
-                        field.name(),
-                        column.data_type(),
-                        field.data_type()
-                    ))
-                })?
-            };
-            columns.push(column);
-        }
-        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-        Ok(Some(RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)?))
+        super::by_name(&batch, &self.schema, &format!("Parquet file '{}'", self.path.display())).map(Some)
     }
 
     fn records_skipped(&self) -> u64 {
