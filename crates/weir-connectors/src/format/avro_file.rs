@@ -184,14 +184,8 @@ fn with_schema(header: &[u8], schema: &str) -> std::io::Result<Option<Vec<u8>>> 
             }
         }
     }
-    fn put_long(out: &mut Vec<u8>, v: i64) {
-        let mut n = ((v << 1) ^ (v >> 63)) as u64;
-        while n >= 0x80 {
-            out.push((n as u8 & 0x7f) | 0x80);
-            n >>= 7;
-        }
-        out.push(n as u8);
-    }
+    // The writer of Iceberg's manifests encodes Avro longs too.
+    use crate::iceberg::avro::long as put_long;
     fn string<'a>(b: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
         let n = usize::try_from(long(b, at)?).ok()?;
         let v = b.get(*at..*at + n)?;

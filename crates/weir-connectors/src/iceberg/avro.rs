@@ -38,8 +38,8 @@ impl Value {
     }
 }
 
-fn long(out: &mut Vec<u8>, v: i64) {
-    // Zig-zag, then base-128 varint.
+/// Avro's `long`: zig-zag, then a base-128 varint.
+pub fn long(out: &mut Vec<u8>, v: i64) {
     let mut n = ((v << 1) ^ (v >> 63)) as u64;
     while n >= 0x80 {
         out.push((n as u8 & 0x7f) | 0x80);

@@ -2,7 +2,7 @@
 //! option names where Flink has them. See `docs/sql.md` for the options and
 //! [`sink`] for how a checkpoint becomes one snapshot.
 
-mod avro;
+pub(crate) mod avro;
 mod catalog;
 #[cfg(test)]
 mod contract_tests;
