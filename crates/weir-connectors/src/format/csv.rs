@@ -230,6 +230,9 @@ enum State {
 }
 
 struct Fast {
+    /// Quote-free records, split by memchr; given up for the rest of the input at the first
+    /// batch it cannot decode (the decoder below takes it from the same offset).
+    splitter: Option<super::csv_split::Splitter>,
     decoder: datafusion::arrow::csv::reader::Decoder,
     /// The projected schema; the decoder reads its timestamp columns as text, which
     /// [`super::text::cast_text`] converts.
@@ -280,8 +283,64 @@ impl Fast {
         Ok(filled > 0)
     }
 
+    /// Unread bytes holding a complete line (or the rest of the range): read more, keeping
+    /// the unread ones. False at the end of the range.
+    fn fill_lines(&mut self) -> std::io::Result<bool> {
+        use std::io::Read;
+        while memchr::memchr(b'\n', &self.buf[self.pos..]).is_none() {
+            let end = self.buf_offset + self.buf.len() as u64;
+            if self.eof || end >= self.stop {
+                return Ok(self.pos < self.buf.len());
+            }
+            self.buf.drain(..self.pos);
+            self.buf_offset += self.pos as u64;
+            self.pos = 0;
+            let have = self.buf.len();
+            let want = READ_SIZE.min((self.stop - end).min(READ_SIZE as u64) as usize);
+            self.buf.resize(have + want, 0);
+            let mut filled = 0;
+            while filled < want {
+                match self.file.read(&mut self.buf[have + filled..])? {
+                    0 => {
+                        self.eof = true;
+                        break;
+                    }
+                    n => filled += n,
+                }
+            }
+            self.buf.truncate(have + filled);
+        }
+        Ok(true)
+    }
+
+    /// The next batch by the splitter; `None` when it steps aside (for good).
+    fn split_batch(&mut self, path: &Path, batch_size: usize) -> Result<Option<Option<RecordBatch>>> {
+        if self.splitter.is_none() {
+            return Ok(None);
+        }
+        if !self.fill_lines().map_err(|e| io_error(path, e))? {
+            return Ok(Some(None));
+        }
+        let at_end = self.eof || self.buf_offset + self.buf.len() as u64 >= self.stop;
+        let Some(splitter) = &self.splitter else { return Ok(None) };
+        match splitter.decode(&self.buf[self.pos..], batch_size, at_end) {
+            Some((batch, used)) => {
+                self.pos += used;
+                self.batch_start = self.offset();
+                Ok(Some(Some(batch)))
+            }
+            None => {
+                self.splitter = None;
+                Ok(None)
+            }
+        }
+    }
+
     /// The next batch, or `Err(())` if the decoder refused it (the careful path takes over).
-    fn next_batch(&mut self, path: &Path) -> Result<std::result::Result<Option<RecordBatch>, ()>> {
+    fn next_batch(&mut self, path: &Path, batch_size: usize) -> Result<std::result::Result<Option<RecordBatch>, ()>> {
+        if let Some(batch) = self.split_batch(path, batch_size)? {
+            return Ok(Ok(batch));
+        }
         loop {
             if !self.fill().map_err(|e| io_error(path, e))? {
                 // An empty buffer tells the decoder the input ended (a last line without '\n').
@@ -384,6 +443,13 @@ impl CsvReader {
             projection: projection.to_vec(),
             batch_size,
             state: State::Fast(Box::new(Fast {
+                splitter: super::csv_split::Splitter::new(
+                    options.delimiter,
+                    options.quote,
+                    table_schema.fields().len(),
+                    projection,
+                    Arc::new(table_schema.project(projection)?),
+                ),
                 decoder,
                 schema: Arc::new(table_schema.project(projection)?),
                 file,
@@ -428,7 +494,7 @@ impl BatchReader for CsvReader {
 
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         if let State::Fast(fast) = &mut self.state {
-            match fast.next_batch(&self.path)? {
+            match fast.next_batch(&self.path, self.batch_size)? {
                 Ok(batch) => return Ok(batch),
                 Err(()) => {
                     let (start, stop) = (fast.batch_start, fast.stop);

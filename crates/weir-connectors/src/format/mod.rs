@@ -7,6 +7,7 @@
 pub mod avro;
 mod avro_file;
 mod csv;
+mod csv_split;
 mod json;
 mod parquet;
 #[cfg(test)]
