@@ -1,10 +1,13 @@
 //! CSV records to batches.
 //!
-//! Two paths. The fast one is arrow-csv's decoder: it splits and types whole batches at once.
-//! It cannot skip a bad record or say which line it was on, so when a batch fails, the file is
+//! Three paths. The quickest, for quote-free records, is the splitter of `csv_split`: memchr
+//! finds lines and fields, and only the projected fields are copied and typed. At the first
+//! batch it cannot decode it steps aside for good, and arrow-csv's decoder takes over from
+//! that batch: it splits and types whole batches at once. Neither can skip a bad record or
+//! say which line it was on, so when a batch fails, the file is
 //! re-read from the start of that batch by the careful path: the `csv` crate splits records
 //! and knows each record's line, and typing is vectorized per column (see `text`), so every
-//! bad record is found, with its line, and skipped or reported by the parse policy. Both paths
+//! bad record is found, with its line, and skipped or reported by the parse policy. All paths
 //! give the same rows for the same input.
 
 use std::fs::File;
