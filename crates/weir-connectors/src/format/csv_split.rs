@@ -49,7 +49,8 @@ impl Splitter {
         if buf.len() > u32::MAX as usize {
             return None;
         }
-        let mut spans: Vec<Spans> = vec![Vec::with_capacity(max_rows); self.schema.fields().len()];
+        // Built one by one: `vec![v; n]` clones, and a clone keeps no spare capacity.
+        let mut spans: Vec<Spans> = (0..self.schema.fields().len()).map(|_| Vec::with_capacity(max_rows)).collect();
         let (mut at, mut rows) = (0usize, 0usize);
         while rows < max_rows && at < buf.len() {
             let (end, next) = match memchr::memchr(b'\n', &buf[at..]) {
