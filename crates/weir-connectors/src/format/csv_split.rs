@@ -1,12 +1,13 @@
-//! The quickest CSV path, for records without quotes (what machines write): lines and fields
-//! are found with memchr (SIMD), only the fields of the projected columns are copied, and
-//! each column is typed at once (integers digit by digit, text without a per-value
-//! allocation, other types by the same vectorized cast as the careful path). Fields the query
-//! does not read are never looked at beyond finding their delimiters.
+//! The quickest CSV path, for records without quotes (what machines write): one memchr
+//! (SIMD) pass finds delimiters, line breaks and quotes together, only the fields of the
+//! projected columns are copied, and each column is typed at once (integers digit by digit,
+//! text without a per-value allocation, other types by the same vectorized cast as the
+//! careful path). Fields the query does not read are never looked at beyond their delimiters.
 //!
-//! Anything unusual (a quote, a field count that is not the file's, a value that does not
-//! convert) makes it step aside: the batch is decoded again by arrow-csv's decoder, and if
-//! that fails too, by the careful path that finds and reports the bad record.
+//! Anything unusual makes it step aside. A line it cannot split (a quote, a field count that
+//! is not the file's) ends its batch before that line, and the next batch starts with it; a
+//! value that does not convert fails the batch. Either way arrow-csv's decoder takes that
+//! batch, and if that fails too, the careful path finds and reports the bad record.
 
 use std::sync::Arc;
 
@@ -33,6 +34,9 @@ type Spans = Vec<(u32, u32)>;
 impl Splitter {
     /// `None` if the projection reads no column (a count of rows: arrow-csv does that well).
     pub fn new(delimiter: u8, quote: u8, file_columns: usize, projection: &[usize], schema: SchemaRef) -> Option<Self> {
+        if [delimiter, quote].iter().any(|b| matches!(b, b'\n' | b'\r')) || delimiter == quote {
+            return None;
+        }
         let last = *projection.iter().max()?;
         let mut slots = vec![None; last + 1];
         for (out, &column) in projection.iter().enumerate() {
@@ -43,7 +47,8 @@ impl Splitter {
 
     /// Up to `max_rows` records from the complete lines at the start of `buf` (and, at the
     /// end of the input, its last line without a line break): the batch and the bytes it
-    /// took. `None`: this path cannot decode them.
+    /// took. A line this path cannot split (a quote, a field count that is not the file's)
+    /// ends the batch before it; `None` if it is the first, or a value does not convert.
     pub fn decode(&self, buf: &[u8], max_rows: usize, at_end: bool) -> Option<(RecordBatch, usize)> {
         // Buffers are at most a few MiB: offsets fit in u32.
         if buf.len() > u32::MAX as usize {
@@ -51,24 +56,7 @@ impl Splitter {
         }
         // Built one by one: `vec![v; n]` clones, and a clone keeps no spare capacity.
         let mut spans: Vec<Spans> = (0..self.schema.fields().len()).map(|_| Vec::with_capacity(max_rows)).collect();
-        let (mut at, mut rows) = (0usize, 0usize);
-        while rows < max_rows && at < buf.len() {
-            let (end, next) = match memchr::memchr(b'\n', &buf[at..]) {
-                Some(n) => (at + n, at + n + 1),
-                None if at_end => (buf.len(), buf.len()),
-                None => break,
-            };
-            let line_end = if end > at && buf[end - 1] == b'\r' { end - 1 } else { end };
-            let line = &buf[at..line_end];
-            if memchr::memchr(self.quote, line).is_some() {
-                return None;
-            }
-            if !self.split_line(line, at, &mut spans) {
-                return None;
-            }
-            rows += 1;
-            at = next;
-        }
+        let (used, rows) = self.split(buf, max_rows, at_end, &mut spans);
         if rows == 0 {
             return None;
         }
@@ -85,29 +73,60 @@ impl Splitter {
             });
         }
         let batch = RecordBatch::try_new(self.schema.clone(), columns).ok()?;
-        Some((batch, at))
+        Some((batch, used))
     }
 
-    /// The projected fields' spans of one line; false if it does not have the file's fields.
-    fn split_line(&self, line: &[u8], base: usize, spans: &mut [Spans]) -> bool {
-        let mut start = 0usize;
-        for (i, slot) in self.slots.iter().enumerate() {
-            let end = match memchr::memchr(self.delimiter, &line[start..]) {
-                Some(n) => start + n,
-                None => line.len(),
-            };
-            if let Some(out) = slot {
-                spans[*out].push(((base + start) as u32, (base + end) as u32));
+    /// The projected fields' spans of up to `max_rows` whole lines: the bytes and lines taken.
+    /// One SIMD pass finds delimiters, line breaks and quotes together (rather than a pass
+    /// per line for its end, its quotes and its fields).
+    fn split(&self, buf: &[u8], max_rows: usize, at_end: bool, spans: &mut [Spans]) -> (usize, usize) {
+        let (mut line_start, mut rows) = (0usize, 0usize);
+        let (mut field, mut field_start) = (0usize, 0usize);
+        let close = |spans: &mut [Spans], field: usize, start: usize, end: usize| {
+            if let Some(Some(out)) = self.slots.get(field) {
+                spans[*out].push((start as u32, end as u32));
             }
-            if end == line.len() {
-                // The line ended: it must have had exactly the file's fields.
-                return i + 1 == self.file_columns;
+        };
+        // Undo the spans of a line that turned out not to be splittable.
+        let drop_line = |spans: &mut [Spans], rows: usize| spans.iter_mut().for_each(|s| s.truncate(rows));
+        for at in memchr::memchr3_iter(self.delimiter, b'\n', self.quote, buf) {
+            let byte = buf[at];
+            if byte == self.delimiter {
+                close(spans, field, field_start, at);
+                field += 1;
+                field_start = at + 1;
+                if field >= self.file_columns {
+                    drop_line(spans, rows);
+                    return (line_start, rows);
+                }
+            } else if byte == b'\n' {
+                let end = if at > field_start && buf[at - 1] == b'\r' { at - 1 } else { at };
+                close(spans, field, field_start, end);
+                if field + 1 != self.file_columns {
+                    drop_line(spans, rows);
+                    return (line_start, rows);
+                }
+                rows += 1;
+                line_start = at + 1;
+                (field, field_start) = (0, at + 1);
+                if rows == max_rows {
+                    return (line_start, rows);
+                }
+            } else {
+                drop_line(spans, rows);
+                return (line_start, rows);
             }
-            start = end + 1;
         }
-        // The fields after the last one read: count the delimiters left.
-        let rest = memchr::memchr_iter(self.delimiter, &line[start..]).count();
-        self.slots.len() + rest + 1 == self.file_columns
+        // The last line without a line break, at the end of the input.
+        if at_end && line_start < buf.len() {
+            let end = if buf[buf.len() - 1] == b'\r' { buf.len() - 1 } else { buf.len() };
+            close(spans, field, field_start, end.max(field_start));
+            if field + 1 == self.file_columns {
+                return (buf.len(), rows + 1);
+            }
+        }
+        drop_line(spans, rows);
+        (line_start, rows)
     }
 }
 
@@ -207,5 +226,17 @@ mod tests {
         }
         assert!(splitter(&[1]).decode(b"1,\xff,,\n", 10, false).is_none(), "not UTF-8");
         assert!(splitter(&[0]).decode(b"1,x,,", 10, false).is_none(), "no complete line yet");
+    }
+
+    #[test]
+    fn a_line_it_cannot_split_ends_the_batch_before_it() {
+        for bad in ["3,\"z\",,\n", "3,z,,,\n", "3,z\n"] {
+            let buf = format!("1,x,,\n2,y,,\r\n{bad}4,w,,\n");
+            let (batch, used) = splitter(&[1, 0]).decode(buf.as_bytes(), 100, true).expect("the lines before");
+            assert_eq!((batch.num_rows(), used), (2, "1,x,,\n2,y,,\r\n".len()), "{bad:?}");
+            let s = batch.column(0).as_any().downcast_ref::<StringArray>().expect("strings");
+            assert_eq!(s.iter().collect::<Vec<_>>(), vec![Some("x"), Some("y")], "{bad:?}");
+            assert!(splitter(&[1, 0]).decode(&buf.as_bytes()[used..], 100, true).is_none(), "{bad:?}");
+        }
     }
 }

@@ -75,6 +75,41 @@ impl ProducerContext for SinkContext {
 
 type KafkaProducer = ThreadedProducer<SinkContext>;
 
+/// A transactional producer with the id `transactional_id`, initialized: whatever an earlier
+/// producer with that id left open is aborted, and that producer is fenced.
+fn init_producer(
+    mut config: rdkafka::ClientConfig,
+    transactional_id: String,
+    table: &str,
+    topic: &str,
+) -> Result<(KafkaProducer, SinkContext)> {
+    config.set("transactional.id", &transactional_id);
+    let context = SinkContext::default();
+    let producer: KafkaProducer =
+        config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
+    // A new librdkafka client asks for its producer id before a connection to a broker it
+    // knows by id is up, finds none, and asks again only on its 500 ms coordinator timer. Two
+    // metadata requests first: the first, through the bootstrap address, names the brokers
+    // (and retires the bootstrap connection); the second goes to one of them, so a broker is
+    // up when the producer id is asked for, and it comes in a round trip.
+    for _ in 0..2 {
+        producer
+            .client()
+            .fetch_metadata(Some(topic), FLUSH_TIMEOUT)
+            .map_err(|e| kafka_error("cannot read the topic's metadata", e))?;
+    }
+    producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot initialize transactions", e))?;
+    log::debug!("Kafka sink of '{table}': initialized '{transactional_id}' for a coming transaction");
+    Ok((producer, context))
+}
+
+/// Dropping a producer joins its polling thread and stops librdkafka's, which takes up to a
+/// poll interval: done off the task, so that a commit does not hold up the rows behind it.
+fn drop_in_background(t: Transaction) {
+    // If no thread can be started, the closure, and `t` with it, is dropped here.
+    let _ = std::thread::Builder::new().name("kafka-producer-close".into()).spawn(move || drop(t));
+}
+
 fn kafka_error(what: &str, e: KafkaError) -> WeirError {
     let message = format!("Kafka: {what}: {e}");
     if is_fenced(&e) {
@@ -109,6 +144,7 @@ struct Transaction {
 
 pub struct KafkaSink {
     table: String,
+    topic: String,
     /// How exactly-once recovery reaches the cluster: as the table's librdkafka clients do.
     cluster: Option<Cluster>,
     delivery: Delivery,
@@ -121,6 +157,9 @@ pub struct KafkaSink {
     /// The number of the next transaction opened.
     next_seq: u64,
     open: Option<Transaction>,
+    /// The producer of the next transaction, being created and initialized while `open` is
+    /// written (its transaction number, and the thread doing it).
+    prepared: Option<(u64, std::thread::JoinHandle<Result<(KafkaProducer, SinkContext)>>)>,
     /// Pre-committed, waiting for their checkpoint to complete (the checkpoint records
     /// their ids; these are the producers that commit them).
     waiting: Vec<Transaction>,
@@ -154,6 +193,7 @@ impl KafkaSink {
         let writer = TopicWriter::new(table, &schema)?;
         Ok(Self {
             table: table.name.clone(),
+            topic: super::topic(table)?,
             cluster: match delivery {
                 Delivery::ExactlyOnce => Some(Cluster::of_table(table)?),
                 _ => None,
@@ -166,6 +206,7 @@ impl KafkaSink {
             epoch: 1,
             next_seq: 1,
             open: None,
+            prepared: None,
             waiting: Vec::new(),
             plain: None,
             writer,
@@ -191,24 +232,24 @@ impl KafkaSink {
     /// A transactional producer for transaction `seq`'s id, initialized: whatever an
     /// earlier producer with that id left open is aborted, and that producer is fenced.
     fn transactional_producer(&self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
-        let mut config = self.config.clone();
-        config.set("transactional.id", self.transactional_id(seq));
-        let context = SinkContext::default();
-        let producer: KafkaProducer =
-            config.create_with_context(context.clone()).map_err(|e| kafka_error("cannot create a producer", e))?;
-        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| kafka_error("cannot initialize transactions", e))?;
-        log::debug!(
-            "Kafka sink of '{}': initialized '{}' for its next transaction",
-            self.table,
-            self.transactional_id(seq)
-        );
-        Ok((producer, context))
+        init_producer(self.config.clone(), self.transactional_id(seq), &self.table, &self.topic)
+    }
+
+    /// The producer of transaction `seq`: the one prepared for it while the transaction
+    /// before was open, or a new one.
+    fn producer_for(&mut self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
+        match self.prepared.take() {
+            Some((s, handle)) if s == seq => handle
+                .join()
+                .map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?,
+            _ => self.transactional_producer(seq),
+        }
     }
 
     fn begin(&mut self) -> Result<&mut Transaction> {
         if self.open.is_none() {
             let seq = self.next_seq;
-            let (producer, context) = self.transactional_producer(seq)?;
+            let (producer, context) = self.producer_for(seq)?;
             weir_core::fault::pause("kafka_begin");
             producer.begin_transaction().map_err(|e| kafka_error("cannot begin a transaction", e))?;
             log::debug!(
@@ -220,6 +261,17 @@ impl KafkaSink {
             let id = PreCommitted { transactional_id: self.transactional_id(seq), producer_id: -1, producer_epoch: -1 };
             self.next_seq = seq + 1;
             self.open = Some(Transaction { epoch: self.epoch, seq, producer, context, id });
+            // Creating and initializing a producer takes round trips to the cluster (and
+            // librdkafka's start): the next transaction's is made now, off the task, so that
+            // the first row after the barrier does not wait for it. Ids are still initialized
+            // in increasing order without a gap, which is what recovery's probe relies on.
+            let (config, id) = (self.config.clone(), self.transactional_id(seq + 1));
+            let (table, topic) = (self.table.clone(), self.topic.clone());
+            let handle = std::thread::Builder::new()
+                .name("kafka-producer-init".into())
+                .spawn(move || init_producer(config, id, &table, &topic))
+                .map_err(|e| WeirError::internal(format!("cannot start a thread: {e}")))?;
+            self.prepared = Some((seq + 1, handle));
         }
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
     }
@@ -278,7 +330,7 @@ impl KafkaSink {
         Ok(Some(t))
     }
 
-    fn commit_one(&self, t: Transaction) -> Result<()> {
+    fn commit_one(&self, t: &Transaction) -> Result<()> {
         log::debug!(
             "Kafka sink of '{}': committing transaction '{}' (producer id {}, epoch {}) of checkpoint {}",
             self.table,
@@ -425,7 +477,9 @@ impl Committer for KafkaSink {
             )));
         };
         let t = self.waiting.remove(at);
-        super::blocking(|| self.commit_one(t))
+        super::blocking(|| self.commit_one(&t))?;
+        drop_in_background(t);
+        Ok(())
     }
 
     async fn recover(&mut self, epoch: u64, earlier: Vec<Earlier<PreCommitted, Recovery>>) -> Result<()> {
@@ -479,10 +533,10 @@ impl Committer for KafkaSink {
         if let Some(t) = self.open.take() {
             super::blocking(|| t.producer.flush(FLUSH_TIMEOUT)).map_err(|e| kafka_error("cannot flush", e))?;
             Self::check(&t.context, &self.table)?;
-            super::blocking(|| self.commit_one(t))?;
+            super::blocking(|| self.commit_one(&t))?;
         }
         for t in std::mem::take(&mut self.waiting) {
-            super::blocking(|| self.commit_one(t))?;
+            super::blocking(|| self.commit_one(&t))?;
         }
         Ok(())
     }
