@@ -92,10 +92,8 @@ struct Broker {
 
 impl Broker {
     fn start(dir: &Path) -> Result<Broker, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
         let out = Command::new(repo().join("scripts/kafka-broker.sh"))
             .arg("start")
             .arg(port.to_string())
@@ -115,7 +113,11 @@ impl Broker {
             .args([&self.bootstrap, topic, "1"])
             .status()
             .map_err(|e| e.to_string())?;
-        if status.success() { Ok(()) } else { Err(format!("creating topic {topic} failed")) }
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("creating topic {topic} failed"))
+        }
     }
 }
 
@@ -446,7 +448,9 @@ fn main() -> ExitCode {
         }
         for (interval, mut o) in rows {
             o.latencies_ms.sort_by(f64::total_cmp);
-            let against = |b: Option<f64>| b.map_or(String::from("-"), |b| format!("{:+.1}%", (o.cpu_per_second.1 / b - 1.0) * 100.0));
+            let against = |b: Option<f64>| {
+                b.map_or(String::from("-"), |b| format!("{:+.1}%", (o.cpu_per_second.1 / b - 1.0) * 100.0))
+            };
             let (vs_none, vs_1s) = (against(floor), against(baseline));
             println!(
                 "{:<7} {:<9} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>9.1}% {:>12.1}% {:>9} {:>9}",

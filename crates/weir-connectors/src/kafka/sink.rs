@@ -239,9 +239,9 @@ impl KafkaSink {
     /// before was open, or a new one.
     fn producer_for(&mut self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
         match self.prepared.take() {
-            Some((s, handle)) if s == seq => handle
-                .join()
-                .map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?,
+            Some((s, handle)) if s == seq => {
+                handle.join().map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?
+            }
             _ => self.transactional_producer(seq),
         }
     }
