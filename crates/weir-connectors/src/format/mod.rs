@@ -8,6 +8,8 @@ pub mod avro;
 mod avro_file;
 mod csv;
 mod csv_split;
+#[cfg(test)]
+mod csv_tests;
 mod json;
 mod parquet;
 #[cfg(test)]

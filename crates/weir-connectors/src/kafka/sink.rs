@@ -103,13 +103,6 @@ fn init_producer(
     Ok((producer, context))
 }
 
-/// Dropping a producer joins its polling thread and stops librdkafka's, which takes up to a
-/// poll interval: done off the task, so that a commit does not hold up the rows behind it.
-fn drop_in_background(t: Transaction) {
-    // If no thread can be started, the closure, and `t` with it, is dropped here.
-    let _ = std::thread::Builder::new().name("kafka-producer-close".into()).spawn(move || drop(t));
-}
-
 fn kafka_error(what: &str, e: KafkaError) -> WeirError {
     let message = format!("Kafka: {what}: {e}");
     if is_fenced(&e) {
@@ -160,6 +153,9 @@ pub struct KafkaSink {
     /// The producer of the next transaction, being created and initialized while `open` is
     /// written (its transaction number, and the thread doing it).
     prepared: Option<(u64, std::thread::JoinHandle<Result<(KafkaProducer, SinkContext)>>)>,
+    /// Threads closing committed producers. Joined before the sink is gone: a librdkafka
+    /// client still running when the process exits races OpenSSL's clean-up (a crash).
+    closing: Vec<std::thread::JoinHandle<()>>,
     /// Pre-committed, waiting for their checkpoint to complete (the checkpoint records
     /// their ids; these are the producers that commit them).
     waiting: Vec<Transaction>,
@@ -207,6 +203,7 @@ impl KafkaSink {
             next_seq: 1,
             open: None,
             prepared: None,
+            closing: Vec::new(),
             waiting: Vec::new(),
             plain: None,
             writer,
@@ -330,6 +327,27 @@ impl KafkaSink {
         Ok(Some(t))
     }
 
+    /// Dropping a producer joins its polling thread and stops librdkafka's, which takes up to a
+    /// poll interval: done off the task, so that a commit does not hold up the rows behind it.
+    fn close_in_background(&mut self, t: Transaction) {
+        self.closing.retain(|h| !h.is_finished());
+        // If no thread can be started, the closure, and `t` with it, is dropped here.
+        if let Ok(handle) = std::thread::Builder::new().name("kafka-producer-close".into()).spawn(move || drop(t)) {
+            self.closing.push(handle);
+        }
+    }
+
+    /// Wait for the threads this sink started (the next producer's, closing ones): none of
+    /// its librdkafka clients outlives it.
+    fn join_background(&mut self) {
+        if let Some((_, handle)) = self.prepared.take() {
+            drop(handle.join());
+        }
+        for handle in self.closing.drain(..) {
+            drop(handle.join());
+        }
+    }
+
     fn commit_one(&self, t: &Transaction) -> Result<()> {
         log::debug!(
             "Kafka sink of '{}': committing transaction '{}' (producer id {}, epoch {}) of checkpoint {}",
@@ -382,6 +400,7 @@ impl Default for Recovery {
 /// completed checkpoint may list them, for the next restore to commit.
 impl Drop for KafkaSink {
     fn drop(&mut self) {
+        self.join_background();
         if let Some(t) = self.open.take() {
             if let Err(e) = t.producer.abort_transaction(Duration::from_secs(2)) {
                 log::debug!(
@@ -478,7 +497,7 @@ impl Committer for KafkaSink {
         };
         let t = self.waiting.remove(at);
         super::blocking(|| self.commit_one(&t))?;
-        drop_in_background(t);
+        self.close_in_background(t);
         Ok(())
     }
 
@@ -538,6 +557,7 @@ impl Committer for KafkaSink {
         for t in std::mem::take(&mut self.waiting) {
             super::blocking(|| self.commit_one(&t))?;
         }
+        super::blocking(|| self.join_background());
         Ok(())
     }
 }
