@@ -288,6 +288,8 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
     let total = args.rate * (args.warmup + args.seconds);
     let first_measured = args.rate * args.warmup;
     let mut sent = Vec::with_capacity(total as usize);
+    // Each record's event time (its `ts`): a window row's end is found from its `last_seq`.
+    let mut event_ms = Vec::with_capacity(total as usize);
     let mut cpu_start = None;
     for seq in 0..total {
         let due = Duration::from_nanos(seq * 1_000_000_000 / args.rate);
@@ -297,8 +299,10 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
         if seq == first_measured {
             cpu_start = cpu_seconds(job.id());
         }
-        let value = format!(r#"{{"k":{},"seq":{seq},"ts":{}}}"#, seq % args.keys, now_ms());
+        let ts = now_ms();
+        let value = format!(r#"{{"k":{},"seq":{seq},"ts":{ts}}}"#, seq % args.keys);
         sent.push(start.elapsed());
+        event_ms.push(ts);
         loop {
             match producer.send(BaseRecord::<(), _>::to("in").partition(0).payload(&value)) {
                 Ok(()) => break,
@@ -323,7 +327,7 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
     let seen = std::mem::take(&mut *seen.lock().map_err(|_| "poisoned")?);
     let (latencies_ms, unseen) = match query {
         "agg" => per_record(&seen, &sent, args, first_measured),
-        _ => after_window_end(&seen, args, end_wall_ms),
+        _ => after_window_end(&seen, &event_ms, args, end_wall_ms),
     };
     Ok(Outcome { latencies_ms, unseen, cpu_per_second: cpu, records: args.rate * args.seconds })
 }
@@ -352,11 +356,13 @@ fn per_record(seen: &[Seen], sent: &[Duration], args: &Args, first: u64) -> (Vec
 
 /// Each measured window row's latency from its window's end; `unseen` counts the windows
 /// that closed before the producer stopped with no row seen for some key.
-fn after_window_end(seen: &[Seen], args: &Args, end_wall_ms: i64) -> (Vec<f64>, usize) {
+fn after_window_end(seen: &[Seen], event_ms: &[i64], args: &Args, end_wall_ms: i64) -> (Vec<f64>, usize) {
     let mut first_seen: BTreeMap<(u64, i64), i64> = BTreeMap::new();
     for row in seen {
-        let (Some(k), Some(end)) = (row.value["k"].as_u64(), row.value["window_end"].as_str()) else { continue };
-        let Some(end_ms) = parse_timestamp_ms(end) else { continue };
+        // The 1 s window of the row's last record (event time is the producer's clock).
+        let (Some(k), Some(last)) = (row.value["k"].as_u64(), row.value["last_seq"].as_u64()) else { continue };
+        let Some(ts) = event_ms.get(last as usize) else { continue };
+        let end_ms = (ts.div_euclid(1000) + 1) * 1000;
         first_seen.entry((k, end_ms)).or_insert(row.wall_ms);
     }
     let windows: Vec<i64> = {
@@ -378,26 +384,6 @@ fn after_window_end(seen: &[Seen], args: &Args, end_wall_ms: i64) -> (Vec<f64>, 
         }
     }
     (latencies, unseen)
-}
-
-/// `2026-12-04 10:00:01` or with `T` and fractional seconds, in UTC, as ms since the epoch.
-fn parse_timestamp_ms(text: &str) -> Option<i64> {
-    let text = text.replace('T', " ");
-    let (date, time) = text.split_once(' ')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.split(':');
-    let (h, min) = (t.next()?.parse::<i64>().ok()?, t.next()?.parse::<i64>().ok()?);
-    let sec: f64 = t.next()?.trim_end_matches('Z').parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + min * 60) as f64 * 1000.0 + (sec * 1000.0).round()) as i64)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
