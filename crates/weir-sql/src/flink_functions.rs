@@ -6,7 +6,7 @@
 //! | `MOD(a, b)` | `a % b` |
 //! | `HOUR(ts)`, `MINUTE(ts)`, `SECOND(ts)` | `EXTRACT(HOUR FROM ts)`, … |
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL past the end) | `NULLIF(split_part(s, sep, i + 1), '')` |
-//! | `REGEXP_EXTRACT(s, re [, group])` | `regexp_match(s, re)[group]` (group 1 by default) |
+//! | `REGEXP_EXTRACT(s, re [, group])` | Weir's own ([`crate::regexp_extract`]); a constant pattern checked here |
 //! | `DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | Weir's own, [`crate::date_format`] |
 //! | `TIMESTAMPDIFF(DAY, a, b)`, `TIMESTAMPADD(MONTH, n, t)` | Weir's own, the unit as a string ([`crate::time_functions`]) |
 //! | `FROM_UNIXTIME(n [, pattern])` (text, not a timestamp) | `DATE_FORMAT(to_timestamp_seconds(n), pattern)` |
@@ -66,8 +66,6 @@ fn replacement(name: &str, args: &[&Expr]) -> Option<String> {
         ("mod", [a, b]) => format!("(({a}) % ({b}))"),
         ("hour" | "minute" | "second", [ts]) => format!("EXTRACT({} FROM {ts})", name.to_uppercase()),
         ("split_index", [s, sep, i]) => format!("NULLIF(split_part({s}, {sep}, ({i}) + 1), '')"),
-        ("regexp_extract", [s, re]) => format!("(regexp_match({s}, {re}))[1]"),
-        ("regexp_extract", [s, re, group]) => format!("(regexp_match({s}, {re}))[{group}]"),
         ("date_format", [ts, pattern]) => format!("{}({ts}, {pattern})", crate::date_format::NAME),
         ("from_unixtime", [n]) => format!("{}(to_timestamp_seconds({n}), 'yyyy-MM-dd HH:mm:ss')", crate::date_format::NAME),
         ("from_unixtime", [n, pattern]) => format!("{}(to_timestamp_seconds({n}), {pattern})", crate::date_format::NAME),
@@ -201,7 +199,8 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
             match Parser::new(&GenericDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()) {
                 Ok(new) => *expr = new,
                 Err(e) => {
-                    failed = Some(parser_error(e).context("rewriting FLOOR/CEIL TO, IS JSON or BETWEEN SYMMETRIC"));
+                    let e = parser_error(e).context("rewriting FLOOR/CEIL TO, IS JSON or BETWEEN SYMMETRIC");
+                    failed = Some(WeirError::internal(e.message));
                     return ControlFlow::Break(());
                 }
             }
@@ -209,6 +208,12 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
         }
         if let Expr::Function(f) = expr {
             let name = f.name.to_string().to_ascii_lowercase();
+            if name == crate::regexp_extract::NAME {
+                if let Some(e) = plain_args(&f.args).and_then(|args| bad_constant_pattern(&args)) {
+                    failed = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
             // Aggregates keep DISTINCT: `LISTAGG(DISTINCT x)`.
             let distinct = match &f.args {
                 FunctionArguments::List(list) => list.duplicate_treatment,
@@ -234,7 +239,7 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
                         *expr = new
                     }
                     Err(e) => {
-                        failed = Some(parser_error(e).context(format!("rewriting {name}()")));
+                        failed = Some(WeirError::internal(parser_error(e).context(format!("rewriting {name}()")).message));
                         return ControlFlow::Break(());
                     }
                 }
@@ -243,7 +248,21 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
         ControlFlow::Continue(())
     });
     match failed {
-        Some(e) => Err(WeirError::internal(e.message)),
+        Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// `REGEXP_EXTRACT`'s constant pattern, refused where it stands if the regex engine cannot
+/// compile it (Flink would give NULL for every row; a Java pattern Rust's engine lacks, such
+/// as a look-around, is caught here too).
+fn bad_constant_pattern(args: &[&Expr]) -> Option<WeirError> {
+    use datafusion::sql::sqlparser::ast::Value;
+    let Some(Expr::Value(v)) = args.get(1) else { return None };
+    let Value::SingleQuotedString(pattern) = &v.value else { return None };
+    let reason = crate::regexp_extract::check_constant_pattern(pattern)?;
+    Some(
+        WeirError::user(format!("REGEXP_EXTRACT: the pattern '{pattern}' is not a regular expression Weir runs: {reason}"))
+            .at(Some(crate::parser::location(v.span.start))),
+    )
 }

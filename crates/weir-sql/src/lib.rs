@@ -17,6 +17,7 @@ mod named_args;
 pub mod parser;
 pub mod planner;
 mod predicates;
+mod regexp_extract;
 mod select_walk;
 mod set_ops;
 mod statement_set;

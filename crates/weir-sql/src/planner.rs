@@ -175,6 +175,7 @@ impl Planner {
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::Decode::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::ParseUrl::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::text_functions::StrToMap::default()),
+            datafusion::logical_expr::ScalarUDF::new_from_impl(crate::regexp_extract::RegexpExtract::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::TypeOf::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::Element::default()),
             datafusion::logical_expr::ScalarUDF::new_from_impl(crate::value_functions::OrNullElement::default()),
