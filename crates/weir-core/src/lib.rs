@@ -8,6 +8,7 @@
 
 pub mod changelog;
 pub mod chunk;
+pub mod civil;
 pub mod error;
 pub mod fault;
 pub mod message;

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, Int64Array, StringBuilder};
+use weir_core::civil::{civil_from_days, push_padded};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{exec_err, plan_err, ScalarValue};
@@ -142,43 +143,6 @@ fn chrono_format(pattern: &str) -> String {
     out
 }
 
-/// Year, month, day of a day number (days since 1970-01-01), proleptic Gregorian
-/// (H. Hinnant's `civil_from_days`).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
-/// `value` in decimal, zero-padded to `width` digits (digit by digit: this runs per field per
-/// row, and `format!` costs more than the rest of the function).
-fn number(out: &mut String, value: i64, width: usize) {
-    if value < 0 {
-        let _ = write!(out, "{value:0width$}");
-        return;
-    }
-    let mut digits = [b'0'; 20];
-    let mut n = value as u64;
-    let mut len = 0;
-    while n > 0 || len == 0 {
-        digits[19 - len] = b'0' + (n % 10) as u8;
-        n /= 10;
-        len += 1;
-    }
-    for _ in len..width {
-        out.push('0');
-    }
-    for d in &digits[20 - len..] {
-        out.push(char::from(*d));
-    }
-}
-
 fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
     let mut builder = StringBuilder::with_capacity(millis.len(), millis.len() * 16);
     let mut text = String::new();
@@ -193,7 +157,7 @@ fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
         let (y, m, d) = match day {
             Some((n, date)) if n == days => date,
             _ => {
-                let date = civil(days);
+                let date = civil_from_days(days);
                 day = Some((days, date));
                 date
             }
@@ -202,13 +166,13 @@ fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
         for item in items {
             match item {
                 Item::Text(t) => text.push_str(t),
-                Item::Year(w) => number(&mut text, y, *w),
-                Item::Month(w) => number(&mut text, i64::from(m), *w),
-                Item::Day(w) => number(&mut text, i64::from(d), *w),
-                Item::Hour(w) => number(&mut text, of_day / 3_600_000, *w),
-                Item::Minute(w) => number(&mut text, of_day / 60_000 % 60, *w),
-                Item::Second(w) => number(&mut text, of_day / 1000 % 60, *w),
-                Item::Millis => number(&mut text, of_day % 1000, 3),
+                Item::Year(w) => push_padded(&mut text, y, *w),
+                Item::Month(w) => push_padded(&mut text, i64::from(m), *w),
+                Item::Day(w) => push_padded(&mut text, i64::from(d), *w),
+                Item::Hour(w) => push_padded(&mut text, of_day / 3_600_000, *w),
+                Item::Minute(w) => push_padded(&mut text, of_day / 60_000 % 60, *w),
+                Item::Second(w) => push_padded(&mut text, of_day / 1000 % 60, *w),
+                Item::Millis => push_padded(&mut text, of_day % 1000, 3),
             }
         }
         builder.append_value(&text);

@@ -535,7 +535,10 @@ pub fn csv_writer(file: File, delimiter: u8, header: bool) -> CsvWriter {
 
 impl BatchWriter for CsvWriter {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        Ok(self.0.write(batch)?)
+        match super::timestamp_text::timestamps_as_text(batch)? {
+            Some(text) => Ok(self.0.write(&text)?),
+            None => Ok(self.0.write(batch)?),
+        }
     }
 
     fn close(self: Box<Self>) -> Result<()> {

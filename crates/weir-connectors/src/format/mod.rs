@@ -16,6 +16,7 @@ mod parquet;
 mod range_tests;
 pub mod registry;
 mod text;
+mod timestamp_text;
 
 use std::fs::File;
 use std::path::Path;
