@@ -42,7 +42,7 @@ impl ConnectorFactory for Connectors {
         }
         match self.connector(table)? {
             "filesystem" => {
-                table.options.required(&table.name, "path")?;
+                crate::filesystem::local_path(table)?;
                 let format = Format::from_options(table)?;
                 if matches!(format, Format::Csv { .. }) {
                     check_flat(table, "csv")?;

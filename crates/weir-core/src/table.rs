@@ -212,6 +212,12 @@ impl TableDef {
     }
 }
 
+/// Whether a `'path'` option is a relative local path, to be taken from a base directory: not
+/// absolute, and not a URL (`file:///tmp/t`, Hadoop's `file:/tmp/t`, `s3://b/t`).
+pub fn is_relative_path(value: &str) -> bool {
+    std::path::Path::new(value).is_relative() && !value.starts_with("file:") && !value.contains("://")
+}
+
 /// A duration as Flink writes them: `10s`, `500 ms`, `1min`, `2 h`, `1d`; a bare number is
 /// milliseconds.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration> {

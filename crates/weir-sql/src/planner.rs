@@ -40,6 +40,7 @@ mod matching;
 mod ordering;
 mod over;
 mod ranking;
+mod shared_exprs;
 mod sources;
 mod static_partitions;
 mod windowed;
@@ -431,9 +432,12 @@ impl Planner {
 
     /// A query's logical plan, optimized, as Weir's operator graph. Time attributes of
     /// temporal joins are read first, before the optimizer prunes an unused `PROCTIME()`.
+    /// A call that a filter and its projection both make is then made once
+    /// ([`shared_exprs`]).
     fn stream_node(&self, plan: &LogicalPlan) -> Result<Node> {
         self.find_temporal_times(plan);
-        self.to_node(&self.ctx.state().optimize(plan)?)
+        let plan = shared_exprs::share_filter_calls(self.ctx.state().optimize(plan)?)?;
+        self.to_node(&plan)
     }
 
     fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {

@@ -1,6 +1,6 @@
 //! The embedded engine: a catalog, session settings and the jobs started from it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringArray};
@@ -777,7 +777,7 @@ impl Engine {
         let mut ct = ct.clone();
         if let Some(base) = &self.base_dir {
             for (key, value, _) in &mut ct.options {
-                if key == "path" && Path::new(value.as_str()).is_relative() {
+                if key == "path" && weir_core::is_relative_path(value) {
                     *value = base.join(&*value).to_string_lossy().into_owned();
                 }
             }

@@ -20,3 +20,22 @@ pub use source::{validate_metadata, FileSource};
 pub fn is_hidden(name: &str) -> bool {
     name.starts_with('.') || name.starts_with('_')
 }
+
+/// A table's `'path'` as a local path. Flink's `file:///tmp/t` (and Hadoop's `file:/tmp/t`) is
+/// `/tmp/t`; before, such a path was taken as a relative directory named `file:`. Another
+/// scheme (`s3://`, `hdfs://`) is refused: the filesystem connector reads and writes local
+/// files only.
+pub(crate) fn local_path(table: &weir_core::TableDef) -> weir_core::Result<std::path::PathBuf> {
+    let path = table.options.required(&table.name, "path")?;
+    let local = path.strip_prefix("file://").or_else(|| path.strip_prefix("file:")).unwrap_or(path);
+    if let Some((scheme, _)) = local.split_once("://") {
+        if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
+            return Err(weir_core::WeirError::not_supported(format!(
+                "filesystem table '{}': path '{path}' ({scheme}://): the filesystem connector reads and writes local \
+                 paths and file:// only",
+                table.name
+            )));
+        }
+    }
+    Ok(std::path::PathBuf::from(local))
+}

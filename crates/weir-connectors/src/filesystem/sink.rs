@@ -126,7 +126,7 @@ impl FileSink {
             )));
         }
         let format = Format::from_options(table)?;
-        let dir = PathBuf::from(table.options.required(&table.name, "path")?);
+        let dir = super::local_path(table)?;
         let schema = &table.schema;
         let partition_columns =
             table.partition_keys.iter().map(|k| Ok((k.clone(), schema.index_of(k)?))).collect::<Result<Vec<_>>>()?;

@@ -51,3 +51,24 @@ async fn the_file_committer_keeps_the_contract() {
     .await;
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Flink's `file://` paths are local paths; another scheme is refused in one line.
+#[test]
+fn file_urls_are_local_paths_and_other_schemes_are_refused() {
+    let table = |path: &str| {
+        let mut options = Options::default();
+        for (k, v) in [("connector", "filesystem"), ("format", "csv"), ("path", path)] {
+            options.insert(k.into(), v.into(), None);
+        }
+        TableDef::new("t", schema(), options)
+    };
+    let local = |path: &str| super::local_path(&table(path)).map_err(|e| e.to_string());
+    assert_eq!(local("file:///tmp/out"), Ok(PathBuf::from("/tmp/out")));
+    assert_eq!(local("file:/tmp/out"), Ok(PathBuf::from("/tmp/out")));
+    assert_eq!(local("/tmp/out"), Ok(PathBuf::from("/tmp/out")));
+    assert_eq!(local("out/t"), Ok(PathBuf::from("out/t")));
+    let refused = local("hdfs://nn/out").expect_err("refused");
+    assert!(refused.contains("filesystem table 't'") && refused.contains("hdfs://") && !refused.contains('\n'), "{refused}");
+    assert!(weir_core::is_relative_path("out/t"));
+    assert!(!weir_core::is_relative_path("file:///tmp/out") && !weir_core::is_relative_path("s3://b/t"));
+}

@@ -156,8 +156,8 @@ fn assign(format: &Format, files: Vec<PathBuf>, split: Split) -> Result<Vec<(Pat
 impl FileSource {
     pub fn new(table: &TableDef, projection: Option<Vec<usize>>, split: Split) -> Result<Self> {
         let format = Format::from_options(table)?;
-        let path = table.options.required(&table.name, "path")?;
-        let files = list_files(&table.name, Path::new(path))?;
+        let path = super::local_path(table)?;
+        let files = list_files(&table.name, &path)?;
         let parts = assign(&format, files, split)?;
         let projection = projection.unwrap_or_else(|| (0..table.schema.fields().len()).collect());
         let schema = std::sync::Arc::new(table.schema.project(&projection)?);

@@ -121,7 +121,7 @@ impl Planner {
         for (key, value) in options {
             let (key, mut value) = legacy_option(key, value);
             if let Some(base) =
-                self.base_dir.as_ref().filter(|_| key == "path" && std::path::Path::new(&value).is_relative())
+                self.base_dir.as_ref().filter(|_| key == "path" && weir_core::is_relative_path(&value))
             {
                 value = base.join(&value).to_string_lossy().into_owned();
             }
