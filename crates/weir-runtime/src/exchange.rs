@@ -64,6 +64,11 @@ pub fn key_groups_of_columns(
 /// (its key columns changed) arrives as a `-D` at one and a `+I` at the other.
 pub fn hash_partition(chunk: &Chunk, keys: &[usize], n: usize, groups: KeyGroups) -> Result<Vec<Option<Chunk>>> {
     let rows = chunk.num_rows();
+    // One next task takes every row: no key to hash (at parallelism 1 this was a tenth of a
+    // windowed aggregate's CPU). The keyed operator finds its key groups itself.
+    if n == 1 {
+        return Ok(vec![(rows > 0).then(|| chunk.clone())]);
+    }
     let mut indices: Vec<Vec<u32>> = vec![Vec::with_capacity(rows / n + 1); n];
     let tasks: Vec<usize> =
         key_groups_of(&chunk.batch, keys, groups)?.into_iter().map(|g| groups.task_of(g, n)).collect();
@@ -145,6 +150,12 @@ mod tests {
         // No key columns (a global session): every row to one task, none lost.
         let parts = hash_partition(&chunk, &[], 4, KeyGroups::default()).expect("partition");
         assert_eq!(sizes(&parts), vec![10_000, 0, 0, 0]);
+        // One next task: the chunk as it is, nothing hashed; an empty chunk is no part.
+        let one = hash_partition(&chunk, &[0, 1], 1, KeyGroups::default()).expect("partition");
+        assert_eq!(sizes(&one), vec![10_000]);
+        assert_eq!(one[0].as_ref().map(|c| c.batch.clone()), Some(chunk.batch.clone()));
+        let empty = Chunk::inserts(chunk.batch.slice(0, 0));
+        assert!(hash_partition(&empty, &[0], 1, KeyGroups::default()).expect("partition")[0].is_none());
     }
 }
 

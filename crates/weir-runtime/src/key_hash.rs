@@ -60,10 +60,23 @@ fn hash_column(column: &ArrayRef, hashes: &mut [u64]) -> Result<()> {
             *h = XxHash64::oneshot(*h, &buffer);
         }
     }
+    // The same bytes as `fold` would hash (tag, then the i64), from a fixed array: integers
+    // are most keys, and the buffer's bookkeeping cost as much as the hash.
+    fn fold_integers(hashes: &mut [u64], column: &dyn Array, value: impl Fn(usize) -> i64) {
+        let mut bytes = [1u8; 9];
+        for (i, h) in hashes.iter_mut().enumerate() {
+            if column.is_null(i) {
+                *h = XxHash64::oneshot(*h, &NULL);
+                continue;
+            }
+            bytes[1..].copy_from_slice(&value(i).to_le_bytes());
+            *h = XxHash64::oneshot(*h, &bytes);
+        }
+    }
     macro_rules! integers {
         ($t:ty) => {{
             let a = column.as_primitive::<$t>();
-            fold(hashes, a, |i, b| b.extend_from_slice(&(a.value(i) as i64).to_le_bytes()))
+            fold_integers(hashes, a, |i| a.value(i) as i64)
         }};
     }
     macro_rules! floats {
