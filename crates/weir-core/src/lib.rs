@@ -26,7 +26,8 @@ pub use message::{Barrier, BarrierKind, Message, Watermark};
 pub use metrics::OperatorMetrics;
 pub use sql_type::sql_type_name;
 pub use table::{
-    is_relative_path, is_secret_option, mask_secrets, parse_duration, ComputedColumn, Options, TableDef, WatermarkDef, LATE_DATA_TABLE,
+    is_relative_path, is_secret_option, mask_secrets, parse_duration, ComputedColumn, Options, TableDef, WatermarkDef,
+    LATE_DATA_TABLE,
 };
 pub use traits::{
     single_state, ConnectorFactory, Delivered, Lookup, LookupFactory, Operator, OperatorSnapshot, Sink, SinkGuarantee,

@@ -7,13 +7,13 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, Int64Array, StringBuilder};
-use weir_core::civil::{civil_from_days, push_padded};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{exec_err, plan_err, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
 use datafusion::prelude::Expr;
+use weir_core::civil::{civil_from_days, push_padded};
 
 /// The name the rewrite of `DATE_FORMAT` calls (DataFusion's own `date_format` is `to_char`,
 /// with chrono's letters).

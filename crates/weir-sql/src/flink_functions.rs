@@ -239,7 +239,8 @@ pub fn rewrite<V: VisitMut>(statement: &mut V) -> Result<()> {
                         *expr = new
                     }
                     Err(e) => {
-                        failed = Some(WeirError::internal(parser_error(e).context(format!("rewriting {name}()")).message));
+                        failed =
+                            Some(WeirError::internal(parser_error(e).context(format!("rewriting {name}()")).message));
                         return ControlFlow::Break(());
                     }
                 }
@@ -262,7 +263,9 @@ fn bad_constant_pattern(args: &[&Expr]) -> Option<WeirError> {
     let Value::SingleQuotedString(pattern) = &v.value else { return None };
     let reason = crate::regexp_extract::check_constant_pattern(pattern)?;
     Some(
-        WeirError::user(format!("REGEXP_EXTRACT: the pattern '{pattern}' is not a regular expression Weir runs: {reason}"))
-            .at(Some(crate::parser::location(v.span.start))),
+        WeirError::user(format!(
+            "REGEXP_EXTRACT: the pattern '{pattern}' is not a regular expression Weir runs: {reason}"
+        ))
+        .at(Some(crate::parser::location(v.span.start))),
     )
 }

@@ -68,7 +68,10 @@ fn file_urls_are_local_paths_and_other_schemes_are_refused() {
     assert_eq!(local("/tmp/out"), Ok(PathBuf::from("/tmp/out")));
     assert_eq!(local("out/t"), Ok(PathBuf::from("out/t")));
     let refused = local("hdfs://nn/out").expect_err("refused");
-    assert!(refused.contains("filesystem table 't'") && refused.contains("hdfs://") && !refused.contains('\n'), "{refused}");
+    assert!(
+        refused.contains("filesystem table 't'") && refused.contains("hdfs://") && !refused.contains('\n'),
+        "{refused}"
+    );
     assert!(weir_core::is_relative_path("out/t"));
     assert!(!weir_core::is_relative_path("file:///tmp/out") && !weir_core::is_relative_path("s3://b/t"));
 }

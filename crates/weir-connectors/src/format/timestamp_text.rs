@@ -139,9 +139,15 @@ mod tests {
         let ids = Arc::new(Int64Array::from((0..nanos.len() as i64).collect::<Vec<_>>())) as ArrayRef;
         let columns: Vec<ArrayRef> = vec![
             Arc::new(TimestampNanosecondArray::from(nanos.clone())),
-            Arc::new(TimestampMicrosecondArray::from(nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000))).collect::<Vec<_>>())),
-            Arc::new(TimestampMillisecondArray::from(nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000_000))).collect::<Vec<_>>())),
-            Arc::new(TimestampSecondArray::from(nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000_000_000))).collect::<Vec<_>>())),
+            Arc::new(TimestampMicrosecondArray::from(
+                nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000))).collect::<Vec<_>>(),
+            )),
+            Arc::new(TimestampMillisecondArray::from(
+                nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000_000))).collect::<Vec<_>>(),
+            )),
+            Arc::new(TimestampSecondArray::from(
+                nanos.iter().map(|v| v.map(|v| v.div_euclid(1_000_000_000))).collect::<Vec<_>>(),
+            )),
         ];
         for column in columns {
             let batch = RecordBatch::try_from_iter([("id", ids.clone()), ("t", column)]).expect("batch");

@@ -28,7 +28,9 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
-use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, Filter, LogicalPlan, Operator, Projection, Volatility};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, ExprSchemable, Filter, LogicalPlan, Operator, Projection, Volatility,
+};
 
 const PREFIX: &str = "__weir_shared_";
 
@@ -61,9 +63,9 @@ fn rewrite(node: LogicalPlan, next: &mut usize) -> Result<Transformed<LogicalPla
         }
         let columns = call.column_refs();
         let passed_through = |i: usize| {
-            chain[i + 1..].iter().all(|p| {
-                columns.iter().all(|c| p.expr.iter().any(|e| matches!(e, Expr::Column(x) if x == *c)))
-            })
+            chain[i + 1..]
+                .iter()
+                .all(|p| columns.iter().all(|c| p.expr.iter().any(|e| matches!(e, Expr::Column(x) if x == *c))))
         };
         let highest = (0..chain.len()).find(|&i| passed_through(i) && chain[i].expr.iter().any(|e| contains(e, &call)));
         if let Some(highest) = highest {

@@ -120,8 +120,7 @@ impl Planner {
         let mut hinted = table.as_ref().clone();
         for (key, value) in options {
             let (key, mut value) = legacy_option(key, value);
-            if let Some(base) =
-                self.base_dir.as_ref().filter(|_| key == "path" && weir_core::is_relative_path(&value))
+            if let Some(base) = self.base_dir.as_ref().filter(|_| key == "path" && weir_core::is_relative_path(&value))
             {
                 value = base.join(&value).to_string_lossy().into_owned();
             }
