@@ -49,8 +49,9 @@ fn rewrite(node: LogicalPlan, next: &mut usize) -> Result<Transformed<LogicalPla
         below = p.input.as_ref();
     }
     let LogicalPlan::Filter(filter) = below else { return Ok(Transformed::no(node)) };
-    // A ranking's filter over its window is recognized by its shape: left as it is.
-    if chain.is_empty() || matches!(filter.input.as_ref(), LogicalPlan::Window(_)) {
+    // A ranking's filter over its window (through projections) is recognized by its shape:
+    // left as it is.
+    if chain.is_empty() || over_window(filter.input.as_ref()) {
         return Ok(Transformed::no(node));
     }
     let mut calls = Vec::new();
@@ -100,6 +101,17 @@ fn rewrite(node: LogicalPlan, next: &mut usize) -> Result<Transformed<LogicalPla
         plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(plan))?);
     }
     Ok(Transformed::yes(plan))
+}
+
+fn over_window(mut plan: &LogicalPlan) -> bool {
+    loop {
+        match plan {
+            LogicalPlan::Projection(p) => plan = p.input.as_ref(),
+            LogicalPlan::SubqueryAlias(a) => plan = a.input.as_ref(),
+            LogicalPlan::Window(_) => return true,
+            _ => return false,
+        }
+    }
 }
 
 fn col(name: &str) -> Expr {
