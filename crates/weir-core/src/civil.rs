@@ -18,6 +18,26 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(month <= 2), month, day)
 }
 
+/// [`civil_from_days`] remembering the last day asked: a stream's rows come mostly in time
+/// order, so most fall on the day of the row before.
+#[derive(Default)]
+pub struct Days {
+    last: Option<(i64, (i64, u32, u32))>,
+}
+
+impl Days {
+    pub fn civil(&mut self, days: i64) -> (i64, u32, u32) {
+        match self.last {
+            Some((n, date)) if n == days => date,
+            _ => {
+                let date = civil_from_days(days);
+                self.last = Some((days, date));
+                date
+            }
+        }
+    }
+}
+
 /// `value` in decimal, zero-padded to `width` digits.
 pub fn push_padded(out: &mut String, value: i64, width: usize) {
     if value < 0 {

@@ -13,7 +13,7 @@ use datafusion::common::{exec_err, plan_err, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
 use datafusion::prelude::Expr;
-use weir_core::civil::{civil_from_days, push_padded};
+use weir_core::civil::{push_padded, Days};
 
 /// The name the rewrite of `DATE_FORMAT` calls (DataFusion's own `date_format` is `to_char`,
 /// with chrono's letters).
@@ -146,7 +146,7 @@ fn chrono_format(pattern: &str) -> String {
 fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
     let mut builder = StringBuilder::with_capacity(millis.len(), millis.len() * 16);
     let mut text = String::new();
-    let mut day: Option<(i64, (i64, u32, u32))> = None;
+    let mut days_seen = Days::default();
     for i in 0..millis.len() {
         if millis.is_null(i) {
             builder.append_null();
@@ -154,14 +154,7 @@ fn format_fast(millis: &Int64Array, items: &[Item]) -> StringBuilder {
         }
         let ms = millis.value(i);
         let (days, of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-        let (y, m, d) = match day {
-            Some((n, date)) if n == days => date,
-            _ => {
-                let date = civil_from_days(days);
-                day = Some((days, date));
-                date
-            }
-        };
+        let (y, m, d) = days_seen.civil(days);
         text.clear();
         for item in items {
             match item {

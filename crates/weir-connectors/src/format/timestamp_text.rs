@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::{
     TimestampSecondType,
 };
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_core::civil::{civil_from_days, push_padded};
+use weir_core::civil::{push_padded, Days};
 use weir_core::Result;
 
 /// `batch` with each zone-less timestamp column replaced by its text, or `None` when it has
@@ -54,7 +54,7 @@ pub fn timestamps_as_text(batch: &RecordBatch) -> Result<Option<RecordBatch>> {
 fn as_text(column: &dyn Array, values: &[i64], per_second: i64) -> Option<datafusion::arrow::array::StringArray> {
     let mut out = StringBuilder::with_capacity(values.len(), values.len() * 23);
     let mut text = String::with_capacity(32);
-    let mut day: Option<(i64, (i64, u32, u32))> = None;
+    let mut days_seen = Days::default();
     for (i, &v) in values.iter().enumerate() {
         if column.is_null(i) {
             out.append_null();
@@ -63,14 +63,7 @@ fn as_text(column: &dyn Array, values: &[i64], per_second: i64) -> Option<datafu
         let (seconds, fraction) = (v.div_euclid(per_second), v.rem_euclid(per_second));
         let nanos = fraction * (1_000_000_000 / per_second);
         let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-        let (y, m, d) = match day {
-            Some((n, date)) if n == days => date,
-            _ => {
-                let date = civil_from_days(days);
-                day = Some((days, date));
-                date
-            }
-        };
+        let (y, m, d) = days_seen.civil(days);
         if !(0..=9999).contains(&y) {
             return None;
         }
