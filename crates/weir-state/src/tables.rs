@@ -23,6 +23,7 @@
 //! Keys and values are the operator's bytes (Arrow's row format, which sorts like the values);
 //! the layer adds no encoding of its own beyond the prefix above.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use weir_core::{OperatorSnapshot, Result, WeirError};
 use weir_storage::Storage;
 
+use crate::pending::Pending;
 use crate::{StateStore, StoreSnapshot};
 
 /// Default `'pipeline.max-parallelism'`, as Flink's.
@@ -135,7 +137,14 @@ pub enum Backend {
 
 enum Inner {
     Memory(BTreeMap<Vec<u8>, Vec<u8>>),
-    Rocks { store: StateStore, local: PathBuf, shared: Arc<dyn Storage> },
+    /// `pending`: writes not in the store yet ([`Pending`]); every read but a point lookup
+    /// first moves them there ([`StateTables::drain`]).
+    Rocks {
+        store: StateStore,
+        local: PathBuf,
+        shared: Arc<dyn Storage>,
+        pending: RefCell<Pending>,
+    },
 }
 
 /// The state tables of one operator task.
@@ -206,6 +215,7 @@ impl StateTables {
                 store: StateStore::open(local.join("db"))?,
                 local: local.clone(),
                 shared: shared.clone(),
+                pending: RefCell::default(),
             },
         };
         Ok(Self { decls: decls.to_vec(), groups, owned, backend: backend.clone(), inner })
@@ -232,10 +242,15 @@ impl StateTables {
     /// length first, so that no key's entries run into another key's.
     pub fn entry_key(key: &[u8], sort: &[u8]) -> Vec<u8> {
         let mut k = Vec::with_capacity(4 + key.len() + sort.len());
-        k.extend_from_slice(&(key.len() as u32).to_be_bytes());
-        k.extend_from_slice(key);
-        k.extend_from_slice(sort);
+        Self::push_entry_key(&mut k, key, sort);
         k
+    }
+
+    /// [`Self::entry_key`], appended to `out` (many keys in one buffer).
+    pub fn push_entry_key(out: &mut Vec<u8>, key: &[u8], sort: &[u8]) {
+        out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(sort);
     }
 
     fn timed(&self, table: Table) -> bool {
@@ -245,18 +260,26 @@ impl StateTables {
     /// Where a key is stored: `table | group | key`, or for a timed table
     /// `table | time | group | rest`.
     fn stored_key(&self, table: Table, group: u16, key: &[u8]) -> Result<Vec<u8>> {
+        let mut k = Vec::with_capacity(4 + key.len());
+        self.stored_key_into(table, group, key, &mut k)?;
+        Ok(k)
+    }
+
+    /// [`Self::stored_key`], appended to `out`.
+    fn stored_key_into(&self, table: Table, group: u16, key: &[u8], out: &mut Vec<u8>) -> Result<()> {
         if !self.timed(table) {
-            return Ok(full_key(table, group, key));
+            out.extend_from_slice(&prefix(table, group));
+            out.extend_from_slice(key);
+            return Ok(());
         }
         let (time, rest) = key
             .split_at_checked(8)
             .ok_or_else(|| WeirError::internal("a key of a timed state table does not start with its time"))?;
-        let mut k = Vec::with_capacity(4 + key.len());
-        k.extend_from_slice(&table.0.to_be_bytes());
-        k.extend_from_slice(time);
-        k.extend_from_slice(&group.to_be_bytes());
-        k.extend_from_slice(rest);
-        Ok(k)
+        out.extend_from_slice(&table.0.to_be_bytes());
+        out.extend_from_slice(time);
+        out.extend_from_slice(&group.to_be_bytes());
+        out.extend_from_slice(rest);
+        Ok(())
     }
 
     fn not_timed(&self, table: Table) -> Result<()> {
@@ -282,12 +305,45 @@ impl StateTables {
         for (g, _) in keys {
             self.check_group(*g)?;
         }
-        let full: Vec<Vec<u8>> = keys.iter().map(|(g, k)| self.stored_key(table, *g, k)).collect::<Result<_>>()?;
         match &self.inner {
-            Inner::Memory(map) => Ok(full.iter().map(|k| map.get(k).cloned()).collect()),
-            Inner::Rocks { store, .. } => {
-                let refs: Vec<&[u8]> = full.iter().map(|k| k.as_slice()).collect();
-                store.table(0).multi_get(&refs)
+            Inner::Memory(map) => {
+                keys.iter().map(|(g, k)| Ok(map.get(&self.stored_key(table, *g, k)?).cloned())).collect()
+            }
+            Inner::Rocks { store, pending, .. } => {
+                // Keys written since the last drain are answered here; the store reads the
+                // rest. One buffer holds every key (a lookup per distinct key and value of a
+                // chunk: an allocation each would be a good part of it).
+                let pending = pending.borrow();
+                let mut key = Vec::new();
+                let mut joined = Vec::new();
+                let mut ends = Vec::new();
+                let mut found: Vec<Option<Option<Vec<u8>>>> = Vec::with_capacity(keys.len());
+                for (g, k) in keys {
+                    key.clear();
+                    self.stored_key_into(table, *g, k, &mut key)?;
+                    let hit = pending.get(&key).map(|v| v.map(<[u8]>::to_vec));
+                    if hit.is_none() {
+                        joined.extend_from_slice(&key);
+                        ends.push(joined.len());
+                    }
+                    found.push(hit);
+                }
+                let mut start = 0;
+                let missing: Vec<&[u8]> = ends
+                    .iter()
+                    .map(|&end| {
+                        let k = &joined[start..end];
+                        start = end;
+                        k
+                    })
+                    .collect();
+                if !missing.is_empty() {
+                    let mut read = store.table(0).multi_get(&missing)?.into_iter();
+                    for f in found.iter_mut().filter(|f| f.is_none()) {
+                        *f = Some(read.next().flatten());
+                    }
+                }
+                Ok(found.into_iter().map(Option::flatten).collect())
             }
         }
     }
@@ -313,11 +369,34 @@ impl StateTables {
                 }
                 Ok(())
             }
-            Inner::Rocks { store, .. } => {
-                let refs: Vec<(&[u8], Option<&[u8]>)> = full.iter().map(|(k, v)| (k.as_slice(), *v)).collect();
-                store.table(0).write(&refs)
+            Inner::Rocks { pending, .. } => {
+                let full_buffer = {
+                    let mut pending = pending.borrow_mut();
+                    for (key, v) in full {
+                        pending.put(key, v);
+                    }
+                    pending.is_full()
+                };
+                if full_buffer {
+                    self.drain()?;
+                }
+                Ok(())
             }
         }
+    }
+
+    /// Move the writes held in memory into the store, in key order. Called before every
+    /// read that is not a point lookup, and before a snapshot.
+    fn drain(&self) -> Result<()> {
+        let Inner::Rocks { store, pending, .. } = &self.inner else {
+            return Ok(());
+        };
+        if pending.borrow().is_empty() {
+            return Ok(());
+        }
+        let writes = pending.borrow_mut().take_sorted();
+        let refs: Vec<(&[u8], Option<&[u8]>)> = writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+        store.table(0).write(&refs)
     }
 
     /// Keys of `group` in `[from, to)` (`to: None`: to the group's end), in key order.
@@ -329,6 +408,7 @@ impl StateTables {
             Some(to) => full_key(table, group, to),
             None => group_end(table, group),
         };
+        self.drain()?;
         let rows = match &self.inner {
             Inner::Memory(map) => map.range(start..end).map(|(k, v)| (k.clone(), v.clone())).collect(),
             Inner::Rocks { store, .. } => store.table(0).scan(&start, &end)?,
@@ -374,6 +454,7 @@ impl StateTables {
             let end = if increment(&mut to) { full_key(table, *group, &to) } else { group_end(table, *group) };
             ranges.push((full_key(table, *group, &from), end));
         }
+        self.drain()?;
         let found = match &self.inner {
             Inner::Memory(map) => ranges
                 .iter()
@@ -412,6 +493,7 @@ impl StateTables {
     /// time order, over every key group: `(group, key, value)` with the key as written.
     pub fn scan_times(&self, table: Table, from: &[u8; 8], to: &[u8; 8]) -> Result<Vec<TimedEntry>> {
         let (start, end) = self.time_range(table, from, to)?;
+        self.drain()?;
         let rows = match &self.inner {
             Inner::Memory(map) => map.range(start..end).map(|(k, v)| (k.clone(), v.clone())).collect(),
             Inner::Rocks { store, .. } => store.table(0).scan(&start, &end)?,
@@ -435,6 +517,8 @@ impl StateTables {
 
     /// Delete the stored keys in `[start, end)`.
     fn delete_stored(&mut self, start: Vec<u8>, end: Vec<u8>) -> Result<()> {
+        // The store's range delete must also cover the keys still in memory.
+        self.drain()?;
         match &mut self.inner {
             Inner::Memory(map) => {
                 let doomed: Vec<Vec<u8>> = map.range(start..end).map(|(k, _)| k.clone()).collect();
@@ -468,6 +552,7 @@ impl StateTables {
             "meta": meta,
         });
         let mut payload = Vec::new();
+        self.drain()?;
         let snapshot = match &mut self.inner {
             Inner::Memory(map) => {
                 header["backend"] = "memory".into();
@@ -591,7 +676,7 @@ impl StateTables {
                     }
                 }
             }
-            Inner::Rocks { store, local, shared } => {
+            Inner::Rocks { store, local, shared, .. } => {
                 let mut stores = Vec::with_capacity(parsed.len());
                 for (i, (header, payload)) in parsed.iter().enumerate() {
                     if header["backend"].as_str() != Some("rocksdb") {

@@ -155,6 +155,54 @@ fn put_get_scan_and_delete_behave_the_same_in_both_backends() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Writes are held in memory until a read needs the store (`pending.rs`): a later write of a
+/// key shadows what the store has, a delete hides it, a range delete and a scan see the held
+/// writes, and a snapshot holds them all.
+#[test]
+fn writes_held_in_memory_shadow_the_store_and_reach_the_snapshot() {
+    let dir = scratch("pending");
+    let groups = KeyGroups::new(8).expect("groups");
+    for (name, backend) in backends(&dir) {
+        let mut t = StateTables::open(&DECLS, groups, 0..8, &backend("one")).expect("open");
+        let acc = t.table("acc").expect("acc");
+        let ks: Vec<Vec<u8>> = (0..6).map(key).collect();
+        let changes: Vec<Change<'_>> = ks.iter().map(|k| (2, k.as_slice(), Some(&b"old"[..]))).collect();
+        t.write(acc, &changes).expect("write");
+        // A scan moves them to the store; what follows is held again.
+        assert_eq!(t.scan(acc, 2, &[], None).expect("scan").len(), 6, "{name}");
+        t.write(acc, &[(2, &ks[0], Some(b"new")), (2, &ks[1], None), (2, &ks[1], Some(b"back")), (2, &ks[2], None)])
+            .expect("write");
+        t.write(acc, &[(2, &ks[0], Some(b"newer"))]).expect("write");
+        let got = t.get_many(acc, &[(2, &ks[0]), (2, &ks[1]), (2, &ks[2]), (2, &ks[3])]).expect("get");
+        let want = vec![Some(b"newer".to_vec()), Some(b"back".to_vec()), None, Some(b"old".to_vec())];
+        assert_eq!(got, want, "{name}: held writes answer first");
+        // A range delete covers held writes too; a key written after it is kept.
+        t.write(acc, &[(2, &ks[4], Some(b"held"))]).expect("write");
+        t.delete_range(acc, 2, &ks[3], Some(&ks[5])).expect("delete range");
+        t.write(acc, &[(2, &ks[3], Some(b"again"))]).expect("write");
+        let scanned: Vec<(Vec<u8>, Vec<u8>)> = t.scan(acc, 2, &[], None).expect("scan");
+        let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (ks[0].clone(), b"newer".to_vec()),
+            (ks[1].clone(), b"back".to_vec()),
+            (ks[3].clone(), b"again".to_vec()),
+            (ks[5].clone(), b"old".to_vec()),
+        ];
+        assert_eq!(scanned, want, "{name}");
+        // Held writes at a snapshot are in it.
+        t.write(acc, &[(2, &ks[5], Some(b"last")), (2, &ks[1], None)]).expect("write");
+        let snap = snapshot(&mut t);
+        let restored =
+            StateTables::restore(&DECLS, groups, 0..8, &backend("two"), &[snap.as_slice()]).expect("restore").0;
+        let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (ks[0].clone(), b"newer".to_vec()),
+            (ks[3].clone(), b"again".to_vec()),
+            (ks[5].clone(), b"last".to_vec()),
+        ];
+        assert_eq!(restored.scan(acc, 2, &[], None).expect("scan"), want, "{name}: restored");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_key_group_the_task_does_not_own_is_refused() {
     let groups = KeyGroups::new(8).expect("groups");

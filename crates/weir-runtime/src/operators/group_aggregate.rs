@@ -106,13 +106,20 @@ fn shares_values(agg: &AggregateDef) -> bool {
 
 /// `k` little-endian counts (zeros for none).
 fn counts_of(v: Option<&[u8]>, k: usize) -> Vec<i64> {
-    let mut counts = vec![0; k];
+    let mut counts = Vec::with_capacity(k);
+    counts_into(v, k, &mut counts);
+    counts
+}
+
+/// [`counts_of`], into `counts` (cleared first).
+fn counts_into(v: Option<&[u8]>, k: usize, counts: &mut Vec<i64>) {
+    counts.clear();
+    counts.resize(k, 0);
     if let Some(v) = v {
         for (c, bytes) in counts.iter_mut().zip(v.chunks_exact(8)) {
             *c = bytes.try_into().map(i64::from_le_bytes).unwrap_or(0);
         }
     }
-    counts
 }
 
 impl GroupAggregate {
@@ -309,36 +316,58 @@ impl GroupAggregate {
                 _ => None,
             });
         }
-        // Per (group, value): the signed count of each aggregate, and a row holding the value.
+        // Per (group, value): where its signed counts start in `counts` (one per aggregate),
+        // and a row holding the value. Flat buffers: this runs per distinct value of a chunk.
         let k = set.len();
-        let mut per_value: Interner<GroupValue<'_>, (Vec<i64>, usize)> = interner();
+        let mut per_value: Interner<GroupValue<'_>, (usize, usize)> = interner();
+        let mut counts: Vec<i64> = Vec::new();
         let passes = |f: &Option<BooleanArray>, i: usize| f.as_ref().is_none_or(|f| f.is_valid(i) && f.value(i));
         for i in (0..batch.num_rows()).filter(|i| signs[*i] != 0 && arg.is_valid(*i)) {
             // A row no aggregate of the set counts touches nothing.
             if !filters.iter().any(|f| passes(f, i)) {
                 continue;
             }
-            let e = per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert_with(|| (vec![0; k], i));
-            for (count, f) in e.0.iter_mut().zip(&filters) {
+            let (at, _) = *per_value.entry((grouped.of_row[i], value_rows.row(i).data())).or_insert_with(|| {
+                counts.resize(counts.len() + k, 0);
+                (counts.len() - k, i)
+            });
+            for (count, f) in counts[at..at + k].iter_mut().zip(&filters) {
                 if passes(f, i) {
                     *count += signs[i];
                 }
             }
         }
-        let mut deltas: Vec<(GroupValue<'_>, Vec<i64>, usize)> =
-            per_value.into_iter().map(|(key, (d, row))| (key, d, row)).collect();
+        let mut deltas: Vec<(GroupValue<'_>, usize, usize)> =
+            per_value.into_iter().map(|(key, (at, row))| (key, at, row)).collect();
         deltas.sort_unstable_by(|x, y| x.0.cmp(&y.0));
-        let keys: Vec<Vec<u8>> = deltas
+        // Each group's key for this set, made once per group rather than once per value.
+        let mut group_keys: Vec<Option<Vec<u8>>> = vec![None; grouped.keys.len()];
+        let mut joined = Vec::new();
+        let mut ends = Vec::with_capacity(deltas.len());
+        for ((g, v), _, _) in &deltas {
+            let key = group_keys[*g].get_or_insert_with(|| value_key(&grouped.keys[*g], first));
+            StateTables::push_entry_key(&mut joined, key, v);
+            ends.push(joined.len());
+        }
+        let mut from = 0;
+        let lookups: Vec<(u16, &[u8])> = deltas
             .iter()
-            .map(|((g, v), _, _)| StateTables::entry_key(&value_key(&grouped.keys[*g], first), v))
+            .zip(&ends)
+            .map(|(((g, _), _, _), &end)| {
+                let key = &joined[from..end];
+                from = end;
+                (grouped.key_groups[*g], key)
+            })
             .collect();
-        let lookups: Vec<(u16, &[u8])> =
-            deltas.iter().zip(&keys).map(|(((g, _), _, _), key)| (grouped.key_groups[*g], key.as_slice())).collect();
         let stored = self.tables.get_many(self.distinct, &lookups)?;
-        let mut encoded: Vec<Option<Option<Vec<u8>>>> = Vec::with_capacity(deltas.len());
-        for (((g, _), delta, row), old) in deltas.iter().zip(&stored) {
-            let before = counts_of(old.as_deref(), k);
-            let after: Vec<i64> = before.iter().zip(delta).map(|(b, d)| b + d).collect();
+        // What to write per value: nothing, a delete, or its counts (a range of `encoded`).
+        let mut encoded: Vec<u8> = Vec::new();
+        let mut writes: Vec<Option<Option<std::ops::Range<usize>>>> = Vec::with_capacity(deltas.len());
+        let (mut before, mut after) = (Vec::with_capacity(k), Vec::with_capacity(k));
+        for (((g, _), at, row), old) in deltas.iter().zip(&stored) {
+            counts_into(old.as_deref(), k, &mut before);
+            after.clear();
+            after.extend(before.iter().zip(&counts[*at..*at + k]).map(|(b, d)| b + d));
             for (j, (b, a)) in before.iter().zip(&after).enumerate() {
                 let sign = match (*b > 0, *a > 0) {
                     (false, true) => 1,
@@ -353,16 +382,20 @@ impl GroupAggregate {
             let unchanged = !self.spec.retracting_input
                 && old.is_some()
                 && before.iter().zip(&after).all(|(b, a)| (*b > 0) == (*a > 0));
-            encoded.push(if unchanged {
+            writes.push(if unchanged {
                 None
+            } else if after.iter().any(|c| *c > 0) {
+                let from = encoded.len();
+                encoded.extend(after.iter().flat_map(|c| c.to_le_bytes()));
+                Some(Some(from..encoded.len()))
             } else {
-                Some(after.iter().any(|c| *c > 0).then(|| after.iter().flat_map(|c| c.to_le_bytes()).collect()))
+                Some(None)
             });
         }
         let changes: Vec<Change<'_>> = lookups
             .iter()
-            .zip(&encoded)
-            .filter_map(|((g, key), value)| value.as_ref().map(|v| (*g, *key, v.as_deref())))
+            .zip(&writes)
+            .filter_map(|((g, key), w)| w.as_ref().map(|v| (*g, *key, v.clone().map(|r| &encoded[r]))))
             .collect();
         self.tables.write(self.distinct, &changes)?;
         Ok(())
