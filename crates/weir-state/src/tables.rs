@@ -328,15 +328,7 @@ impl StateTables {
                     }
                     found.push(hit);
                 }
-                let mut start = 0;
-                let missing: Vec<&[u8]> = ends
-                    .iter()
-                    .map(|&end| {
-                        let k = &joined[start..end];
-                        start = end;
-                        k
-                    })
-                    .collect();
+                let missing = crate::pieces(&joined, &ends);
                 if !missing.is_empty() {
                     let mut read = store.table(0).multi_get(&missing)?.into_iter();
                     for f in found.iter_mut().filter(|f| f.is_none()) {

@@ -349,15 +349,10 @@ impl GroupAggregate {
             StateTables::push_entry_key(&mut joined, key, v);
             ends.push(joined.len());
         }
-        let mut from = 0;
         let lookups: Vec<(u16, &[u8])> = deltas
             .iter()
-            .zip(&ends)
-            .map(|(((g, _), _, _), &end)| {
-                let key = &joined[from..end];
-                from = end;
-                (grouped.key_groups[*g], key)
-            })
+            .zip(weir_state::pieces(&joined, &ends))
+            .map(|(((g, _), _, _), key)| (grouped.key_groups[*g], key))
             .collect();
         let stored = self.tables.get_many(self.distinct, &lookups)?;
         // What to write per value: nothing, a delete, or its counts (a range of `encoded`).
