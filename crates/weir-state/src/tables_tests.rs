@@ -1,6 +1,8 @@
 //! One suite over both backends: what an operator does with its tables, and what the runtime
 //! does with them at checkpoints and rescales.
 
+use std::path::Path;
+
 use super::*;
 
 const DECLS: [TableDecl; 3] = [
