@@ -94,6 +94,27 @@ impl Drop for Pending {
 mod tests {
     use super::*;
 
+    /// A buffer past its own limit asks to be drained, and draining gives its bytes back to
+    /// the process-wide count (other tests' buffers may hold some at the same time).
+    #[test]
+    fn a_full_buffer_asks_to_be_drained_and_gives_its_bytes_back() {
+        let mut p = Pending::default();
+        p.put(b"small".to_vec(), Some(b"v"));
+        assert!(!p.is_full() || HELD.load(Ordering::Relaxed) >= PROCESS_BYTES);
+        let big = vec![7u8; LIMIT_BYTES];
+        p.put(b"big".to_vec(), Some(&big));
+        assert!(p.is_full());
+        let held = HELD.load(Ordering::Relaxed);
+        assert!(held >= LIMIT_BYTES, "the process count holds this buffer: {held}");
+        assert_eq!(p.take_sorted().len(), 2);
+        assert!(!p.is_full());
+        // Replacing the big value with a small one shrinks the buffer, not grows it.
+        p.put(b"big".to_vec(), Some(&big));
+        p.put(b"big".to_vec(), Some(b"x"));
+        assert_eq!(p.bytes, 3 + 1);
+        drop(p);
+    }
+
     #[test]
     fn the_last_write_of_a_key_wins_and_comes_out_in_key_order() {
         let mut p = Pending::default();
