@@ -82,6 +82,10 @@ fn appending_inputs_store_rows_under_arrival_numbers_and_join_every_copy() {
 }
 
 fn top_n(hi: u64, retracting_input: bool) -> crate::operators::Keyed<TopN> {
+    top_n_of(hi, retracting_input, false)
+}
+
+fn top_n_of(hi: u64, retracting_input: bool, later_wins_ties: bool) -> crate::operators::Keyed<TopN> {
     let input = schema(&[("k", DataType::Utf8), ("v", DataType::Int64)]);
     let spec = TopNSpec {
         kind: RankKind::RowNumber,
@@ -89,7 +93,7 @@ fn top_n(hi: u64, retracting_input: bool) -> crate::operators::Keyed<TopN> {
         order: vec![(1, SortOptions { descending: true, nulls_first: false })],
         lo: 1,
         hi,
-        later_wins_ties: false,
+        later_wins_ties,
         retracting_input,
         input_schema: input,
         schema: schema(&[("k", DataType::Utf8), ("v", DataType::Int64), ("rn", DataType::UInt64)]),
@@ -113,6 +117,33 @@ fn a_top_n_emits_one_change_per_rank_per_chunk() {
     assert_eq!(got[0], "+I a 7 1\n+I a 5 2\n+I b 1 1\n");
     assert_eq!(got[1], "-U a 7 1\n+U a 9 1\n-U a 5 2\n+U a 7 2\n");
     assert_eq!(got[2], "");
+}
+
+/// One row per partition over an append-only input (a deduplication): each chunk reads each
+/// partition's row once and keeps the best of it and the chunk's rows; ties go to the earlier
+/// row, or to the later one for a deduplication keeping the last row; a restored operator
+/// goes on with the same rows and arrival numbers.
+#[test]
+fn a_top_1_over_an_append_only_input_keeps_the_best_row_and_breaks_ties_by_arrival() {
+    for later_wins_ties in [false, true] {
+        let mut t = top_n_of(1, false, later_wins_ties);
+        let first = steps(&mut t, &[(0, "k:T v:I\n+I a 5\n+I a 7\n+I a 7\n+I b 1")]);
+        assert_eq!(first[0], "+I a 7 1\n+I b 1 1\n");
+        let state = t.snapshot().expect("snapshot").expect("state").state;
+        let mut t = top_n_of(1, false, later_wins_ties);
+        t.restore(&[&state]).expect("restore");
+        let got = steps(
+            &mut t,
+            &[(0, "k:T v:I\n+I a 7\n+I b 0"), (0, "k:T v:I\n+I a 8\n+I c 0\n+I a 9\n+I a 6"), (0, "k:T v:I\n-D a 9")],
+        );
+        // A tie with the stored row: kept, or replaced by the later row (the same values).
+        let tie = if later_wins_ties { "-U a 7 1\n+U a 7 1\n" } else { "" };
+        assert_eq!(got[0], tie, "later wins ties: {later_wins_ties}");
+        assert_eq!(got[1], "-U a 7 1\n+U a 9 1\n+I c 0 1\n");
+        // A retraction has nothing to take back in an append-only Top-1: counted.
+        assert_eq!(got[2], "");
+        assert_eq!(t.0.unmatched, 1);
+    }
 }
 
 #[test]

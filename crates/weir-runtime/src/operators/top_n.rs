@@ -162,10 +162,95 @@ impl TopN {
         self.stamp(&restamp)
     }
 
-    fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
+    /// Changes as one chunk of rows and their ranks.
+    fn emit(&self, changes: &[(Vec<u8>, u64, Op)], out: &mut Vec<Message>) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let parser = self.rows.parser();
+        let mut columns = self.rows.convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|c| c.1))));
+        let options = RecordBatchOptions::new().with_row_count(Some(changes.len()));
+        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
+        let ops: Vec<Op> = changes.iter().map(|c| c.2).collect();
+        out.push(Message::Chunk(Chunk::changes(batch, &ops)));
+        Ok(())
+    }
+
+    /// One row per partition over an append-only input (Flink's deduplication, and a Top-1):
+    /// what is kept is the partition's first row, so a chunk needs only each partition's
+    /// stored row and the best of its own rows, compared by sort key in one reused buffer.
+    fn keeps_one_row(&self) -> bool {
+        self.spec.kind == RankKind::RowNumber && self.spec.hi == 1 && !self.spec.retracting_input
+    }
+
+    /// [`Self::keeps_one_row`]'s chunk: the same state, changes and arrival numbers as the
+    /// general path (a row that ranks first replaces the stored one: `-U`/`+U`, or `+I` for a
+    /// partition new or forgotten), without its per-partition lists.
+    fn keep_one(
+        &mut self,
+        chunk: &Chunk,
+        rows: &datafusion::arrow::row::Rows,
+        order_keys: &datafusion::arrow::row::Rows,
+        partitions: &[(u16, &[u8], Vec<usize>)],
+        out: &mut Vec<Message>,
+    ) -> Result<()> {
+        let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();
+        let stored = self.tables.get_many(self.tops, &keys)?;
+        let ops = chunk.ops();
+        let mut changes: Changes = Vec::new();
+        let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
+        let (mut best, mut candidate) = (Vec::new(), Vec::new());
+        for ((group, key, members), stored) in partitions.iter().zip(&stored) {
+            let old = stored.as_deref().map(decode_one_top).transpose()?.flatten();
+            best.clear();
+            if let Some((k, _)) = old {
+                best.extend_from_slice(k);
+            }
+            let mut winner = None;
+            for &i in members {
+                if ops[i].sign() <= 0 {
+                    // A retraction in an append-only input: of a row that has left, or was
+                    // never there.
+                    self.unmatched += 1;
+                    continue;
+                }
+                candidate.clear();
+                candidate.extend_from_slice(order_keys.row(i).data());
+                candidate.extend_from_slice(&self.next_seq().to_be_bytes());
+                if (old.is_none() && winner.is_none()) || candidate < best {
+                    std::mem::swap(&mut best, &mut candidate);
+                    winner = Some(i);
+                }
+            }
+            let Some(i) = winner else { continue };
+            let row = rows.row(i).data();
+            top_writes.push((*group, *key, encode_top_row(&best, row)));
+            match old {
+                Some((_, old_row)) => {
+                    changes.push((old_row.to_vec(), 1, Op::UpdateBefore));
+                    changes.push((row.to_vec(), 1, Op::UpdateAfter));
+                }
+                None => changes.push((row.to_vec(), 1, Op::Insert)),
+            }
+        }
+        let top_changes: Vec<Change<'_>> = top_writes.iter().map(|(g, k, v)| (*g, *k, Some(v.as_slice()))).collect();
+        self.tables.write(self.tops, &top_changes)?;
+        let written: Vec<(u16, &[u8])> = top_writes.iter().map(|(g, k, _)| (*g, *k)).collect();
+        self.stamp(&written)?;
+        self.emit(&changes, out)
+    }
+
+    /// The next arrival number as it orders rows that tie: later first for a deduplication
+    /// keeping the last row.
+    fn next_seq(&mut self) -> u64 {
         let seq = if self.spec.later_wins_ties { u64::MAX - self.progress.next_seq } else { self.progress.next_seq };
         self.progress.next_seq += 1;
-        [order, &seq.to_be_bytes()].concat()
+        seq
+    }
+
+    fn sort_key(&mut self, order: &[u8]) -> Vec<u8> {
+        [order, &self.next_seq().to_be_bytes()].concat()
     }
 }
 
@@ -207,6 +292,35 @@ fn encode_top(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
         out.extend_from_slice(v);
     }
     out
+}
+
+/// [`encode_top`] of one row, from borrowed bytes.
+fn encode_top_row(key: &[u8], row: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + key.len() + row.len());
+    for item in [key, row] {
+        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        out.extend_from_slice(item);
+    }
+    out
+}
+
+/// The first row of an [`encode_top`] value (its sort key and bytes), borrowed.
+fn decode_one_top(bytes: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
+    let damaged = || WeirError::internal("Top-N state is damaged");
+    fn item<'b>(bytes: &mut &'b [u8]) -> Option<&'b [u8]> {
+        let (len, rest) = bytes.split_at_checked(4)?;
+        let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
+        let (item, rest) = rest.split_at_checked(len)?;
+        *bytes = rest;
+        Some(item)
+    }
+    let mut rest = bytes;
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let key = item(&mut rest).ok_or_else(damaged)?;
+    let row = item(&mut rest).ok_or_else(damaged)?;
+    Ok(Some((key, row)))
 }
 
 fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
@@ -265,6 +379,9 @@ impl KeyedLogic for TopN {
             partitions[p].2.push(i);
         }
 
+        if self.keeps_one_row() {
+            return self.keep_one(&chunk, &rows, &order_keys, &partitions, out);
+        }
         let mut changes: Changes = Vec::new();
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
@@ -376,17 +493,7 @@ impl KeyedLogic for TopN {
         let top_changes: Vec<Change<'_>> = top_writes.iter().map(|(g, k, v)| (*g, *k, Some(v.as_slice()))).collect();
         self.tables.write(self.tops, &top_changes)?;
         self.stamp(&written)?;
-        if changes.is_empty() {
-            return Ok(());
-        }
-        let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|c| c.1))));
-        let options = RecordBatchOptions::new().with_row_count(Some(changes.len()));
-        let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
-        let ops: Vec<Op> = changes.iter().map(|c| c.2).collect();
-        out.push(Message::Chunk(Chunk::changes(batch, &ops)));
-        Ok(())
+        self.emit(&changes, out)
     }
 
     /// With a TTL, partitions not written for that long are forgotten first (nothing is
