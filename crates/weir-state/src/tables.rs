@@ -347,36 +347,41 @@ impl StateTables {
         for (g, _, _) in changes {
             self.check_group(*g)?;
         }
+        // Every key is checked before any is written (a held write cannot be taken back).
+        if self.timed(table) && changes.iter().any(|(_, k, _)| k.len() < 8) {
+            return Err(WeirError::internal("a key of a timed state table does not start with its time"));
+        }
+        if let Inner::Rocks { pending, .. } = &self.inner {
+            let full_buffer = {
+                let mut pending = pending.borrow_mut();
+                let mut key = Vec::new();
+                for (g, k, v) in changes {
+                    key.clear();
+                    self.stored_key_into(table, *g, k, &mut key)?;
+                    pending.put(&key, *v);
+                }
+                pending.is_full()
+            };
+            if full_buffer {
+                self.drain()?;
+            }
+            return Ok(());
+        }
         let full: Vec<(Vec<u8>, Option<&[u8]>)> =
             changes.iter().map(|(g, k, v)| Ok((self.stored_key(table, *g, k)?, *v))).collect::<Result<_>>()?;
-        match &mut self.inner {
-            Inner::Memory(map) => {
-                for (key, v) in full {
-                    match v {
-                        Some(v) => {
-                            map.insert(key, v.to_vec());
-                        }
-                        None => {
-                            map.remove(&key);
-                        }
+        if let Inner::Memory(map) = &mut self.inner {
+            for (key, v) in full {
+                match v {
+                    Some(v) => {
+                        map.insert(key, v.to_vec());
+                    }
+                    None => {
+                        map.remove(&key);
                     }
                 }
-                Ok(())
-            }
-            Inner::Rocks { pending, .. } => {
-                let full_buffer = {
-                    let mut pending = pending.borrow_mut();
-                    for (key, v) in full {
-                        pending.put(key, v);
-                    }
-                    pending.is_full()
-                };
-                if full_buffer {
-                    self.drain()?;
-                }
-                Ok(())
             }
         }
+        Ok(())
     }
 
     /// Move the writes held in memory into the store, in key order. Called before every
@@ -388,9 +393,10 @@ impl StateTables {
         if pending.borrow().is_empty() {
             return Ok(());
         }
-        let writes = pending.borrow_mut().take_sorted();
-        let refs: Vec<(&[u8], Option<&[u8]>)> = writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
-        store.table(0).write(&refs)
+        let mut pending = pending.borrow_mut();
+        store.table(0).write(&pending.sorted())?;
+        pending.clear();
+        Ok(())
     }
 
     /// Keys of `group` in `[from, to)` (`to: None`: to the group's end), in key order.
