@@ -117,10 +117,20 @@ impl Pending {
 
     /// Every write, in key order, borrowed: [`Self::clear`] once they are in the store.
     pub(crate) fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
-        let mut writes: Vec<(&[u8], Option<&[u8]>)> =
-            self.slots.iter().map(|s| (&self.arena[s.key..s.key + s.key_len], self.value_of(s))).collect();
-        writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        writes
+        // Sorted by each key's first 16 bytes as a number first: most comparisons end there,
+        // without a call to memcmp (which sorting q16's keys had spent 6% of its CPU in).
+        // Padding a short key with zeros keeps the order: zero is the smallest byte, and
+        // keys whose heads are equal are compared whole.
+        let mut writes: Vec<(u128, &[u8], Option<&[u8]>)> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let key = &self.arena[s.key..s.key + s.key_len];
+                (head(key), key, self.value_of(s))
+            })
+            .collect();
+        writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        writes.into_iter().map(|(_, k, v)| (k, v)).collect()
     }
 
     /// Empty the buffer. What it held is kept allocated for the next interval, which writes
@@ -138,6 +148,14 @@ impl Pending {
             self.slots.shrink_to(entries, |s| s.hash);
         }
     }
+}
+
+/// A key's first 16 bytes, zero-padded, as a big-endian number.
+fn head(key: &[u8]) -> u128 {
+    let mut bytes = [0u8; 16];
+    let n = key.len().min(16);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(bytes)
 }
 
 /// Tell the process-wide count that a buffer went from `before` bytes to `after`.
@@ -222,6 +240,17 @@ mod tests {
         p.clear();
         assert!(p.is_empty());
         assert_eq!(p.get(b"a"), None);
+        // Key order, not the order of the first 16 bytes alone: a short key and the same
+        // bytes followed by zeros, and keys equal in their first 16 bytes.
+        let keys: [&[u8]; 6] =
+            [b"x\0\0", b"x", b"x\0", b"0123456789abcdefZ", b"0123456789abcdefA", b"0123456789abcdef"];
+        for k in keys {
+            p.put(k, Some(b"v"));
+        }
+        let mut expected = keys.to_vec();
+        expected.sort();
+        assert_eq!(p.sorted().into_iter().map(|(k, _)| k).collect::<Vec<_>>(), expected);
+        p.clear();
         assert_eq!(p.arena.len(), 0);
     }
 }
