@@ -286,10 +286,8 @@ pub(super) fn ranks<'a>(spec: &TopNSpec, keys: impl Iterator<Item = &'a [u8]>, o
 fn encode_top(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(rows.iter().map(|(k, v)| 8 + k.len() + v.len()).sum());
     for (k, v) in rows {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        out.extend_from_slice(v);
+        push_item(&mut out, k);
+        push_item(&mut out, v);
     }
     out
 }
@@ -297,45 +295,40 @@ fn encode_top(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
 /// [`encode_top`] of one row, from borrowed bytes.
 fn encode_top_row(key: &[u8], row: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + key.len() + row.len());
-    for item in [key, row] {
-        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
-        out.extend_from_slice(item);
-    }
+    push_item(&mut out, key);
+    push_item(&mut out, row);
     out
 }
 
-/// The first row of an [`encode_top`] value (its sort key and bytes), borrowed.
-fn decode_one_top(bytes: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
+fn push_item(out: &mut Vec<u8>, item: &[u8]) {
+    out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+    out.extend_from_slice(item);
+}
+
+/// The next length-prefixed item of an [`encode_top`] value, borrowed.
+fn next_item<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8]> {
     let damaged = || WeirError::internal("Top-N state is damaged");
-    fn item<'b>(bytes: &mut &'b [u8]) -> Option<&'b [u8]> {
-        let (len, rest) = bytes.split_at_checked(4)?;
-        let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
-        let (item, rest) = rest.split_at_checked(len)?;
-        *bytes = rest;
-        Some(item)
-    }
-    let mut rest = bytes;
-    if rest.is_empty() {
+    let (len, rest) = bytes.split_at_checked(4).ok_or_else(damaged)?;
+    let len = u32::from_le_bytes(len.try_into().map_err(|_| damaged())?) as usize;
+    let (item, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
+    *bytes = rest;
+    Ok(item)
+}
+
+/// The first row of an [`encode_top`] value (its sort key and bytes), borrowed.
+fn decode_one_top(mut bytes: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
+    if bytes.is_empty() {
         return Ok(None);
     }
-    let key = item(&mut rest).ok_or_else(damaged)?;
-    let row = item(&mut rest).ok_or_else(damaged)?;
-    Ok(Some((key, row)))
+    let key = next_item(&mut bytes)?;
+    Ok(Some((key, next_item(&mut bytes)?)))
 }
 
 fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
-    let damaged = || WeirError::internal("Top-N state is damaged");
-    let take = |bytes: &mut &[u8]| -> Result<Vec<u8>> {
-        let (len, rest) = bytes.split_at_checked(4).ok_or_else(damaged)?;
-        let len = u32::from_le_bytes(len.try_into().map_err(|_| damaged())?) as usize;
-        let (item, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
-        *bytes = rest;
-        Ok(item.to_vec())
-    };
     let mut rows = Vec::new();
     while !bytes.is_empty() {
-        let k = take(&mut bytes)?;
-        let v = take(&mut bytes)?;
+        let k = next_item(&mut bytes)?.to_vec();
+        let v = next_item(&mut bytes)?.to_vec();
         rows.push((k, v));
     }
     Ok(rows)
