@@ -314,3 +314,21 @@ fn snapshots_restore_at_the_same_and_at_another_parallelism() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A timed key without its time refuses the whole write: none of its changes is held or
+/// stored, in either backend (a held write could not be taken back).
+#[test]
+fn a_timed_key_without_its_time_refuses_the_whole_write() {
+    let dir = scratch("short-timed");
+    let groups = KeyGroups::new(8).expect("groups");
+    for (name, backend) in backends(&dir) {
+        let mut t = StateTables::open(&DECLS, groups, 0..8, &backend("one")).expect("open");
+        let timers = t.table("timers").expect("timers");
+        let good = timed(5, b"a");
+        let err = t.write(timers, &[(0, &good[..], Some(&b"v"[..])), (0, &b"short"[..], Some(&b"v"[..]))]);
+        assert!(err.is_err(), "{name}");
+        let all = t.scan_times(timers, &[0; 8], &[0xff; 8]).expect("scan");
+        assert!(all.is_empty(), "{name}: {} entries written", all.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
