@@ -11,7 +11,8 @@
 //! append-only input only the rows that rank within `hi` are kept (a row pushed out never
 //! comes back), all of a partition's in one value (`tops`), so that a chunk reads its
 //! partitions with one multi-get; over an updating input every row is (a retraction can
-//! bring one back), each an entry of the sorted table `ranked`.
+//! bring one back), each an entry of the sorted table `ranked`. `ROW_NUMBER()` over an
+//! append-only input, the common case, has a path that copies no rows ([`append_only`]).
 
 use std::sync::Arc;
 
@@ -26,6 +27,8 @@ use weir_state::{StateTables, Table, TableDecl, TableKind};
 
 use super::keyed::KeyedLogic;
 use super::state::{interner, ordered, Progress, StateContext};
+
+mod append_only;
 
 const TABLES: [TableDecl; 4] = [
     TableDecl { name: "ranked", kind: TableKind::Sorted },
@@ -163,82 +166,18 @@ impl TopN {
     }
 
     /// Changes as one chunk of rows and their ranks.
-    fn emit(&self, changes: &[(Vec<u8>, u64, Op)], out: &mut Vec<Message>) -> Result<()> {
+    fn emit<R: AsRef<[u8]>>(&self, changes: &[(R, u64, Op)], out: &mut Vec<Message>) -> Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
         let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
+        let mut columns = self.rows.convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r.as_ref())))?;
         columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|c| c.1))));
         let options = RecordBatchOptions::new().with_row_count(Some(changes.len()));
         let batch = RecordBatch::try_new_with_options(self.spec.schema.clone(), columns, &options)?;
         let ops: Vec<Op> = changes.iter().map(|c| c.2).collect();
         out.push(Message::Chunk(Chunk::changes(batch, &ops)));
         Ok(())
-    }
-
-    /// One row per partition over an append-only input (Flink's deduplication, and a Top-1):
-    /// what is kept is the partition's first row, so a chunk needs only each partition's
-    /// stored row and the best of its own rows, compared by sort key in one reused buffer.
-    fn keeps_one_row(&self) -> bool {
-        self.spec.kind == RankKind::RowNumber && self.spec.hi == 1 && !self.spec.retracting_input
-    }
-
-    /// [`Self::keeps_one_row`]'s chunk: the same state, changes and arrival numbers as the
-    /// general path (a row that ranks first replaces the stored one: `-U`/`+U`, or `+I` for a
-    /// partition new or forgotten), without its per-partition lists.
-    fn keep_one(
-        &mut self,
-        chunk: &Chunk,
-        rows: &datafusion::arrow::row::Rows,
-        order_keys: &datafusion::arrow::row::Rows,
-        partitions: &[(u16, &[u8], Vec<usize>)],
-        out: &mut Vec<Message>,
-    ) -> Result<()> {
-        let keys: Vec<(u16, &[u8])> = partitions.iter().map(|(g, k, _)| (*g, *k)).collect();
-        let stored = self.tables.get_many(self.tops, &keys)?;
-        let ops = chunk.ops();
-        let mut changes: Changes = Vec::new();
-        let mut top_writes: Vec<(u16, &[u8], Vec<u8>)> = Vec::new();
-        let (mut best, mut candidate) = (Vec::new(), Vec::new());
-        for ((group, key, members), stored) in partitions.iter().zip(&stored) {
-            let old = stored.as_deref().map(decode_one_top).transpose()?.flatten();
-            best.clear();
-            if let Some((k, _)) = old {
-                best.extend_from_slice(k);
-            }
-            let mut winner = None;
-            for &i in members {
-                if ops[i].sign() <= 0 {
-                    // A retraction in an append-only input: of a row that has left, or was
-                    // never there.
-                    self.unmatched += 1;
-                    continue;
-                }
-                candidate.clear();
-                candidate.extend_from_slice(order_keys.row(i).data());
-                candidate.extend_from_slice(&self.next_seq().to_be_bytes());
-                if (old.is_none() && winner.is_none()) || candidate < best {
-                    std::mem::swap(&mut best, &mut candidate);
-                    winner = Some(i);
-                }
-            }
-            let Some(i) = winner else { continue };
-            let row = rows.row(i).data();
-            top_writes.push((*group, *key, encode_top_row(&best, row)));
-            match old {
-                Some((_, old_row)) => {
-                    changes.push((old_row.to_vec(), 1, Op::UpdateBefore));
-                    changes.push((row.to_vec(), 1, Op::UpdateAfter));
-                }
-                None => changes.push((row.to_vec(), 1, Op::Insert)),
-            }
-        }
-        let top_changes: Vec<Change<'_>> = top_writes.iter().map(|(g, k, v)| (*g, *k, Some(v.as_slice()))).collect();
-        self.tables.write(self.tops, &top_changes)?;
-        let written: Vec<(u16, &[u8])> = top_writes.iter().map(|(g, k, _)| (*g, *k)).collect();
-        self.stamp(&written)?;
-        self.emit(&changes, out)
     }
 
     /// The next arrival number as it orders rows that tie: later first for a deduplication
@@ -292,14 +231,6 @@ fn encode_top(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-/// [`encode_top`] of one row, from borrowed bytes.
-fn encode_top_row(key: &[u8], row: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + key.len() + row.len());
-    push_item(&mut out, key);
-    push_item(&mut out, row);
-    out
-}
-
 fn push_item(out: &mut Vec<u8>, item: &[u8]) {
     out.extend_from_slice(&(item.len() as u32).to_le_bytes());
     out.extend_from_slice(item);
@@ -313,15 +244,6 @@ fn next_item<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8]> {
     let (item, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
     *bytes = rest;
     Ok(item)
-}
-
-/// The first row of an [`encode_top`] value (its sort key and bytes), borrowed.
-fn decode_one_top(mut bytes: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    let key = next_item(&mut bytes)?;
-    Ok(Some((key, next_item(&mut bytes)?)))
 }
 
 fn decode_top(mut bytes: &[u8]) -> Result<Ranked> {
@@ -372,8 +294,8 @@ impl KeyedLogic for TopN {
             partitions[p].2.push(i);
         }
 
-        if self.keeps_one_row() {
-            return self.keep_one(&chunk, &rows, &order_keys, &partitions, out);
+        if self.keeps_top_rows_only() {
+            return self.keep_top(&chunk, &rows, &order_keys, &partitions, out);
         }
         let mut changes: Changes = Vec::new();
         let mut writes: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
