@@ -192,12 +192,15 @@ struct Partners {
 /// How one side stores a row: an updating side under the row's bytes (a retraction finds
 /// it), the value the entry alone; an appending side under an arrival number, the value the
 /// entry and then the row's bytes (nothing to read before writing a new row).
-fn stored_value(appending: bool, entry: &Entry, row: &[u8]) -> Vec<u8> {
+/// Values are appended to one buffer per chunk (a chunk writes about one per row: an
+/// allocation each was a good part of a wide join's cost); the range written is returned.
+fn push_stored_value(out: &mut Vec<u8>, appending: bool, entry: &Entry, row: &[u8]) -> std::ops::Range<usize> {
+    let start = out.len();
+    out.extend_from_slice(&entry.encode());
     if appending {
-        [&entry.encode()[..], row].concat()
-    } else {
-        entry.encode().to_vec()
+        out.extend_from_slice(row);
     }
+    start..out.len()
 }
 
 pub struct StreamJoin {
@@ -357,20 +360,26 @@ impl StreamJoin {
         if appending && ops.iter().any(|o| o.sign() < 0) {
             return Err(WeirError::internal("a retraction on a join input planned as append-only"));
         }
-        let entry_keys: Vec<Option<Vec<u8>>> = (0..n)
+        // Every row's entry key, in one buffer.
+        let mut key_bytes = Vec::new();
+        let key_ranges: Vec<Option<std::ops::Range<usize>>> = (0..n)
             .map(|i| {
                 key_of[i].map(|k| {
+                    let start = key_bytes.len();
                     if appending {
                         self.progress.next_seq += 1;
-                        StateTables::entry_key(&distinct[k].1, &self.progress.next_seq.to_be_bytes())
+                        let seq = self.progress.next_seq.to_be_bytes();
+                        StateTables::push_entry_key(&mut key_bytes, &distinct[k].1, &seq);
                     } else {
-                        StateTables::entry_key(&distinct[k].1, row_bytes.row(i).data())
+                        StateTables::push_entry_key(&mut key_bytes, &distinct[k].1, row_bytes.row(i).data());
                     }
+                    start..key_bytes.len()
                 })
             })
             .collect();
+        let entry_keys: Vec<Option<&[u8]>> = key_ranges.iter().map(|r| r.clone().map(|r| &key_bytes[r])).collect();
         let lookups: Vec<(u16, &[u8], usize)> =
-            (0..n).filter_map(|i| entry_keys[i].as_deref().map(|k| (groups[i], k, i))).collect();
+            (0..n).filter_map(|i| entry_keys[i].map(|k| (groups[i], k, i))).collect();
         let found = if appending {
             vec![None; lookups.len()]
         } else {
@@ -394,7 +403,7 @@ impl StreamJoin {
                 continue;
             }
             let insert = ops[i].sign() > 0;
-            let Some(entry_key) = entry_keys[i].as_deref() else {
+            let Some(entry_key) = entry_keys[i] else {
                 // A NULL key has no partner: an anti join's row of it is emitted at once.
                 if outer_mine || one_side == Some((side, false)) {
                     emit.push(Some(i), None, if insert { Op::Insert } else { Op::Delete }, 1);
@@ -451,20 +460,21 @@ impl StreamJoin {
         }
 
         // State: this side's entries, and the other side's partner counts.
+        let mut values = Vec::new();
         let mine: Vec<Write<'_>> = own
             .iter()
             .filter(|(_, (_, _, changed, _))| *changed)
             .map(|(k, (g, e, _, i))| {
-                (*g, *k, (e.count > 0).then(|| stored_value(appending, e, row_bytes.row(*i).data())))
+                (*g, *k, (e.count > 0).then(|| push_stored_value(&mut values, appending, e, row_bytes.row(*i).data())))
             })
             .collect();
-        let changes: Vec<Change<'_>> = mine.iter().map(|(g, k, v)| (*g, *k, v.as_ref().map(|v| &v[..]))).collect();
+        let changes: Vec<Change<'_>> = mine.iter().map(|(g, k, v)| (*g, *k, v.clone().map(|v| &values[v]))).collect();
         self.tables.write(self.sides[side], &changes)?;
         self.file_for_expiry(side, mine.iter().filter(|m| m.2.is_some()).map(|(g, k, _)| (*g, *k)))?;
         if self.spec.interval.is_some() {
             let mut dying = Vec::new();
             for i in (0..n).filter(|i| live[*i]) {
-                if let (Some(d), Some(k)) = (dies[i], entry_keys[i].as_deref()) {
+                if let (Some(d), Some(k)) = (dies[i], entry_keys[i]) {
                     dying.push((groups[i], [&ordered(d)[..], &[side as u8], k].concat()));
                 }
             }
@@ -472,16 +482,18 @@ impl StreamJoin {
             self.tables.write(self.dying, &changes)?;
         }
         let mut theirs = Vec::new();
+        values.clear();
         for (k, range) in partners.ranges.iter().enumerate() {
             for j in range.clone().filter(|j| partners.changed[*j]) {
                 theirs.push((
                     distinct[k].0,
                     StateTables::entry_key(&distinct[k].1, &partners.sorts[j]),
-                    stored_value(self.spec.appending[other], &partners.entries[j], &partners.rows[j]),
+                    push_stored_value(&mut values, self.spec.appending[other], &partners.entries[j], &partners.rows[j]),
                 ));
             }
         }
-        let changes: Vec<Change<'_>> = theirs.iter().map(|(g, k, v)| (*g, k.as_slice(), Some(&v[..]))).collect();
+        let changes: Vec<Change<'_>> =
+            theirs.iter().map(|(g, k, v)| (*g, k.as_slice(), Some(&values[v.clone()]))).collect();
         self.tables.write(self.sides[other], &changes)?;
         self.file_for_expiry(other, theirs.iter().map(|(g, k, _)| (*g, k.as_slice())))?;
 
@@ -628,7 +640,7 @@ fn semi_anti_row(
 }
 
 /// A write of an entry: key group, entry key, new value (`None` deletes).
-type Write<'a> = (u16, &'a [u8], Option<Vec<u8>>);
+type Write<'a> = (u16, &'a [u8], Option<std::ops::Range<usize>>);
 
 /// Output rows as (row of the chunk, row of the partners, op), expanded by copies.
 #[derive(Default)]
