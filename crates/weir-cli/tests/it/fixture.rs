@@ -126,7 +126,7 @@ fn checkpoints_of_every_format_version_restore_and_finish_exactly_once() {
         .collect();
     assert!(versions.len() >= 2, "fixtures of versions 1 and 2 at least: {versions:?}");
     // The uninterrupted run of each fixture's job.
-    let mut references: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
+    let mut references: BTreeMap<String, (crate::slt::Scratch, Vec<String>)> = BTreeMap::new();
     for fixture in versions {
         let dir = crate::slt::tempdir();
         copy_dir(&fixture, &dir);

@@ -198,7 +198,7 @@ pub(crate) fn bids_far_ahead(broker: &Broker) {
 
 /// A broker with 18,400 bids in topic `bids`, an empty topic `out`, and the rows of an
 /// uninterrupted run of the windowed job (into topic `reference`).
-pub(crate) async fn with_reference() -> (PathBuf, Broker, Vec<String>) {
+pub(crate) async fn with_reference() -> (crate::slt::Scratch, Broker, Vec<String>) {
     let dir = crate::slt::tempdir();
     let broker = Broker::start(&dir);
     load_bids(&broker, 20_000).await;

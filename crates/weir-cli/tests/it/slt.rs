@@ -52,12 +52,45 @@ fn weir_test_fails_on_a_wrong_expectation() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 passed, 1 failed"));
 }
 
-pub fn tempdir() -> std::path::PathBuf {
+/// A scratch directory under the system's temp directory, removed when the test that made it
+/// passes and kept (for a look) when it fails: a suite leaves gigabytes of state, files and
+/// logs, which over many runs on one machine fill its disk.
+pub struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::PathBuf;
+
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn tempdir() -> Scratch {
     let dir = std::env::temp_dir().join(format!(
         "weir-test-{}-{}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
+    Scratch(dir)
 }
