@@ -54,7 +54,8 @@ fn weir_test_fails_on_a_wrong_expectation() {
 
 /// A scratch directory under the system's temp directory, removed when the test that made it
 /// passes and kept (for a look) when it fails: a suite leaves gigabytes of state, files and
-/// logs, which over many runs on one machine fill its disk.
+/// logs, which over many runs on one machine fill its disk. Bind it to a name: a temporary
+/// (`tempdir().join(…)`) is removed at the end of its statement.
 pub struct Scratch(std::path::PathBuf);
 
 impl std::ops::Deref for Scratch {

@@ -376,7 +376,8 @@ async fn bad_requests_and_a_busy_port() {
     assert_eq!(message, &format!("Set 'rest.port': serving http://{served}/ (metrics at /metrics)."));
     assert_eq!(json(served, "/jobs"), serde_json::json!({ "jobs": [] }));
     // From the command line: one line, exit status 1, before any job.
-    let sql = tempdir().join("job.sql");
+    let dir = tempdir();
+    let sql = dir.join("job.sql");
     std::fs::write(&sql, "SELECT 1;").expect("write");
     // A worker too, before it joins any group.
     for command in ["run", "worker"] {
