@@ -639,7 +639,8 @@ fn semi_anti_row(
     }
 }
 
-/// A write of an entry: key group, entry key, new value (`None` deletes).
+/// A write of an entry: key group, entry key, where its new value is in the chunk's buffer of
+/// values (`None` deletes).
 type Write<'a> = (u16, &'a [u8], Option<std::ops::Range<usize>>);
 
 /// Output rows as (row of the chunk, row of the partners, op), expanded by copies.
