@@ -16,7 +16,13 @@
 //! change once written, so each is copied once, under a name unique to this store's lineage,
 //! and then only referenced. [`prune_shared`] deletes shared files no retained checkpoint
 //! references.
+//!
+//! A checkpoint whose store changed little since the last full one is a *log checkpoint*
+//! ([`log`]): the write batches since then, carried in the checkpoint itself, on top of the
+//! last full checkpoint's files. Restoring one rebuilds that full checkpoint and replays the
+//! batches.
 
+mod log;
 mod pending;
 pub mod tables;
 
@@ -46,13 +52,20 @@ pub struct StoreSnapshot {
     pub shared: BTreeMap<String, String>,
     /// Small per-checkpoint files (MANIFEST, CURRENT, OPTIONS), copied into the checkpoint.
     pub own: Vec<String>,
+    /// Those of `own` that are write logs ([`log`]), oldest first: replayed, in this order,
+    /// onto the store the other files make.
+    pub logs: Vec<String>,
     pub bytes_copied: u64,
     pub bytes_referenced: u64,
 }
 
 impl StoreSnapshot {
     pub fn to_json(&self) -> String {
-        serde_json::json!({ "shared": self.shared, "own": self.own }).to_string()
+        if self.logs.is_empty() {
+            serde_json::json!({ "shared": self.shared, "own": self.own }).to_string()
+        } else {
+            serde_json::json!({ "shared": self.shared, "own": self.own, "logs": self.logs }).to_string()
+        }
     }
 
     pub fn from_json(text: &str) -> Result<Self> {
@@ -64,9 +77,15 @@ impl StoreSnapshot {
             .iter()
             .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(damaged)?.to_string())))
             .collect::<Result<_>>()?;
-        let own =
+        let own: Vec<String> =
             v["own"].as_array().ok_or_else(damaged)?.iter().filter_map(|f| f.as_str().map(String::from)).collect();
-        Ok(Self { shared, own, bytes_copied: 0, bytes_referenced: 0 })
+        // Absent before log checkpoints existed.
+        let logs: Vec<String> =
+            v["logs"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
+        if logs.iter().any(|l| !own.contains(l)) {
+            return Err(damaged());
+        }
+        Ok(Self { shared, own, logs, bytes_copied: 0, bytes_referenced: 0 })
     }
 }
 
@@ -81,6 +100,8 @@ pub struct StateStore {
     /// them.
     uploaded: Uploaded,
     checkpoints: u64,
+    /// The write batches since the last checkpoint, and what later checkpoints build on.
+    log: log::WriteLog,
 }
 
 /// Memory every store of the process shares: the block cache, and the budget of write
@@ -170,11 +191,18 @@ impl StateStore {
         let path = path.into();
         let _ = std::fs::remove_dir_all(&path);
         let db = DB::open(&options(), &path).map_err(|e| db_error("open", e))?;
-        Ok(Self { db, path, lineage: new_lineage(), uploaded: Uploaded::default(), checkpoints: 0 })
+        Ok(Self {
+            db,
+            path,
+            lineage: new_lineage(),
+            uploaded: Uploaded::default(),
+            checkpoints: 0,
+            log: log::WriteLog::default(),
+        })
     }
 
     /// A store rebuilt from a checkpoint: its SST files fetched from `shared`, its small
-    /// files copied from `checkpoint`.
+    /// files copied from `checkpoint`, then its write logs replayed.
     pub fn restore(
         path: impl Into<PathBuf>,
         snapshot: &StoreSnapshot,
@@ -187,18 +215,24 @@ impl StateStore {
         let fetch: Vec<(String, PathBuf)> =
             snapshot.shared.iter().map(|(name, shared_name)| (shared_name.clone(), path.join(name))).collect();
         shared.download(&fetch)?;
-        for name in &snapshot.own {
+        for name in snapshot.own.iter().filter(|name| !snapshot.logs.contains(name)) {
             let from = checkpoint.join(name);
             std::fs::copy(&from, path.join(name)).map_err(|e| io("copy", &from, e))?;
         }
         let db = DB::open(&options(), &path).map_err(|e| db_error("open restored state", e))?;
+        for name in &snapshot.logs {
+            let from = checkpoint.join(name);
+            let bytes = std::fs::read(&from).map_err(|e| io("read", &from, e))?;
+            log::replay(&bytes, |batch| db.write_opt(batch, &no_log()).map_err(|e| db_error("replay", e)))?;
+        }
         let uploaded = Arc::new(std::sync::Mutex::new(snapshot.shared.clone()));
-        Ok(Self { db, path, lineage: new_lineage(), uploaded, checkpoints: 0 })
+        // The next checkpoint is a full one: the replayed writes are in no file yet.
+        Ok(Self { db, path, lineage: new_lineage(), uploaded, checkpoints: 0, log: log::WriteLog::default() })
     }
 
     /// The keys of operator `operator`.
     pub fn table(&self, operator: u32) -> StateTable<'_> {
-        StateTable { db: &self.db, prefix: operator.to_be_bytes() }
+        StateTable { db: &self.db, log: &self.log, prefix: operator.to_be_bytes() }
     }
 
     /// Begin a consistent checkpoint of the store. Done here, on the caller's thread:
@@ -207,6 +241,14 @@ impl StateStore {
     /// by name). Left to [`Upload::run`], which may run on another thread while the store
     /// goes on: uploading the SST files no earlier checkpoint holds to `shared`.
     pub fn begin_checkpoint(&mut self, shared: &Arc<dyn Storage>) -> Result<(StoreSnapshot, OwnFiles, Upload)> {
+        let base_uploaded = |snapshot: &StoreSnapshot| {
+            self.uploaded.lock().is_ok_and(|up| snapshot.shared.iter().all(|(name, s)| up.get(name) == Some(s)))
+        };
+        if let Some((snapshot, own)) = self.log.checkpoint(base_uploaded) {
+            let upload =
+                Upload { local: None, shared: shared.clone(), copies: Vec::new(), uploaded: self.uploaded.clone() };
+            return Ok((snapshot, own, upload));
+        }
         self.db.flush().map_err(|e| db_error("flush", e))?;
         self.checkpoints += 1;
         let local = self.path.with_extension(format!("chk-{}", self.checkpoints));
@@ -217,7 +259,7 @@ impl StateStore {
         let mut snapshot = StoreSnapshot::default();
         let mut own = Vec::new();
         let mut upload = Upload {
-            local: local.clone(),
+            local: Some(local.clone()),
             shared: shared.clone(),
             copies: Vec::new(),
             uploaded: self.uploaded.clone(),
@@ -254,6 +296,7 @@ impl StateStore {
         let live: BTreeSet<&String> = snapshot.shared.keys().collect();
         uploaded.retain(|name, _| live.contains(name));
         drop(uploaded);
+        self.log.full_checkpoint(&snapshot, &own);
         Ok((snapshot, own, upload))
     }
 }
@@ -273,8 +316,8 @@ pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 #[derive(Debug)]
 #[must_use = "a checkpoint's SST files are only in the shared storage once its upload has run"]
 pub struct Upload {
-    /// The RocksDB checkpoint (hard links), deleted when done.
-    local: PathBuf,
+    /// The RocksDB checkpoint (hard links), deleted when done; none for a log checkpoint.
+    local: Option<PathBuf>,
     shared: Arc<dyn Storage>,
     /// RocksDB file name -> shared name.
     copies: Vec<(String, String)>,
@@ -286,8 +329,9 @@ impl Upload {
         // Fault injection: a slow upload, so that a test can kill the process while the job
         // goes on and the checkpoint's files are not copied yet.
         weir_core::fault::pause("upload");
+        let Some(local) = self.local else { return Ok(()) };
         let files: Vec<(PathBuf, String)> =
-            self.copies.iter().map(|(name, shared_name)| (self.local.join(name), shared_name.clone())).collect();
+            self.copies.iter().map(|(name, shared_name)| (local.join(name), shared_name.clone())).collect();
         let result = self.shared.upload(&files);
         if result.is_err() {
             // Not there after all: the next checkpoint uploads them again.
@@ -299,7 +343,7 @@ impl Upload {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&self.local);
+        let _ = std::fs::remove_dir_all(&local);
         result
     }
 }
@@ -316,6 +360,7 @@ pub fn prune_shared(shared: &dyn Storage, retained: &[StoreSnapshot]) -> Result<
 /// One operator's keys in the store.
 pub struct StateTable<'a> {
     db: &'a DB,
+    log: &'a log::WriteLog,
     prefix: [u8; 4],
 }
 
@@ -361,12 +406,18 @@ impl StateTable<'_> {
             }
             if batch.size_in_bytes() >= BATCH_BYTES {
                 let full = std::mem::replace(&mut batch, WriteBatch::with_capacity_bytes(BATCH_BYTES + (1 << 16)));
-                self.db.write_opt(full, &no_log()).map_err(|e| db_error("write", e))?;
+                self.apply(full)?;
             }
         }
         if batch.is_empty() {
             return Ok(());
         }
+        self.apply(batch)
+    }
+
+    /// A batch into the store, and into the write log of the next checkpoint.
+    fn apply(&self, batch: WriteBatch) -> Result<()> {
+        self.log.record(&batch);
         self.db.write_opt(batch, &no_log()).map_err(|e| db_error("write", e))
     }
 
@@ -412,7 +463,7 @@ impl StateTable<'_> {
     pub fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();
         batch.delete_range(self.key(from), self.key(to));
-        self.db.write_opt(batch, &no_log()).map_err(|e| db_error("delete range", e))
+        self.apply(batch)
     }
 }
 
@@ -527,7 +578,8 @@ mod tests {
     /// 256 checkpoints would make it 2 MB. The same two keys are rewritten each time, so
     /// compactions keep few files live, and the MANIFEST started anew stays small: at most
     /// about twice the live files' description, and under 1 MB even if compaction lagged
-    /// until RocksDB stops writes (36 files in level 0).
+    /// until RocksDB stops writes (36 files in level 0). Values of half a write log's limit
+    /// make every checkpoint a full one (a log checkpoint flushes nothing).
     #[test]
     fn the_manifest_a_checkpoint_copies_stays_bounded() {
         let dir = scratch("manifest");
@@ -537,12 +589,18 @@ mod tests {
         let (first, last_key) = (key(0), key(0xFF));
         let (mut largest, mut rolled) = (0, 0);
         let mut last = None;
+        let value = |i: u64| {
+            let mut v = vec![0u8; log::LOG_BYTES / 2];
+            v[..8].copy_from_slice(&i.to_be_bytes());
+            v
+        };
         for i in 0..256u64 {
-            let value = i.to_be_bytes();
+            let value = value(i);
             let changes: Vec<(&[u8], Option<&[u8]>)> = vec![(&first, Some(&value)), (&last_key, Some(&value))];
             store.table(1).write(&changes).expect("write");
             let chk = dir.join(format!("chk-{i}"));
             let snapshot = checkpoint(&mut store, &shared, &chk);
+            assert!(snapshot.logs.is_empty(), "checkpoint {i} is not a full one");
             let manifest: u64 = std::fs::read_dir(&chk)
                 .expect("list")
                 .flatten()
@@ -563,7 +621,7 @@ mod tests {
         let (snapshot, chk) = last.expect("a checkpoint");
         let restored = StateStore::restore(dir.join("db2"), &snapshot, shared.as_ref(), &chk).expect("restore");
         let got = restored.table(1).multi_get(&[&first[..], &last_key[..]]).expect("read");
-        assert_eq!(got, vec![Some(255u64.to_be_bytes().to_vec()); 2]);
+        assert_eq!(got, vec![Some(value(255)); 2]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -42,6 +42,11 @@ pub const DEFAULT_MAX_PARALLELISM: u16 = 128;
 /// kind). Bumped with any change to them.
 pub const SNAPSHOT_VERSION: u64 = 1;
 
+/// The version of a RocksDB snapshot that is a log checkpoint (`log.rs`): the same encoding,
+/// plus write logs to replay, which a reader of version 1 alone would not, and lose them.
+/// A full checkpoint stays version 1, readable by Weir before log checkpoints.
+pub const LOG_SNAPSHOT_VERSION: u64 = 2;
+
 /// How keyed state is cut into key groups: a key's group is fixed by its hash and the maximum
 /// parallelism, and task `i` of `p` owns a contiguous range of groups (Flink's assignment),
 /// so a change of parallelism moves whole groups between tasks.
@@ -566,6 +571,9 @@ impl StateTables {
             }
             Inner::Rocks { store, shared, .. } => {
                 let (snap, own, upload) = store.begin_checkpoint(shared)?;
+                if !snap.logs.is_empty() {
+                    header["version"] = LOG_SNAPSHOT_VERSION.into();
+                }
                 header["backend"] = "rocksdb".into();
                 header["store"] = snap.to_json().into();
                 header["sizes"] = own.iter().map(|(_, f)| f.len()).collect::<Vec<_>>().into();

@@ -9,7 +9,7 @@ use weir_storage::Storage;
 
 use super::{
     damaged, group_end, group_of_stored, prefix, Backend, Inner, KeyGroups, RestoredMeta, StateTables, Table,
-    TableDecl, TableKind, SNAPSHOT_VERSION,
+    TableDecl, TableKind, LOG_SNAPSHOT_VERSION, SNAPSHOT_VERSION,
 };
 use crate::{StateStore, StoreSnapshot};
 
@@ -30,10 +30,10 @@ impl StateTables {
         for bytes in snapshots {
             let (header, payload) = split(bytes)?;
             let version = header["version"].as_u64().unwrap_or(0);
-            if version != SNAPSHOT_VERSION {
+            if version != SNAPSHOT_VERSION && version != LOG_SNAPSHOT_VERSION {
                 return Err(WeirError::not_supported(format!(
-                    "the checkpoint's operator state has format version {version}; this Weir reads version \
-                     {SNAPSHOT_VERSION}"
+                    "the checkpoint's operator state has format version {version}; this Weir reads versions \
+                     {SNAPSHOT_VERSION} and {LOG_SNAPSHOT_VERSION}"
                 )));
             }
             let names: Vec<&str> = header["tables"]
