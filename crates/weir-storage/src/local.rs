@@ -40,6 +40,11 @@ impl LocalDir {
     fn temporary(&self, path: &Path, bytes: &[u8]) -> Result<PathBuf> {
         let dir = path.parent().unwrap_or(&self.root);
         std::fs::create_dir_all(dir).map_err(|e| self.err("create", dir, e))?;
+        self.temporary_in(dir, path, bytes)
+    }
+
+    /// [`Self::temporary`] in `dir`, which exists.
+    fn temporary_in(&self, dir: &Path, path: &Path, bytes: &[u8]) -> Result<PathBuf> {
         let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
@@ -73,6 +78,28 @@ impl Storage for LocalDir {
         let tmp = self.temporary(&path, &bytes)?;
         std::fs::rename(&tmp, &path).map_err(|e| self.err("publish", &path, e))?;
         sync_dir(path.parent().unwrap_or(&self.root));
+        Ok(())
+    }
+
+    /// Each file written and synced under a temporary name, then all renamed, then each
+    /// directory synced once: a checkpoint writes a part per task and operator into one
+    /// directory, and a directory sync per part cost as much again as the parts' own.
+    fn put_all(&self, files: Vec<(String, Vec<u8>)>) -> Result<()> {
+        let paths: Vec<PathBuf> = files.iter().map(|(name, _)| self.path(name)).collect();
+        let dirs: std::collections::BTreeSet<&Path> = paths.iter().map(|p| p.parent().unwrap_or(&self.root)).collect();
+        for dir in &dirs {
+            std::fs::create_dir_all(dir).map_err(|e| self.err("create", dir, e))?;
+        }
+        let mut written = Vec::with_capacity(files.len());
+        for (path, (_, bytes)) in paths.iter().zip(&files) {
+            written.push(self.temporary_in(path.parent().unwrap_or(&self.root), path, bytes)?);
+        }
+        for (tmp, path) in written.iter().zip(&paths) {
+            std::fs::rename(tmp, path).map_err(|e| self.err("publish", path, e))?;
+        }
+        for dir in dirs {
+            sync_dir(dir);
+        }
         Ok(())
     }
 
@@ -193,6 +220,30 @@ mod tests {
         s.delete(&["owner".into(), "owner".into()]).expect("delete twice");
         s.delete_dir("chk-1").expect("delete dir");
         assert_eq!(s.list("").expect("list"), Listing::default());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn several_files_are_written_at_once_into_new_and_existing_directories() {
+        let dir = scratch();
+        let s = LocalDir::new(&dir);
+        s.put("chk-1/a", b"old".to_vec()).expect("put");
+        let files = vec![
+            ("chk-1/a".to_string(), b"new".to_vec()),
+            ("chk-1/b".to_string(), b"b".to_vec()),
+            ("chk-2/c".to_string(), Vec::new()),
+        ];
+        s.put_all(files).expect("put all");
+        assert_eq!(s.get("chk-1/a").expect("get"), Some(b"new".to_vec()));
+        assert_eq!(s.get("chk-1/b").expect("get"), Some(b"b".to_vec()));
+        assert_eq!(s.get("chk-2/c").expect("get"), Some(Vec::new()));
+        for chk in ["chk-1", "chk-2"] {
+            let names: Vec<String> = std::fs::read_dir(dir.join(chk))
+                .expect("list")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(names.iter().all(|n| !n.ends_with(".tmp")), "temporary files left in {chk}: {names:?}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
