@@ -313,6 +313,11 @@ pub async fn coordinate(
     let mut last: Option<u64> = None;
     let mut sources_gone = false;
     let mut failures = Failures { in_a_row: 0, config: &config, stats: &stats };
+    // A checkpoint came due while the one before was still running: it starts as soon as
+    // that one completes, not an interval later (Flink's behaviour, without a minimum pause),
+    // so that a checkpoint slower than the interval once does not double the wait for the
+    // output of the next.
+    let mut overdue = false;
     loop {
         tokio::select! {
             // Stop with a checkpoint: the next barrier is the last.
@@ -341,7 +346,9 @@ pub async fn coordinate(
                 // One checkpoint at a time; a late one is given up after the timeout.
                 if let Some((&open, &at)) = started.iter().next() {
                     if at.elapsed() < config.timeout {
+                        // Checked again then for the timeout.
                         next_trigger = tokio::time::Instant::now() + config.interval;
+                        overdue = true;
                         continue;
                     }
                     started.remove(&open);
@@ -357,6 +364,7 @@ pub async fn coordinate(
                 started.insert(epoch, tokio::time::Instant::now());
                 epoch += 1;
                 next_trigger = tokio::time::Instant::now() + config.interval;
+                overdue = false;
             }
             ack = acks.recv() => {
                 let Some(ack) = ack else { return Ok(()) };
@@ -410,6 +418,10 @@ pub async fn coordinate(
                         )));
                     }
                     return Ok(());
+                }
+                if overdue && started.is_empty() {
+                    overdue = false;
+                    next_trigger = tokio::time::Instant::now();
                 }
                 if stop_pending && started.is_empty() {
                     stop_pending = false;
