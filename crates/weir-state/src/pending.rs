@@ -117,11 +117,13 @@ impl Pending {
 
     /// Every write, in key order, borrowed: [`Self::clear`] once they are in the store.
     pub(crate) fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        /// A write with its key's head (see below).
+        type Headed<'a> = (u128, &'a [u8], Option<&'a [u8]>);
         // Sorted by each key's first 16 bytes as a number first: most comparisons end there,
         // without a call to memcmp (which sorting q16's keys had spent 6% of its CPU in).
         // Padding a short key with zeros keeps the order: zero is the smallest byte, and
         // keys whose heads are equal are compared whole.
-        let mut writes: Vec<(u128, &[u8], Option<&[u8]>)> = self
+        let mut writes: Vec<Headed<'_>> = self
             .slots
             .iter()
             .map(|s| {
