@@ -230,6 +230,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A damaged log is an error, never a partial replay passed off as the state: a length
+    /// past the end, a length cut short, and a snapshot naming a log it does not carry.
+    #[test]
+    fn a_damaged_log_is_refused() {
+        let mut batches = 0;
+        let mut count = |_| {
+            batches += 1;
+            Ok(())
+        };
+        assert!(super::replay(&[9, 0, 0, 0, 1, 2], &mut count).is_err(), "a length past the end");
+        assert!(super::replay(&[9, 0], &mut count).is_err(), "a length cut short");
+        assert!(super::replay(&[], &mut count).is_ok(), "an empty log replays nothing");
+        assert_eq!(batches, 0);
+        let text = r#"{"shared":{},"own":["MANIFEST-000005"],"logs":["weir-write-log-001"]}"#;
+        assert!(StoreSnapshot::from_json(text).is_err(), "a log the snapshot does not carry");
+    }
+
     /// A full checkpoint whose upload failed is nothing to build on: the next checkpoint is
     /// full and uploads every file it refers to.
     #[test]
