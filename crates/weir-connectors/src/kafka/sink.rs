@@ -53,7 +53,7 @@ fn flush(producer: &KafkaProducer, timeout: Duration) -> std::result::Result<(),
     let deadline = Instant::now() + timeout;
     match producer.flush(Duration::ZERO) {
         Ok(()) => return Ok(()),
-        Err(KafkaError::Flush(code)) if code == RDKafkaErrorCode::OperationTimedOut => {}
+        Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
         Err(e) => return Err(e),
     }
     while producer.in_flight_count() > 0 {
