@@ -169,8 +169,13 @@ mod tests {
         let mut kinds = Vec::new();
         for round in 0u64..12 {
             let table = store.table(3);
-            // Round 6 writes more than a log may hold.
-            let n = if round == 6 { LOG_BYTES as u64 / 16 } else { 50 };
+            // Round 6 writes more than a log may hold; round 9 nothing (an idle interval: the
+            // checkpoint still carries the logs since the full one).
+            let n = match round {
+                6 => LOG_BYTES as u64 / 16,
+                9 => 0,
+                _ => 50,
+            };
             let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
             for i in 0..n {
                 let key = ((i * 7 + round) % 400).to_be_bytes().to_vec();
@@ -200,6 +205,28 @@ mod tests {
         }
         let expected = ["full", "log", "log", "log", "log", "log", "full", "log", "log", "log", "log", "log"];
         assert_eq!(kinds, expected);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Past [`super::MAX_LOGS`] log checkpoints the next one is full, however small its
+    /// writes: a restore replays at most that many.
+    #[test]
+    fn after_the_most_logs_the_next_checkpoint_is_full() {
+        let dir = scratch("most-logs");
+        let shared: Arc<dyn Storage> = Arc::new(LocalDir::new(dir.join("shared")));
+        let mut store = StateStore::open(dir.join("db")).expect("open");
+        let mut logs = Vec::new();
+        for i in 0..=super::MAX_LOGS as u64 + 1 {
+            let key = (i % 7).to_be_bytes();
+            let value = i.to_be_bytes();
+            store.table(3).write(&[(&key[..], Some(&value[..]))]).expect("write");
+            let (snapshot, _, upload) = store.begin_checkpoint(&shared).expect("begin");
+            upload.run().expect("upload");
+            logs.push(snapshot.logs.len());
+        }
+        let mut expected: Vec<usize> = (0..=super::MAX_LOGS).collect();
+        expected.push(0);
+        assert_eq!(logs, expected);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
