@@ -12,6 +12,7 @@ pub mod client;
 mod codec;
 mod context;
 mod metadata;
+mod producer;
 pub mod recovery;
 mod scan_options;
 mod sink;
@@ -27,7 +28,7 @@ use weir_core::{Result, TableDef, WeirError};
 pub(crate) use scan_options::replays;
 pub use sink::{sink, KafkaSink};
 pub use source::KafkaSource;
-pub use writer::{send, TopicWriter};
+pub use writer::{send, RecordProducer, TopicWriter};
 
 const OPTIONS: &[&str] = &[
     "connector",

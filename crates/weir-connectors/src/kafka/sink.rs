@@ -19,19 +19,18 @@
 //!
 //! `at-least-once`: an idempotent producer, flushed at every barrier. `none`: no flush.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Statistics};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{Producer, PurgeConfig};
 use serde::{Deserialize, Serialize};
 use weir_core::two_phase::{Committer, Earlier, TwoPhaseCommitSink};
 use weir_core::{Chunk, Result, Sink, Split, TableDef, WeirError};
 
 use super::client::Cluster;
+use super::producer::{flush, serve, KafkaProducer, SinkContext};
 use super::recovery;
 use super::txn::{self, PreCommitted};
 use super::writer::TopicWriter;
@@ -39,67 +38,8 @@ use super::Delivery;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Wait until everything `producer` was given is delivered (or failed: the delivery callback
-/// records it), at most `timeout`.
-///
-/// Why not `Producer::flush`: rdkafka 0.39 flushes a `ThreadedProducer` by asking librdkafka
-/// without waiting, then polling the producer's queue for up to 100 ms, a queue that its own
-/// polling thread drains first; so a flush with anything still in flight returned only after
-/// the full 100 ms. A barrier right behind the rows before it (a checkpoint every 100 ms) spent
-/// that at every pre-commit, and the checkpoint with it. Asking librdkafka once sends what
-/// lingers at once; the polling thread takes the delivery reports, and this waits for the
-/// count to reach zero.
-fn flush(producer: &KafkaProducer, timeout: Duration) -> std::result::Result<(), KafkaError> {
-    let deadline = Instant::now() + timeout;
-    match producer.flush(Duration::ZERO) {
-        Ok(()) => return Ok(()),
-        Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
-        Err(e) => return Err(e),
-    }
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    Ok(())
-}
-
-/// Delivery errors and the producer id and epoch, from librdkafka's callbacks.
-#[derive(Default)]
-struct Observed {
-    error: Option<String>,
-    producer: Option<(i64, i16)>,
-}
-
-#[derive(Clone, Default)]
-struct SinkContext(Arc<Mutex<Observed>>);
-
-impl ClientContext for SinkContext {
-    fn stats(&self, statistics: Statistics) {
-        if let Some(eos) = statistics.eos {
-            if eos.producer_id >= 0 {
-                if let Ok(mut o) = self.0.lock() {
-                    o.producer = Some((eos.producer_id, eos.producer_epoch as i16));
-                }
-            }
-        }
-    }
-}
-
-impl ProducerContext for SinkContext {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            if let Ok(mut o) = self.0.lock() {
-                o.error.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-}
-
-type KafkaProducer = ThreadedProducer<SinkContext>;
+/// A producer and the context its events reach.
+type Initialized = (KafkaProducer, SinkContext);
 
 /// A transactional producer with the id `transactional_id`, initialized: whatever an earlier
 /// producer with that id left open is aborted, and that producer is fenced.
@@ -108,7 +48,7 @@ fn init_producer(
     transactional_id: String,
     table: &str,
     topic: &str,
-) -> Result<(KafkaProducer, SinkContext)> {
+) -> Result<Initialized> {
     config.set("transactional.id", &transactional_id);
     let context = SinkContext::default();
     let producer: KafkaProducer =
@@ -178,7 +118,7 @@ pub struct KafkaSink {
     open: Option<Transaction>,
     /// The producer of the next transaction, being created and initialized while `open` is
     /// written (its transaction number, and the thread doing it).
-    prepared: Option<(u64, std::thread::JoinHandle<Result<(KafkaProducer, SinkContext)>>)>,
+    prepared: Option<(u64, std::thread::JoinHandle<Result<Initialized>>)>,
     /// Threads closing committed producers. Joined before the sink is gone: a librdkafka
     /// client still running when the process exits races OpenSSL's clean-up (a crash).
     closing: Vec<std::thread::JoinHandle<()>>,
@@ -186,7 +126,7 @@ pub struct KafkaSink {
     /// their ids; these are the producers that commit them).
     waiting: Vec<Transaction>,
     /// At-least-once and none: one producer for the job.
-    plain: Option<(KafkaProducer, SinkContext)>,
+    plain: Option<Initialized>,
     writer: TopicWriter,
     /// Rows written since this sink was made (fault injection: a kill during an attempt's
     /// first transaction).
@@ -254,13 +194,13 @@ impl KafkaSink {
 
     /// A transactional producer for transaction `seq`'s id, initialized: whatever an
     /// earlier producer with that id left open is aborted, and that producer is fenced.
-    fn transactional_producer(&self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
+    fn transactional_producer(&self, seq: u64) -> Result<Initialized> {
         init_producer(self.config.clone(), self.transactional_id(seq), &self.table, &self.topic)
     }
 
     /// The producer of transaction `seq`: the one prepared for it while the transaction
     /// before was open, or a new one.
-    fn producer_for(&mut self, seq: u64) -> Result<(KafkaProducer, SinkContext)> {
+    fn producer_for(&mut self, seq: u64) -> Result<Initialized> {
         match self.prepared.take() {
             Some((s, handle)) if s == seq => {
                 handle.join().map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?
@@ -299,7 +239,7 @@ impl KafkaSink {
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
     }
 
-    fn plain(&mut self) -> Result<&(KafkaProducer, SinkContext)> {
+    fn plain(&mut self) -> Result<&Initialized> {
         if self.plain.is_none() {
             let context = SinkContext::default();
             let producer: KafkaProducer = self
@@ -351,12 +291,15 @@ impl KafkaSink {
                 return Err(WeirError::external("Kafka: the producer did not report its producer id"));
             }
             std::thread::sleep(Duration::from_millis(10));
+            // Its statistics carry it: they come as events.
+            serve(&t.producer);
         }
         Ok(Some(t))
     }
 
-    /// Dropping a producer joins its polling thread and stops librdkafka's, which takes up to a
-    /// poll interval: done off the task, so that a commit does not hold up the rows behind it.
+    /// Dropping a producer stops librdkafka's threads, and first serves what it still has
+    /// queued (statistics, at the least) in polls of up to 100 ms: done off the task, so that a
+    /// commit does not hold up the rows behind it.
     fn close_in_background(&mut self, t: Transaction) {
         self.closing.retain(|h| !h.is_finished());
         // If no thread can be started, the closure, and `t` with it, is dropped here.
@@ -433,7 +376,11 @@ impl Drop for KafkaSink {
     fn drop(&mut self) {
         self.join_background();
         if let Some(t) = self.open.take() {
-            if let Err(e) = t.producer.abort_transaction(Duration::from_secs(2)) {
+            // Aborting waits for every message to be gone, reports served (nothing else
+            // polls the producer): what is queued is purged, what is in flight delivered.
+            t.producer.purge(PurgeConfig::default().queue());
+            let delivered = flush(&t.producer, Duration::from_secs(2));
+            if let Err(e) = delivered.and_then(|()| t.producer.abort_transaction(Duration::from_secs(2))) {
                 log::debug!(
                     "Kafka: the open transaction of table '{}' task {} was not aborted: {e}",
                     self.table,
@@ -458,6 +405,7 @@ impl Sink for KafkaSink {
         // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
         let writer = &self.writer;
         super::blocking(|| writer.write(producer, &chunk))?;
+        serve(producer);
         Self::check(context, &self.table)
     }
 
@@ -497,6 +445,7 @@ impl Committer for KafkaSink {
         // Sending waits while librdkafka's queue is full: off the runtime's worker threads.
         let writer = &self.writer;
         super::blocking(|| writer.write(&t.producer, &chunk))?;
+        serve(&t.producer);
         Self::check(&t.context, &self.table)?;
         if !self.wrote {
             self.wrote = true;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, ProducerContext, ThreadedProducer};
 use weir_core::{Chunk, Op, Result, TableDef, WeirError};
 
 use super::codec::{encode, Codec};
@@ -151,11 +151,7 @@ impl TopicWriter {
 
     /// Send the chunk's rows: `upsert-kafka` writes `+I`/`+U` as the key's value, `-D` as a
     /// tombstone and skips `-U`. Delivery errors come through the producer's context.
-    pub fn write<C: ProducerContext<DeliveryOpaque = ()>>(
-        &self,
-        producer: &ThreadedProducer<C>,
-        chunk: &Chunk,
-    ) -> Result<()> {
+    pub fn write(&self, producer: &impl RecordProducer, chunk: &Chunk) -> Result<()> {
         self.check(chunk)?;
         if chunk.num_rows() == 0 {
             return Ok(());
@@ -209,18 +205,50 @@ impl TopicWriter {
     }
 }
 
-/// Send one record, waiting while librdkafka's queue is full (it drains on its own thread).
-pub fn send<C: ProducerContext<DeliveryOpaque = ()>>(
-    producer: &ThreadedProducer<C>,
-    mut record: BaseRecord<'_, [u8], [u8]>,
-    table: &str,
-) -> Result<()> {
+/// A send's outcome: a record not taken comes back with the error, to be sent again.
+pub type Sent<'a> = std::result::Result<(), (KafkaError, BaseRecord<'a, [u8], [u8]>)>;
+
+/// A producer that rows are sent through: the sink's own, which its caller polls, or a worker
+/// task's, which polls itself on a thread.
+pub trait RecordProducer {
+    // As rdkafka's own `send`: the record comes back whole to be sent again.
+    #[allow(clippy::result_large_err)]
+    fn send_record<'a>(&self, record: BaseRecord<'a, [u8], [u8]>) -> Sent<'a>;
+
+    /// Serve the delivery reports that are ready: their messages hold space in librdkafka's
+    /// queue until then.
+    fn serve(&self) {}
+}
+
+impl<C: ProducerContext<DeliveryOpaque = ()>> RecordProducer for BaseProducer<C> {
+    fn send_record<'a>(&self, record: BaseRecord<'a, [u8], [u8]>) -> Sent<'a> {
+        self.send(record)
+    }
+
+    fn serve(&self) {
+        super::producer::serve(self)
+    }
+}
+
+impl<C: ProducerContext<DeliveryOpaque = ()>> RecordProducer for ThreadedProducer<C> {
+    fn send_record<'a>(&self, record: BaseRecord<'a, [u8], [u8]>) -> Sent<'a> {
+        self.send(record)
+    }
+}
+
+/// Send one record, waiting while librdkafka's queue is full (serving what is delivered).
+pub fn send(producer: &impl RecordProducer, mut record: BaseRecord<'_, [u8], [u8]>, table: &str) -> Result<()> {
+    let mut served = false;
     loop {
-        match producer.send(record) {
+        match producer.send_record(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                std::thread::sleep(Duration::from_millis(1));
+                if served {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                producer.serve();
+                served = true;
             }
             Err((e, _)) => return Err(kafka_error(&format!("writing table '{table}'"), e)),
         }
