@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use weir_core::{Result, WeirError};
 use weir_storage::Storage;
 
@@ -29,11 +31,31 @@ fn other_plan(epoch: u64, at: &str, why: &str) -> WeirError {
 
 const MANIFEST: &str = "manifest.json";
 
-/// Checkpoints in a storage: `chk-<n>/` holds one file per task state part and a
-/// `manifest.json` listing them with sizes and checksums; `shared/` holds RocksDB's SST
-/// files, each written once and referenced by every checkpoint that needs it. The manifest
-/// is written last, and only if it does not exist yet: a checkpoint without it does not
-/// exist, and no two instances of a job both complete the same one.
+/// The largest task state part written into the manifest rather than into a file of its own
+/// (format version 3). Sources' positions, sinks' pre-commits and RocksDB snapshots that
+/// name their files are a few hundred bytes to a few KiB; each file of its own cost a create
+/// and a sync, which, at a checkpoint every 100 ms, were most of what a checkpoint cost.
+/// Larger parts (an in-memory operator's whole state, RocksDB's write logs) keep their files,
+/// so that the manifest, which pruning reads again, stays small.
+const INLINE_MAX: usize = 16 * 1024;
+
+/// A part's checksum as its manifest's format version computes it: FNV-1a up to version 2,
+/// XXH64 from version 3. FNV takes a byte at a time, and a RocksDB part with its write logs
+/// (up to a few hundred KiB) is hashed at every checkpoint.
+fn part_checksum(version: u64, bytes: &[u8]) -> u64 {
+    if version >= 3 {
+        twox_hash::XxHash64::oneshot(0, bytes)
+    } else {
+        checksum(bytes)
+    }
+}
+
+/// Checkpoints in a storage: `chk-<n>/` holds a `manifest.json` listing the task state parts
+/// with sizes and checksums, small parts inside it (base64) and the others in files of their
+/// own beside it; `shared/` holds RocksDB's SST files, each written once and referenced by
+/// every checkpoint that needs it. The manifest is written last, and only if it does not
+/// exist yet: a checkpoint without it does not exist, and no two instances of a job both
+/// complete the same one.
 pub struct Checkpoints {
     storage: Arc<dyn Storage>,
     /// This instance, as written to the `owner` file by `claim`.
@@ -223,6 +245,7 @@ impl Checkpoints {
         manifest: &serde_json::Value,
     ) -> std::result::Result<BTreeMap<String, TaskState>, String> {
         let mut tasks: BTreeMap<String, TaskState> = BTreeMap::new();
+        let version = manifest["version"].as_u64().unwrap_or(0);
         let files = manifest["files"].as_array().ok_or("manifest lists no files")?;
         for f in files {
             let (Some(task), Some(part)) = (f["task"].as_str(), f["part"].as_str()) else {
@@ -232,15 +255,21 @@ impl Checkpoints {
             if part == "none" {
                 continue;
             }
-            let (Some(name), Some(sum)) = (f["file"].as_str(), f["checksum"].as_str()) else {
-                return Err("manifest entry incomplete".into());
+            let Some(sum) = f["checksum"].as_str() else { return Err("manifest entry incomplete".into()) };
+            let (name, bytes) = match (f["inline"].as_str(), f["file"].as_str()) {
+                (Some(text), _) => {
+                    let name = format!("the {part} part of {task} in the manifest");
+                    let bytes = BASE64.decode(text).map_err(|e| format!("{name}: {e}"))?;
+                    (name, bytes)
+                }
+                (None, Some(name)) => match self.storage.get(&format!("{dir}/{name}")) {
+                    Ok(Some(bytes)) => (name.to_string(), bytes),
+                    Ok(None) => return Err(format!("{name}: missing")),
+                    Err(e) => return Err(format!("{name}: {e}")),
+                },
+                (None, None) => return Err("manifest entry incomplete".into()),
             };
-            let bytes = match self.storage.get(&format!("{dir}/{name}")) {
-                Ok(Some(bytes)) => bytes,
-                Ok(None) => return Err(format!("{name}: missing")),
-                Err(e) => return Err(format!("{name}: {e}")),
-            };
-            if format!("{:016x}", checksum(&bytes)) != sum {
+            if format!("{:016x}", part_checksum(version, &bytes)) != sum {
                 return Err(format!("{name}: checksum mismatch"));
             }
             match part {
@@ -299,11 +328,15 @@ impl CheckpointStore for Checkpoints {
             bytes_written += bytes.len() as u64;
             bytes_referenced += bytes.len() as u64;
             let mut entry = entry;
-            entry["file"] = name.clone().into();
             entry["bytes"] = bytes.len().into();
-            entry["checksum"] = format!("{:016x}", checksum(bytes)).into();
+            entry["checksum"] = format!("{:016x}", part_checksum(MANIFEST_VERSION, bytes)).into();
+            if bytes.len() <= INLINE_MAX {
+                entry["inline"] = BASE64.encode(bytes).into();
+            } else {
+                entry["file"] = name.clone().into();
+                parts.push((format!("{dir}/{name}"), bytes.to_vec()));
+            }
             files.push(entry);
-            parts.push((format!("{dir}/{name}"), bytes.to_vec()));
         };
         for (i, (task, state)) in tasks.iter().enumerate() {
             if let Some(bytes) = &state.source {
@@ -334,7 +367,9 @@ impl CheckpointStore for Checkpoints {
             }
         }
         // Parts left by an attempt that died before its manifest are overwritten.
-        self.storage.put_all(parts)?;
+        if !parts.is_empty() {
+            self.storage.put_all(parts)?;
+        }
         files.extend(stateless);
         let shared: Vec<String> = shared.into_iter().collect();
         bytes_written += files_copied;
@@ -526,14 +561,30 @@ mod tests {
         std::fs::create_dir_all(dir.join("chk-0000000003")).expect("unfinished dir");
         assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
 
-        // A damaged state file: checksum mismatch, the one before is used.
-        let damaged = std::fs::read_dir(dir.join("chk-0000000002"))
-            .expect("checkpoint 2")
+        // A part too large for the manifest has a file of its own; damaged, the one before
+        // is used; missing, too.
+        let large = vec![7u8; INLINE_MAX + 1];
+        store.write(3, &plan("plan"), &state(&large)).expect("write 3");
+        assert_eq!(store.latest(&plan("plan")).expect("latest").expect("3").tasks["stage0-task0"].source, Some(large));
+        let part = std::fs::read_dir(dir.join("chk-0000000003"))
+            .expect("checkpoint 3")
             .flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().ends_with("-0-source.bin"))
-            .expect("checkpoint 2's source part");
-        std::fs::write(&damaged, b"tw0").expect("damage");
+            .expect("checkpoint 3's source part");
+        std::fs::write(&part, b"damaged").expect("damage");
+        assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
+        std::fs::remove_file(&part).expect("remove");
+        assert_eq!(store.latest(&plan("plan")).expect("latest").map(|r| r.epoch), Some(2));
+        std::fs::remove_dir_all(dir.join("chk-0000000003")).expect("remove checkpoint 3");
+
+        // A damaged part in the manifest: checksum mismatch, the one before is used.
+        let manifest_2 = dir.join("chk-0000000002").join(MANIFEST);
+        let text = std::fs::read_to_string(&manifest_2).expect("manifest 2");
+        let inline = format!("\"inline\":\"{}\"", BASE64.encode(b"two"));
+        assert!(text.contains(&inline), "a small part is in the manifest: {text}");
+        std::fs::write(&manifest_2, text.replace(&inline, &format!("\"inline\":\"{}\"", BASE64.encode(b"tw0"))))
+            .expect("damage");
         let restored = store.latest(&plan("plan")).expect("latest").expect("a checkpoint");
         assert_eq!(restored.epoch, 1);
         assert_eq!(restored.tasks["stage0-task0"].source, Some(b"one".to_vec()));
