@@ -19,7 +19,8 @@
 //!   producer's clock, with no watermark delay) to its row being visible.
 //!
 //! CPU is the `weir` process's user + system time over the measured seconds (after the
-//! warm-up), read from /proc: all of it, and without librdkafka's threads (`rdk:*`). The test
+//! warm-up), read from /proc: all of it, and without librdkafka's threads (`rdk:*`, read every
+//! 5 ms, since the sink's clients come and go with its transactions). The test
 //! broker answers a fetch at once even when it has nothing (a Kafka broker holds it for
 //! `fetch.wait.max.ms`), so an idle librdkafka consumer polls it in a loop: that CPU is the
 //! stand-in's, not Weir's. Wall-clock time is what is measured here; nothing in Weir's results
@@ -172,18 +173,54 @@ fn job_sql(query: &str, interval: &str, bootstrap: &str, dir: &Path) -> String {
     )
 }
 
-/// User + system CPU seconds of a process so far: in all, and in threads other than
-/// librdkafka's.
-fn cpu_seconds(pid: u32) -> Option<(f64, f64)> {
-    let all = stat_seconds(&format!("/proc/{pid}/stat"))?;
-    let mut librdkafka = 0.0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.starts_with("rdk:") {
-            librdkafka += stat_seconds(&task.path().join("stat").to_string_lossy()).unwrap_or(0.0);
-        }
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    stat_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// The CPU seconds of each librdkafka thread (`rdk:*`) of a process, by thread id, as last
+/// seen, read every few milliseconds: the exactly-once sink starts a client (and its
+/// threads) per transaction, and a thread's time is gone from `/proc` once it has ended, so
+/// reading the threads only at the end would count those of ended clients as Weir's own.
+/// What an ended thread spent after its last reading (a few ms) is still counted as Weir's.
+struct LibrdkafkaClock {
+    seen: Arc<Mutex<HashMap<String, f64>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LibrdkafkaClock {
+    fn start(pid: u32) -> Self {
+        let (seen, stop) = (Arc::new(Mutex::new(HashMap::new())), Arc::new(AtomicBool::new(false)));
+        let (s, st) = (seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+                for task in tasks.flatten() {
+                    let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                    if !comm.starts_with("rdk:") {
+                        continue;
+                    }
+                    if let Some(secs) = stat_seconds(&task.path().join("stat").to_string_lossy()) {
+                        if let Ok(mut seen) = s.lock() {
+                            seen.insert(task.file_name().to_string_lossy().into_owned(), secs);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Self { seen, stop }
     }
-    Some((all, all - librdkafka))
+
+    fn snapshot(&self) -> HashMap<String, f64> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for LibrdkafkaClock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 fn stat_seconds(path: &str) -> Option<f64> {
@@ -291,6 +328,8 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
     // Each record's event time (its `ts`): a window row's end is found from its `last_seq`.
     let mut event_ms = Vec::with_capacity(total as usize);
     let mut cpu_start = None;
+    let librdkafka = LibrdkafkaClock::start(job.id());
+    let mut librdkafka_start = HashMap::new();
     for seq in 0..total {
         let due = Duration::from_nanos(seq * 1_000_000_000 / args.rate);
         if let Some(wait) = due.checked_sub(start.elapsed()) {
@@ -298,6 +337,7 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
         }
         if seq == first_measured {
             cpu_start = cpu_seconds(job.id());
+            librdkafka_start = librdkafka.snapshot();
         }
         let ts = now_ms();
         let value = format!(r#"{{"k":{},"seq":{seq},"ts":{ts}}}"#, seq % args.keys);
@@ -314,6 +354,9 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
         producer.poll(Duration::ZERO);
     }
     let cpu_end = cpu_seconds(job.id());
+    let librdkafka_seconds: f64 =
+        librdkafka.snapshot().iter().map(|(tid, secs)| secs - librdkafka_start.get(tid).unwrap_or(&0.0)).sum();
+    drop(librdkafka);
     let end_wall_ms = now_ms();
     producer.flush(Duration::from_secs(10)).map_err(|e| e.to_string())?;
     // Time for the last results to become visible.
@@ -321,7 +364,7 @@ fn measure(args: &Args, query: &str, broker: &Broker, job: &Child) -> Result<Out
     stop.store(true, Ordering::Relaxed);
     reader.join().map_err(|_| "reader panicked")??;
     let cpu = match (cpu_start, cpu_end) {
-        (Some(a), Some(b)) => ((b.0 - a.0) / args.seconds as f64, (b.1 - a.1) / args.seconds as f64),
+        (Some(a), Some(b)) => ((b - a) / args.seconds as f64, (b - a - librdkafka_seconds) / args.seconds as f64),
         _ => return Err("the weir process ended early: see its log".into()),
     };
     let seen = std::mem::take(&mut *seen.lock().map_err(|_| "poisoned")?);
