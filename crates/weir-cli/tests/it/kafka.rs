@@ -244,6 +244,33 @@ async fn exactly_once_kafka_to_kafka_matches_a_plain_run() {
     assert_eq!(broker.read_committed("out_at_least"), want);
 }
 
+/// The sink serves its producers' delivery reports itself (no polling thread): with
+/// librdkafka's queue limited to 5 messages, nearly every send finds it full, and only the
+/// sink serving the reports makes room. Every guarantee still writes exactly the rows of a run
+/// with the default queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_whose_producer_queue_is_full_loses_nothing() {
+    let dir = crate::slt::tempdir();
+    let broker = Broker::start(&dir);
+    load_bids(&broker, 4_000).await;
+    for (topic, delivery) in
+        [("out_default", "none"), ("out_exactly", "exactly-once"), ("out_at_least", "at-least-once")]
+    {
+        broker.create_topic(topic, 2).await;
+        let mut sql = job(&broker.bootstrap, topic, delivery, &dir.join(topic), None);
+        if topic != "out_default" {
+            let with = "'sink.delivery-guarantee'";
+            assert!(sql.contains(with), "the job names its guarantee");
+            sql = sql.replace(with, &format!("'properties.queue.buffering.max.messages' = '5', {with}"));
+        }
+        run_to_end(&write_sql(&dir, &format!("{topic}.sql"), sql));
+    }
+    let want = broker.read_committed("out_default");
+    assert!(want.len() > 200, "only {} window rows", want.len());
+    assert_eq!(broker.read_committed("out_exactly"), want);
+    assert_eq!(broker.read_committed("out_at_least"), want);
+}
+
 /// Kafka -> window -> Kafka, exactly-once, as a `weir run` process killed with SIGKILL over
 /// and over, at least 3 times in each phase of the two-phase commit; a read_committed reader
 /// then sees exactly the rows of a run that was never killed.

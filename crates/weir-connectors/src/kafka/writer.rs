@@ -236,19 +236,30 @@ impl<C: ProducerContext<DeliveryOpaque = ()>> RecordProducer for ThreadedProduce
     }
 }
 
+/// How long a send waits for room in librdkafka's queue before the write fails: nothing
+/// has been delivered for that long (the cluster is unreachable, or refuses every batch).
+const QUEUE_FULL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Send one record, waiting while librdkafka's queue is full (serving what is delivered).
 pub fn send(producer: &impl RecordProducer, mut record: BaseRecord<'_, [u8], [u8]>, table: &str) -> Result<()> {
-    let mut served = false;
+    let mut full_since: Option<std::time::Instant> = None;
     loop {
         match producer.send_record(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                if served {
-                    std::thread::sleep(Duration::from_millis(1));
+                match full_since {
+                    None => full_since = Some(std::time::Instant::now()),
+                    Some(since) if since.elapsed() > QUEUE_FULL_TIMEOUT => {
+                        return Err(WeirError::external(format!(
+                            "Kafka: writing table '{table}': the producer's queue stayed full for {} s (nothing was \
+                             delivered): is the cluster reachable?",
+                            QUEUE_FULL_TIMEOUT.as_secs()
+                        )));
+                    }
+                    Some(_) => std::thread::sleep(Duration::from_millis(1)),
                 }
                 producer.serve();
-                served = true;
             }
             Err((e, _)) => return Err(kafka_error(&format!("writing table '{table}'"), e)),
         }
