@@ -12,8 +12,9 @@
 //! librdkafka queues delivery reports and statistics until they are served, and the messages
 //! in a report count against its queue limits (and against a flush) until then. So the sink
 //! serves them after every chunk it writes, when the queue is full, and while it flushes.
-//! Statistics keep coming to a producer nobody serves (one waiting for its commit): they are
-//! dropped with it.
+//! Statistics keep coming to producers no row goes through (the next transaction's, those
+//! waiting for their commit): the sink serves those at every chunk and barrier, so that a
+//! quiet source does not leave them to pile up.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -41,6 +41,23 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 /// A producer and the context its events reach.
 type Initialized = (KafkaProducer, SinkContext);
 
+/// The next transaction's producer: being made on a thread of its own, or made.
+enum Prepared {
+    Starting(std::thread::JoinHandle<Result<Initialized>>),
+    Ready(Result<Initialized>),
+}
+
+impl Prepared {
+    fn join(self) -> Result<Initialized> {
+        match self {
+            Prepared::Starting(handle) => {
+                handle.join().map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?
+            }
+            Prepared::Ready(made) => made,
+        }
+    }
+}
+
 /// A transactional producer with the id `transactional_id`, initialized: whatever an earlier
 /// producer with that id left open is aborted, and that producer is fenced.
 fn init_producer(
@@ -116,9 +133,9 @@ pub struct KafkaSink {
     /// The number of the next transaction opened.
     next_seq: u64,
     open: Option<Transaction>,
-    /// The producer of the next transaction, being created and initialized while `open` is
-    /// written (its transaction number, and the thread doing it).
-    prepared: Option<(u64, std::thread::JoinHandle<Result<Initialized>>)>,
+    /// The producer of the next transaction, created and initialized while `open` is written
+    /// (its transaction number, and the thread doing it or what it made).
+    prepared: Option<(u64, Prepared)>,
     /// Threads closing committed producers. Joined before the sink is gone: a librdkafka
     /// client still running when the process exits races OpenSSL's clean-up (a crash).
     closing: Vec<std::thread::JoinHandle<()>>,
@@ -202,9 +219,7 @@ impl KafkaSink {
     /// before was open, or a new one.
     fn producer_for(&mut self, seq: u64) -> Result<Initialized> {
         match self.prepared.take() {
-            Some((s, handle)) if s == seq => {
-                handle.join().map_err(|_| WeirError::internal("the thread preparing a Kafka producer panicked"))?
-            }
+            Some((s, prepared)) if s == seq => prepared.join(),
             _ => self.transactional_producer(seq),
         }
     }
@@ -234,7 +249,7 @@ impl KafkaSink {
                 .name("kafka-producer-init".into())
                 .spawn(move || init_producer(config, id, &table, &topic))
                 .map_err(|e| WeirError::internal(format!("cannot start a thread: {e}")))?;
-            self.prepared = Some((seq + 1, handle));
+            self.prepared = Some((seq + 1, Prepared::Starting(handle)));
         }
         self.open.as_mut().ok_or_else(|| WeirError::internal("no open transaction"))
     }
@@ -297,6 +312,27 @@ impl KafkaSink {
         Ok(Some(t))
     }
 
+    /// Serve the producers no row goes through: the next transaction's, once made, and those
+    /// waiting for their checkpoint. librdkafka queues their statistics (every 50 ms, a few
+    /// KiB each) until they are served, so a sink whose source has gone quiet would grow by
+    /// them; this runs at every chunk and every barrier, which keeps it to an interval's.
+    fn serve_idle(&mut self) {
+        if let Some((seq, Prepared::Starting(handle))) = &self.prepared {
+            if handle.is_finished() {
+                let seq = *seq;
+                if let Some((_, prepared)) = self.prepared.take() {
+                    self.prepared = Some((seq, Prepared::Ready(prepared.join())));
+                }
+            }
+        }
+        if let Some((_, Prepared::Ready(Ok((producer, _))))) = &self.prepared {
+            serve(producer);
+        }
+        for t in &self.waiting {
+            serve(&t.producer);
+        }
+    }
+
     /// Dropping a producer stops librdkafka's threads, and first serves what it still has
     /// queued (statistics, at the least) in polls of up to 100 ms: done off the task, so that a
     /// commit does not hold up the rows behind it.
@@ -311,8 +347,8 @@ impl KafkaSink {
     /// Wait for the threads this sink started (the next producer's, closing ones): none of
     /// its librdkafka clients outlives it.
     fn join_background(&mut self) {
-        if let Some((_, handle)) = self.prepared.take() {
-            drop(handle.join());
+        if let Some((_, prepared)) = self.prepared.take() {
+            drop(prepared.join());
         }
         for handle in self.closing.drain(..) {
             drop(handle.join());
@@ -447,6 +483,7 @@ impl Committer for KafkaSink {
         super::blocking(|| writer.write(&t.producer, &chunk))?;
         serve(&t.producer);
         Self::check(&t.context, &self.table)?;
+        self.serve_idle();
         if !self.wrote {
             self.wrote = true;
             weir_core::fault::pause("kafka_first_write");
@@ -455,6 +492,7 @@ impl Committer for KafkaSink {
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<Option<PreCommitted>> {
+        self.serve_idle();
         let pre_committed = super::blocking(|| self.pre_commit_open())?;
         self.epoch = epoch + 1;
         Ok(pre_committed.map(|t| {
