@@ -144,9 +144,8 @@ pub enum Backend {
 #[allow(clippy::large_enum_variant)]
 enum Inner {
     Memory(BTreeMap<Vec<u8>, Vec<u8>>),
-    /// `pending`: writes not in the store yet, and a cache of those already moved there
-    /// ([`Pending`]); every read but a point lookup first moves the writes
-    /// ([`StateTables::drain`]).
+    /// `pending`: writes not in the store yet ([`Pending`]); every read but a point lookup
+    /// first moves them there ([`StateTables::drain`]).
     Rocks {
         store: StateStore,
         local: PathBuf,
@@ -390,19 +389,18 @@ impl StateTables {
         Ok(())
     }
 
-    /// Move the writes held in memory into the store, in key order (they stay in memory as
-    /// clean entries, for point lookups). Called before every read that is not a point
-    /// lookup, and before a snapshot.
+    /// Move the writes held in memory into the store, in key order. Called before every
+    /// read that is not a point lookup, and before a snapshot.
     fn drain(&self) -> Result<()> {
         let Inner::Rocks { store, pending, .. } = &self.inner else {
             return Ok(());
         };
-        if !pending.borrow().has_writes() {
+        if pending.borrow().is_empty() {
             return Ok(());
         }
         let mut pending = pending.borrow_mut();
         store.table(0).write(&pending.sorted())?;
-        pending.drained();
+        pending.clear();
         Ok(())
     }
 
@@ -534,13 +532,7 @@ impl StateTables {
                 }
                 Ok(())
             }
-            Inner::Rocks { store, pending, .. } => {
-                // The clean entries in the range would still answer point lookups. Forgotten
-                // all at once: a pass over them per range delete could cost more than the
-                // reads they save (Top-N and joins delete a range per key).
-                pending.get_mut().clear();
-                store.table(0).delete_range(&start, &end)
-            }
+            Inner::Rocks { store, .. } => store.table(0).delete_range(&start, &end),
         }
     }
 

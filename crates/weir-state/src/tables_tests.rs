@@ -205,50 +205,6 @@ fn writes_held_in_memory_shadow_the_store_and_reach_the_snapshot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What a drain moved to the store stays in memory for point lookups (`pending.rs`): a
-/// lookup after a snapshot answers what the store has, the next interval's writes reach the
-/// next snapshot (and only they are written again), and a range delete or a timed delete
-/// leaves no stale entry to answer for the keys it removed.
-#[test]
-fn entries_kept_after_a_snapshot_answer_lookups_and_never_outlive_a_range_delete() {
-    let dir = scratch("clean");
-    let groups = KeyGroups::new(8).expect("groups");
-    for (name, backend) in backends(&dir) {
-        let mut t = StateTables::open(&DECLS, groups, 0..8, &backend("one")).expect("open");
-        let (acc, timers) = (t.table("acc").expect("acc"), t.table("timers").expect("timers"));
-        let ks: Vec<Vec<u8>> = (0..4).map(key).collect();
-        let changes: Vec<Change<'_>> = ks.iter().map(|k| (3, k.as_slice(), Some(&b"one"[..]))).collect();
-        t.write(acc, &changes).expect("write");
-        let first = snapshot(&mut t);
-        let all: Vec<(u16, &[u8])> = ks.iter().map(|k| (3, k.as_slice())).collect();
-        assert_eq!(t.get_many(acc, &all).expect("get"), vec![Some(b"one".to_vec()); 4], "{name}");
-        // The next interval rewrites one key and deletes another.
-        t.write(acc, &[(3, &ks[0], Some(b"two")), (3, &ks[1], None)]).expect("write");
-        let second = snapshot(&mut t);
-        let want = vec![Some(b"two".to_vec()), None, Some(b"one".to_vec()), Some(b"one".to_vec())];
-        assert_eq!(t.get_many(acc, &all).expect("get"), want, "{name}: after the second snapshot");
-        for (snap, want) in [(&first, vec![Some(b"one".to_vec()); 4]), (&second, want.clone())] {
-            let restored =
-                StateTables::restore(&DECLS, groups, 0..8, &backend("two"), &[snap.as_slice()]).expect("restore").0;
-            assert_eq!(restored.get_many(acc, &all).expect("get"), want, "{name}: restored");
-        }
-        // A range delete after a snapshot: no kept entry answers for the keys it removed.
-        t.delete_range(acc, 3, &ks[2], None).expect("delete range");
-        let want = vec![Some(b"two".to_vec()), None, None, None];
-        assert_eq!(t.get_many(acc, &all).expect("get"), want, "{name}: after the range delete");
-        // The same for a timed table's delete by time.
-        let (early, late) = (timed(5, b"a"), timed(9, b"b"));
-        t.write(timers, &[(1, &early, Some(b"x")), (1, &late, Some(b"y"))]).expect("write");
-        let _ = snapshot(&mut t);
-        t.delete_times(timers, &5u64.to_be_bytes(), &6u64.to_be_bytes()).expect("delete times");
-        let left = t.scan_times(timers, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes()).expect("scan");
-        assert_eq!(left, vec![(1, late.clone(), b"y".to_vec())], "{name}");
-        let got = t.get_many(timers, &[(1, early.as_slice()), (1, late.as_slice())]).expect("get");
-        assert_eq!(got, vec![None, Some(b"y".to_vec())], "{name}: after the delete by time");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 #[test]
 fn a_key_group_the_task_does_not_own_is_refused() {
     let groups = KeyGroups::new(8).expect("groups");
