@@ -33,11 +33,13 @@ const MANIFEST: &str = "manifest.json";
 
 /// The largest task state part written into the manifest rather than into a file of its own
 /// (format version 3). Sources' positions, sinks' pre-commits and RocksDB snapshots that
-/// name their files are a few hundred bytes to a few KiB; each file of its own cost a create
-/// and a sync, which, at a checkpoint every 100 ms, were most of what a checkpoint cost.
-/// Larger parts (an in-memory operator's whole state, RocksDB's write logs) keep their files,
-/// so that the manifest, which pruning reads again, stays small.
-const INLINE_MAX: usize = 16 * 1024;
+/// name their files are a few hundred bytes to a few KiB, and a RocksDB operator's write logs
+/// since its last full checkpoint up to 256 KiB (`weir-state`'s `LOG_BYTES`); each file of
+/// its own cost a create, a sync, a rename and a sync of its directory, which at a checkpoint
+/// every 100 ms were the largest part of what a checkpoint cost. Larger parts (an in-memory
+/// operator's whole state) keep their files. Pruning does not read the manifests this
+/// instance wrote ([`Checkpoints::shared_of`]), so a larger manifest is read once, on restore.
+const INLINE_MAX: usize = 320 * 1024;
 
 /// A part's checksum as its manifest's format version computes it: FNV-1a up to version 2,
 /// XXH64 from version 3. FNV takes a byte at a time, and a RocksDB part with its write logs
@@ -60,13 +62,17 @@ pub struct Checkpoints {
     storage: Arc<dyn Storage>,
     /// This instance, as written to the `owner` file by `claim`.
     instance: String,
+    /// The shared files each manifest this instance wrote lists, by checkpoint: pruning
+    /// needs them at every checkpoint, and reading the manifests again (with their inline
+    /// parts) would cost more than writing them.
+    shared_of: std::sync::Mutex<BTreeMap<u64, Vec<String>>>,
 }
 
 impl Checkpoints {
     pub fn new(storage: Arc<dyn Storage>) -> Self {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        Self { storage, instance: format!("{}-{nanos}", std::process::id()) }
+        Self { storage, instance: format!("{}-{nanos}", std::process::id()), shared_of: Default::default() }
     }
 
     pub(super) fn at(&self) -> String {
@@ -406,6 +412,9 @@ impl CheckpointStore for Checkpoints {
             self.check_owner()?;
             self.storage.put(&format!("{dir}/{MANIFEST}"), manifest)?;
         }
+        if let Ok(mut known) = self.shared_of.lock() {
+            known.insert(epoch, shared);
+        }
         Ok(CheckpointStats {
             id: epoch,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -480,12 +489,19 @@ impl Checkpoints {
         // by the next checkpoint the coordinator has it and passes its files in `also`.
         let Some(newest) = second_newest else { return Ok(()) };
         let mut keep: std::collections::BTreeSet<String> = also.iter().cloned().collect();
+        let mut known = self.shared_of.lock().map_err(|_| WeirError::internal("checkpoint bookkeeping poisoned"))?;
+        known.retain(|epoch, _| complete.iter().any(|(e, _)| e == epoch));
         for (epoch, _) in complete {
+            if let Some(files) = known.get(epoch) {
+                keep.extend(files.iter().cloned());
+                continue;
+            }
             let Some(text) = self.storage.get(&format!("{}/{MANIFEST}", Self::chk(*epoch)))? else { continue };
             if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) {
                 keep.extend(v["shared"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)));
             }
         }
+        drop(known);
         let doomed: Vec<String> = self
             .storage
             .list("shared")?
