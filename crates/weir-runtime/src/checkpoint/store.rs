@@ -692,6 +692,35 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Pruning takes the shared files a manifest lists from memory when this instance wrote
+    /// it, and from the manifest when another did (a restarted job prunes its predecessor's
+    /// checkpoints): either way a listed file stays and an unlisted old one goes.
+    #[test]
+    fn pruning_keeps_the_files_of_manifests_another_instance_wrote() {
+        let dir = scratch();
+        let shared = dir.join("shared");
+        std::fs::create_dir_all(&shared).expect("shared dir");
+        let with_file = |file: &str| {
+            let op = OperatorState { state: b"s".to_vec(), shared_files: vec![file.to_string()], ..Default::default() };
+            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
+            BTreeMap::from([("stage1-task0".to_string(), task)])
+        };
+        let older = std::time::SystemTime::now() - Duration::from_secs(60);
+        for f in ["a.sst", "stray.sst"] {
+            std::fs::write(shared.join(f), b"x").expect("file");
+            let file = std::fs::File::options().write(true).open(shared.join(f)).expect("open");
+            file.set_modified(older).expect("mtime");
+        }
+        let first = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
+        first.write(1, &plan("plan"), &with_file("a.sst")).expect("write 1");
+        first.write(2, &plan("plan"), &with_file("a.sst")).expect("write 2");
+        let second = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
+        second.prune(3, &[]).expect("prune");
+        assert!(shared.join("a.sst").exists(), "a file the earlier instance's manifests list was deleted");
+        assert!(!shared.join("stray.sst").exists(), "a file no manifest lists was kept");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `weir upgrade --check` looks at the checkpoint a restore would take: past a damaged
     /// newest manifest, and never at an unfinished one.
     #[test]
