@@ -39,9 +39,10 @@ pub enum CheckpointMode {
 ///   wrote it, which the manifest's fingerprint names.
 /// - 2: state by stable identity ([`crate::identity`]); the manifest lists every part of the
 ///   plan, and each is checked on its own on restore.
-/// - 3: as 2, with small parts inside the manifest (`inline`, base64; up to 320 KiB) rather than
-///   in files of their own (`file`), and parts' checksums by XXH64 (FNV-1a before). A Weir that reads 2 but not 3 would find such an entry
-///   incomplete and fall back to an older checkpoint: the version makes it refuse instead.
+/// - 3: as 2, with small parts inside the manifest (`inline`, base64; up to 320 KiB) rather
+///   than in files of their own (`file`), and parts' checksums by XXH64 (FNV-1a before). A
+///   Weir that reads 2 but not 3 would find such an entry incomplete and fall back to an
+///   older checkpoint: the version makes it refuse instead.
 ///
 /// Every version listed here is still restored (`tests/fixtures/checkpoint-v<n>`).
 pub const MANIFEST_VERSION: u64 = 3;

@@ -559,6 +559,17 @@ mod tests {
         BTreeMap::from([("stage0-task0".to_string(), TaskState { source: Some(bytes.to_vec()), ..Default::default() })])
     }
 
+    /// One task's state whose operator refers to shared `files`.
+    fn with_files(files: &[&str]) -> BTreeMap<String, TaskState> {
+        let op = OperatorState {
+            state: b"s".to_vec(),
+            shared_files: files.iter().map(|f| f.to_string()).collect(),
+            ..Default::default()
+        };
+        let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
+        BTreeMap::from([("stage1-task0".to_string(), task)])
+    }
+
     fn scratch() -> PathBuf {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         std::env::temp_dir().join(format!("weir-checkpoints-{nanos}-{}", std::process::id()))
@@ -669,16 +680,11 @@ mod tests {
         let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
         let shared = dir.join("shared");
         std::fs::create_dir_all(&shared).expect("shared dir");
-        let with_file = |file: &str| {
-            let op = OperatorState { state: b"s".to_vec(), shared_files: vec![file.to_string()], ..Default::default() };
-            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
-            BTreeMap::from([("stage1-task0".to_string(), task)])
-        };
         std::fs::write(shared.join("a.sst"), b"a").expect("a");
-        store.write(1, &plan("plan"), &with_file("a.sst")).expect("write 1");
+        store.write(1, &plan("plan"), &with_files(&["a.sst"])).expect("write 1");
         // The ended task's final file, copied while checkpoint 2 is being written.
         std::fs::write(shared.join("final.sst"), b"f").expect("final");
-        store.write(2, &plan("plan"), &with_file("a.sst")).expect("write 2");
+        store.write(2, &plan("plan"), &with_files(&["a.sst"])).expect("write 2");
         // Older than the newest manifest, whatever the clock's resolution.
         let older = std::time::SystemTime::now() - Duration::from_secs(60);
         for f in ["a.sst", "final.sst"] {
@@ -700,11 +706,6 @@ mod tests {
         let dir = scratch();
         let shared = dir.join("shared");
         std::fs::create_dir_all(&shared).expect("shared dir");
-        let with_file = |file: &str| {
-            let op = OperatorState { state: b"s".to_vec(), shared_files: vec![file.to_string()], ..Default::default() };
-            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
-            BTreeMap::from([("stage1-task0".to_string(), task)])
-        };
         let older = std::time::SystemTime::now() - Duration::from_secs(60);
         for f in ["a.sst", "stray.sst"] {
             std::fs::write(shared.join(f), b"x").expect("file");
@@ -712,8 +713,8 @@ mod tests {
             file.set_modified(older).expect("mtime");
         }
         let first = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
-        first.write(1, &plan("plan"), &with_file("a.sst")).expect("write 1");
-        first.write(2, &plan("plan"), &with_file("a.sst")).expect("write 2");
+        first.write(1, &plan("plan"), &with_files(&["a.sst"])).expect("write 1");
+        first.write(2, &plan("plan"), &with_files(&["a.sst"])).expect("write 2");
         let second = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
         second.prune(3, &[]).expect("prune");
         assert!(shared.join("a.sst").exists(), "a file the earlier instance's manifests list was deleted");
@@ -747,15 +748,6 @@ mod tests {
         let store = Checkpoints::new(Arc::new(weir_storage::LocalDir::new(&dir)));
         let shared = dir.join("shared");
         std::fs::create_dir_all(&shared).expect("shared dir");
-        let with_files = |files: &[&str]| {
-            let op = OperatorState {
-                state: b"s".to_vec(),
-                shared_files: files.iter().map(|f| f.to_string()).collect(),
-                ..Default::default()
-            };
-            let task = TaskState { operators: BTreeMap::from([("0".to_string(), op)]), ..Default::default() };
-            BTreeMap::from([("stage1-task0".to_string(), task)])
-        };
         let older = std::time::SystemTime::now() - Duration::from_secs(60);
         for f in ["old.sst", "both.sst"] {
             std::fs::write(shared.join(f), b"x").expect("file");
