@@ -89,8 +89,15 @@ impl Default for Progress {
     }
 }
 
-/// The version of the operator metadata in a snapshot (progress and the operator's own).
-const META_VERSION: u32 = 1;
+/// The version of a keyed operator's snapshot: its metadata (progress and the operator's
+/// own) and how its tables' values are encoded. A Weir reads every version up to its own and
+/// refuses a newer one with both named.
+/// - 1: the first.
+/// - 2: a group aggregate's DISTINCT entries over an append-only input may be a bit per
+///   aggregate (`group_aggregate.rs`, `push_flags`) rather than a count of eight bytes. A
+///   Weir of version 1 would read those as no count, and count each value again: the version
+///   makes it refuse instead. Version 1's counts still read back.
+const META_VERSION: u32 = 2;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Meta<E> {
@@ -151,9 +158,9 @@ pub(crate) fn restore<E: serde::de::DeserializeOwned>(
         let meta: Meta<E> = serde_json::from_value(m.meta).map_err(|e| {
             weir_core::WeirError::internal(format!("the state of {operator} in the checkpoint is damaged: {e}"))
         })?;
-        if meta.version != META_VERSION {
+        if meta.version > META_VERSION {
             return Err(weir_core::WeirError::not_supported(format!(
-                "the state of {operator} in the checkpoint has version {}; this Weir reads version {META_VERSION}",
+                "the state of {operator} in the checkpoint has version {}; this Weir reads version {META_VERSION} and older",
                 meta.version
             )));
         }
@@ -214,10 +221,14 @@ mod tests {
         let damaged = tables.snapshot(serde_json::json!({ "watermark": "ten" })).expect("snapshot").state;
         let e = restore::<()>(&mut tables, &[&damaged], "GroupAggregate(k)").expect_err("damaged");
         assert!(e.to_string().contains("GroupAggregate(k)") && e.to_string().contains("damaged"), "{e}");
-        let newer =
-            serde_json::json!({ "version": 2, "watermark": 0, "late": 0, "next_seq": 0, "open": [], "operator": null });
-        let newer = tables.snapshot(newer).expect("snapshot").state;
-        let e = restore::<()>(&mut tables, &[&newer], "Op").expect_err("another version");
-        assert!(e.to_string().contains("version 2"), "{e}");
+        let mut at = |version: u32| {
+            let meta = serde_json::json!({ "version": version, "watermark": 0, "late": 0, "next_seq": 0, "open": [], "operator": null });
+            tables.snapshot(meta).expect("snapshot").state
+        };
+        let (older, newer) = (at(1), at(META_VERSION + 1));
+        restore::<()>(&mut tables, &[&older], "Op").expect("an older version restores");
+        let e = restore::<()>(&mut tables, &[&newer], "Op").expect_err("a newer version");
+        let (theirs, ours) = (format!("version {}", META_VERSION + 1), format!("version {META_VERSION}"));
+        assert!(e.to_string().contains(&theirs) && e.to_string().contains(&ours), "{e}");
     }
 }
